@@ -1,0 +1,97 @@
+// Matmul, convolution, pooling and indexing ops.
+#include "lazy/ops_util.h"
+
+namespace loom {
+
+using ir::Op;
+using lazy::apply;
+using lazy::fail;
+using lazy::normalize_dim;
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined()) fail("matmul", "expected defined tensors, got an empty handle");
+  if (a.dim() == 0 || b.dim() == 0)
+    fail("matmul", "expected operands of at least 1 dimension, got " + shape_str(a.shape()) +
+                       " and " + shape_str(b.shape()));
+  if (a.dtype() != b.dtype())
+    fail("matmul", std::string("expected operands of one dtype, got ") + dtype_name(a.dtype()) +
+                       " and " + dtype_name(b.dtype()));
+  // NumPy rules: a 1-D left operand is a row, a 1-D right operand a column; both are
+  // dropped from the result.
+  Tensor x = a.dim() == 1 ? reshape(a, {1, a.shape()[0]}) : a;
+  Tensor y = b.dim() == 1 ? reshape(b, {b.shape()[0], 1}) : b;
+  int64_t k = x.shape().back();
+  if (y.shape()[y.dim() - 2] != k)
+    fail("matmul", "expected a [..., M, K] x [..., K, N] product, got " + shape_str(a.shape()) +
+                       " and " + shape_str(b.shape()));
+  Shape xb(x.shape().begin(), x.shape().end() - 2);
+  Shape yb(y.shape().begin(), y.shape().end() - 2);
+  Shape batch = lazy::broadcast_shapes(xb, yb, "matmul");
+  Shape xs = batch, ys = batch;
+  xs.insert(xs.end(), x.shape().end() - 2, x.shape().end());
+  ys.insert(ys.end(), y.shape().end() - 2, y.shape().end());
+  auto r = apply(Op::Matmul, {expand(x, xs), expand(y, ys)});
+  Shape out = batch;
+  if (a.dim() > 1) out.push_back(x.shape()[x.dim() - 2]);
+  if (b.dim() > 1) out.push_back(y.shape().back());
+  return reshape(r, out);
+}
+
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Conv2dOptions& o) {
+  if (!input.defined() || !weight.defined()) fail("conv2d", "expected defined input and weight");
+  auto y = apply(Op::Conv2d, {input, weight},
+                 {{o.stride[0], o.stride[1], o.padding[0], o.padding[1], o.dilation[0],
+                   o.dilation[1], o.groups}, 0});
+  if (!bias.defined()) return y;
+  if (bias.shape() != Shape{weight.shape()[0]})
+    fail("conv2d", "expected a bias of shape [" + std::to_string(weight.shape()[0]) + "], got " +
+                       shape_str(bias.shape()));
+  return y + reshape(bias, {1, weight.shape()[0], 1, 1});
+}
+
+namespace {
+Tensor pool(Op op, const Tensor& x, const Pool2dOptions& o) {
+  if (!x.defined()) fail(ir::op_name(op), "expected a defined tensor, got an empty handle");
+  int64_t sh = o.stride[0] ? o.stride[0] : o.kernel[0];
+  int64_t sw = o.stride[1] ? o.stride[1] : o.kernel[1];
+  std::vector<int64_t> ints{o.kernel[0], o.kernel[1], sh, sw, o.padding[0], o.padding[1]};
+  if (op == Op::AvgPool2d) ints.push_back(o.count_include_pad ? 1 : 0);
+  return apply(op, {x}, {ints, 0});
+}
+}  // namespace
+
+Tensor max_pool2d(const Tensor& x, const Pool2dOptions& o) { return pool(Op::MaxPool2d, x, o); }
+Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& o) { return pool(Op::AvgPool2d, x, o); }
+
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+  if (!x.defined()) fail("gather", "expected a defined tensor, got an empty handle");
+  return apply(Op::Gather, {x, index}, {{normalize_dim(dim, x.dim(), "gather")}, 0});
+}
+
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  if (!x.defined()) fail("index_select", "expected a defined tensor, got an empty handle");
+  return apply(Op::IndexSelect, {x, index}, {{normalize_dim(dim, x.dim(), "index_select")}, 0});
+}
+
+Tensor embedding(const Tensor& weight, const Tensor& indices) {
+  if (!weight.defined() || !indices.defined()) fail("embedding", "expected defined tensors");
+  if (weight.dim() != 2)
+    fail("embedding", "expected a 2-D weight [num_embeddings, dim], got " + shape_str(weight.shape()));
+  if (indices.dtype() != DType::Int64)
+    fail("embedding", std::string("expected int64 indices, got ") + dtype_name(indices.dtype()));
+  auto rows = index_select(weight, 0, reshape(indices, {indices.numel()}));
+  Shape out = indices.shape();
+  out.push_back(weight.shape()[1]);
+  return reshape(rows, out);
+}
+
+Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
+  if (!self.defined()) fail("scatter_add", "expected a defined tensor, got an empty handle");
+  return apply(Op::ScatterAdd, {self, index, src}, {{normalize_dim(dim, self.dim(), "scatter_add")}, 0});
+}
+
+Tensor one_hot(const Tensor& indices, int64_t num_classes) {
+  return apply(Op::OneHot, {indices}, {{num_classes}, 0});
+}
+
+}  // namespace loom

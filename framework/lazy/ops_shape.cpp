@@ -1,0 +1,224 @@
+// Reductions and movement ops.
+#include "lazy/ops_util.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace loom {
+
+using ir::Op;
+using lazy::apply;
+using lazy::fail;
+using lazy::normalize_dim;
+
+namespace {
+
+std::vector<int64_t> normalize_axes(const Tensor& x, std::vector<int64_t> axes, const char* op) {
+  if (axes.empty()) {
+    axes.resize(x.dim());
+    std::iota(axes.begin(), axes.end(), 0);
+    return axes;
+  }
+  for (auto& a : axes) a = normalize_dim(a, x.dim(), op);
+  std::sort(axes.begin(), axes.end());
+  if (std::adjacent_find(axes.begin(), axes.end()) != axes.end())
+    fail(op, "expected each axis once");
+  return axes;
+}
+
+Shape drop_axes(const Shape& s, const std::vector<int64_t>& axes) {
+  Shape out;
+  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d)
+    if (!std::binary_search(axes.begin(), axes.end(), d)) out.push_back(s[d]);
+  return out;
+}
+
+Tensor reduce(Op op, const Tensor& x, std::vector<int64_t> axes, bool keepdim) {
+  const char* name = ir::op_name(op);
+  if (!x.defined()) fail(name, "expected a defined tensor, got an empty handle");
+  axes = normalize_axes(x, std::move(axes), name);
+  auto r = apply(op, {x}, {axes, 0});
+  return keepdim ? r : reshape(r, drop_axes(x.shape(), axes));
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x, std::vector<int64_t> axes, bool keepdim) { return reduce(Op::Sum, x, std::move(axes), keepdim); }
+Tensor mean(const Tensor& x, std::vector<int64_t> axes, bool keepdim) { return reduce(Op::Mean, x, std::move(axes), keepdim); }
+Tensor amax(const Tensor& x, std::vector<int64_t> axes, bool keepdim) { return reduce(Op::Max, x, std::move(axes), keepdim); }
+
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
+  if (!x.defined()) fail("argmax", "expected a defined tensor, got an empty handle");
+  dim = normalize_dim(dim, x.dim(), "argmax");
+  if (x.dim() == 0) return zeros({}, DType::Int64, x.device());
+  auto r = apply(Op::ArgMax, {x}, {{dim}, 0});
+  return keepdim ? r : reshape(r, drop_axes(x.shape(), {dim}));
+}
+
+Tensor logsumexp(const Tensor& x, std::vector<int64_t> axes, bool keepdim) {
+  if (!x.defined()) fail("logsumexp", "expected a defined tensor, got an empty handle");
+  axes = normalize_axes(x, std::move(axes), "logsumexp");
+  // Shifting by the max keeps exp from overflowing.
+  auto m = amax(x, axes, true);
+  auto r = log(sum(exp(x - m), axes, true)) + m;
+  return keepdim ? r : reshape(r, drop_axes(x.shape(), axes));
+}
+
+Tensor log_softmax(const Tensor& x, int64_t dim) { return x - logsumexp(x, {dim}, true); }
+
+Tensor softmax(const Tensor& x, int64_t dim) {
+  if (!x.defined()) fail("softmax", "expected a defined tensor, got an empty handle");
+  auto e = exp(x - amax(x, {dim}, true));
+  return e / sum(e, {dim}, true);
+}
+
+Tensor reshape(const Tensor& x, Shape shape) {
+  if (!x.defined()) fail("reshape", "expected a defined tensor, got an empty handle");
+  int64_t known = 1;
+  int infer = -1;
+  for (int i = 0; i < static_cast<int>(shape.size()); ++i) {
+    if (shape[i] == -1) {
+      if (infer >= 0) fail("reshape", "expected at most one -1 in " + shape_str(shape));
+      infer = i;
+    } else if (shape[i] <= 0) {
+      fail("reshape", "expected positive sizes (or one -1), got " + shape_str(shape));
+    } else {
+      known *= shape[i];
+    }
+  }
+  if (infer >= 0) {
+    if (x.numel() % known != 0)
+      fail("reshape", "cannot view " + shape_str(x.shape()) + " as " + shape_str(shape));
+    shape[infer] = x.numel() / known;
+  }
+  if (shape == x.shape()) return x;
+  return apply(Op::Reshape, {x}, {shape, 0});
+}
+
+Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
+  if (!x.defined()) fail("flatten", "expected a defined tensor, got an empty handle");
+  if (x.dim() == 0) return reshape(x, {1});
+  start_dim = normalize_dim(start_dim, x.dim(), "flatten");
+  end_dim = normalize_dim(end_dim, x.dim(), "flatten");
+  if (start_dim > end_dim) fail("flatten", "expected start_dim <= end_dim");
+  Shape out(x.shape().begin(), x.shape().begin() + start_dim);
+  int64_t n = 1;
+  for (auto d = start_dim; d <= end_dim; ++d) n *= x.shape()[d];
+  out.push_back(n);
+  out.insert(out.end(), x.shape().begin() + end_dim + 1, x.shape().end());
+  return reshape(x, out);
+}
+
+Tensor permute(const Tensor& x, std::vector<int64_t> perm) {
+  if (!x.defined()) fail("permute", "expected a defined tensor, got an empty handle");
+  if (static_cast<int64_t>(perm.size()) != x.dim())
+    fail("permute", "expected " + std::to_string(x.dim()) + " dimensions, got " + std::to_string(perm.size()));
+  bool identity = true;
+  for (int64_t i = 0; i < static_cast<int64_t>(perm.size()); ++i) {
+    perm[i] = normalize_dim(perm[i], x.dim(), "permute");
+    identity = identity && perm[i] == i;
+  }
+  if (identity) return x;
+  return apply(Op::Permute, {x}, {perm, 0});
+}
+
+Tensor transpose(const Tensor& x, int64_t d0, int64_t d1) {
+  if (!x.defined()) fail("transpose", "expected a defined tensor, got an empty handle");
+  std::vector<int64_t> perm(x.dim());
+  std::iota(perm.begin(), perm.end(), 0);
+  std::swap(perm[normalize_dim(d0, x.dim(), "transpose")], perm[normalize_dim(d1, x.dim(), "transpose")]);
+  return permute(x, perm);
+}
+
+Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step) {
+  if (!x.defined()) fail("slice", "expected a defined tensor, got an empty handle");
+  dim = normalize_dim(dim, x.dim(), "slice");
+  if (step <= 0) fail("slice", "expected a positive step, got " + std::to_string(step));
+  int64_t n = x.shape()[dim];
+  auto clamp = [n](int64_t i) { return std::clamp(i < 0 ? i + n : i, int64_t{0}, n); };
+  start = clamp(start);
+  end = clamp(end);
+  if (end <= start)
+    fail("slice", "expected a non-empty range of dimension " + std::to_string(dim) + " (size " +
+                      std::to_string(n) + "), got [" + std::to_string(start) + ", " + std::to_string(end) + ")");
+  auto r = static_cast<std::size_t>(x.dim());
+  std::vector<int64_t> ints(3 * r, 0);
+  for (std::size_t d = 0; d < r; ++d) {
+    ints[r + d] = 1;
+    ints[2 * r + d] = x.shape()[d];
+  }
+  ints[dim] = start;
+  ints[r + dim] = step;
+  ints[2 * r + dim] = (end - start + step - 1) / step;
+  if (start == 0 && step == 1 && end == n) return x;
+  return apply(Op::Slice, {x}, {ints, 0});
+}
+
+Tensor concat(const std::vector<Tensor>& xs, int64_t dim) {
+  if (xs.empty()) fail("concat", "expected at least one tensor, got none");
+  for (const auto& t : xs)
+    if (!t.defined()) fail("concat", "expected defined tensors, got an empty handle");
+  dim = normalize_dim(dim, xs.front().dim(), "concat");
+  if (xs.size() == 1) return xs.front();
+  return apply(Op::Concat, xs, {{dim}, 0});
+}
+
+Tensor expand(const Tensor& x, Shape shape) {
+  if (!x.defined()) fail("expand", "expected a defined tensor, got an empty handle");
+  if (shape.size() < x.shape().size())
+    fail("expand", "expected at least " + std::to_string(x.dim()) + " dimensions, got " + shape_str(shape));
+  std::size_t lead = shape.size() - x.shape().size();
+  Shape src(lead, 1);
+  src.insert(src.end(), x.shape().begin(), x.shape().end());
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == -1) {
+      if (d < lead) fail("expand", "expected -1 only for existing dimensions, got " + shape_str(shape));
+      shape[d] = src[d];
+    }
+    if (src[d] != 1 && src[d] != shape[d])
+      fail("expand", "cannot expand " + shape_str(x.shape()) + " to " + shape_str(shape));
+  }
+  Tensor base = src == x.shape() ? x : reshape(x, src);
+  if (shape == src) return base;
+  return apply(Op::Expand, {base}, {shape, 0});
+}
+
+Tensor broadcast_to(const Tensor& x, const Shape& shape) { return expand(x, shape); }
+
+Tensor pad(const Tensor& x, std::vector<int64_t> pads, double value) {
+  if (!x.defined()) fail("pad", "expected a defined tensor, got an empty handle");
+  if (pads.size() % 2 != 0 || static_cast<int64_t>(pads.size()) > 2 * x.dim())
+    fail("pad", "expected an even number of pad sizes, at most two per dimension, got " +
+                    std::to_string(pads.size()));
+  std::vector<int64_t> ints(2 * x.dim(), 0);
+  bool any = false;
+  for (std::size_t i = 0; i < pads.size() / 2; ++i) {
+    // F.pad order: the last dimension first.
+    std::size_t d = x.dim() - 1 - i;
+    if (pads[2 * i] < 0 || pads[2 * i + 1] < 0) fail("pad", "expected non-negative padding");
+    ints[2 * d] = pads[2 * i];
+    ints[2 * d + 1] = pads[2 * i + 1];
+    any = any || pads[2 * i] || pads[2 * i + 1];
+  }
+  if (!any) return x;
+  return apply(Op::Pad, {x}, {ints, value});
+}
+
+Tensor unsqueeze(const Tensor& x, int64_t dim) {
+  if (!x.defined()) fail("unsqueeze", "expected a defined tensor, got an empty handle");
+  dim = normalize_dim(dim, x.dim() + 1, "unsqueeze");
+  Shape s = x.shape();
+  s.insert(s.begin() + dim, 1);
+  return reshape(x, s);
+}
+
+Tensor squeeze(const Tensor& x, int64_t dim) {
+  if (!x.defined()) fail("squeeze", "expected a defined tensor, got an empty handle");
+  dim = normalize_dim(dim, x.dim(), "squeeze");
+  if (x.shape()[dim] != 1) return x;
+  Shape s = x.shape();
+  s.erase(s.begin() + dim);
+  return reshape(x, s);
+}
+
+}  // namespace loom

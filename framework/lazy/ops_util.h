@@ -1,0 +1,25 @@
+// Helpers shared by the files that implement the public ops (ops_*.cpp).
+#pragma once
+
+#include "ir/node.h"
+#include "lazy/tensor_impl.h"
+
+#include <string>
+
+namespace loom::lazy {
+
+// The IR value of a tensor used as an operand; throws for an undefined tensor.
+ir::NodePtr node_of(const Tensor& t, const char* op);
+// Builds (and in eager mode runs) a node of `op` over `operands`, on `device`.
+Tensor apply(ir::Op op, const std::vector<Tensor>& operands, ir::Attr attr = {});
+// A 0-d scalar: a baked-in constant for 0 and 1 (unless LOOM_NO_SPECIAL_SCALARS=1),
+// otherwise device data, so a new value never recompiles.
+Tensor scalar(double value, DType dtype, Device device);
+// NumPy broadcasting of two shapes; throws naming `op` when they do not broadcast.
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
+// A dimension index in [0, rank), negatives counting from the end.
+int64_t normalize_dim(int64_t dim, int64_t rank, const char* op);
+
+[[noreturn]] void fail(const char* op, const std::string& what);
+
+}  // namespace loom::lazy

@@ -1,0 +1,255 @@
+// Tensor handles, creation and reads.
+#include "lazy/ops_util.h"
+
+#include <loom/lazy.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+
+namespace loom {
+
+Tensor::Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+namespace {
+const TensorImpl& checked(const std::shared_ptr<TensorImpl>& impl) {
+  if (!impl) throw Error("tensor: expected a defined tensor, got an empty handle");
+  return *impl;
+}
+}  // namespace
+
+DType Tensor::dtype() const { return checked(impl_).dtype(); }
+const Shape& Tensor::shape() const { return checked(impl_).shape(); }
+int64_t Tensor::dim() const { return static_cast<int64_t>(shape().size()); }
+int64_t Tensor::size(int64_t d) const { return shape()[lazy::normalize_dim(d, dim(), "size")]; }
+int64_t Tensor::numel() const { return shape_numel(shape()); }
+Device Tensor::device() const { return checked(impl_).device(); }
+bool Tensor::is_pending() const { return checked(impl_).pending() != nullptr; }
+
+Tensor Tensor::to(Device device) const {
+  if (!(device == this->device()))
+    throw Error("to: expected device " + device_str(this->device()) + " (the only one built), got " +
+                device_str(device));
+  return *this;
+}
+
+Tensor Tensor::to(DType dtype) const {
+  if (dtype == this->dtype()) return *this;
+  return lazy::apply(ir::Op::Cast, {*this}, {{static_cast<int64_t>(dtype)}, 0});
+}
+
+HostTensor Tensor::to_host() const { return lazy::read(*this, "to_host"); }
+
+namespace {
+template <class T>
+constexpr DType dtype_of() {
+  if constexpr (std::is_same_v<T, float>) return DType::Float32;
+  else if constexpr (std::is_same_v<T, double>) return DType::Float64;
+  else if constexpr (std::is_same_v<T, int64_t>) return DType::Int64;
+  else if constexpr (std::is_same_v<T, int32_t>) return DType::Int32;
+  else {
+    static_assert(std::is_same_v<T, bool>, "loom tensors hold float, double, int64_t, int32_t or bool");
+    return DType::Bool;
+  }
+}
+}  // namespace
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  if (dtype() != dtype_of<T>())
+    throw Error(std::string("to_vector: expected a tensor of dtype ") + dtype_name(dtype_of<T>()) +
+                ", got " + dtype_name(dtype()));
+  auto h = lazy::read(*this, "to_vector");
+  if constexpr (std::is_same_v<T, bool>) {
+    return std::vector<bool>(h.bytes.begin(), h.bytes.end());
+  } else {
+    std::vector<T> out(static_cast<std::size_t>(h.numel()));
+    std::memcpy(out.data(), h.bytes.data(), h.bytes.size());
+    return out;
+  }
+}
+
+template <class T>
+T Tensor::item() const {
+  if (numel() != 1)
+    throw Error("item: expected a tensor with one element, got shape " + shape_str(shape()));
+  auto h = lazy::read(*this, "item");
+  double v = h.at(0);
+  if constexpr (std::is_same_v<T, bool>) return v != 0;
+  else return static_cast<T>(v);
+}
+
+#define LOOM_INSTANTIATE_READS(T)                        \
+  template std::vector<T> Tensor::to_vector<T>() const; \
+  template T Tensor::item<T>() const;
+LOOM_INSTANTIATE_READS(float)
+LOOM_INSTANTIATE_READS(double)
+LOOM_INSTANTIATE_READS(int64_t)
+LOOM_INSTANTIATE_READS(int32_t)
+LOOM_INSTANTIATE_READS(bool)
+#undef LOOM_INSTANTIATE_READS
+
+double HostTensor::at(int64_t i) const {
+  switch (dtype) {
+    case DType::Float32: return data<float>()[i];
+    case DType::Float64: return data<double>()[i];
+    case DType::Int64: return static_cast<double>(data<int64_t>()[i]);
+    case DType::Int32: return data<int32_t>()[i];
+    case DType::Bool: return bytes[i] ? 1 : 0;
+  }
+  return 0;
+}
+
+namespace {
+
+void print_values(std::ostream& os, const HostTensor& h, std::size_t dim, int64_t& offset, int indent) {
+  if (h.shape.empty()) {
+    os << h.at(offset++);
+    return;
+  }
+  os << '[';
+  int64_t n = h.shape[dim];
+  bool last = dim + 1 == h.shape.size();
+  constexpr int64_t kEdge = 3;  // elements shown at each end of a long dimension
+  for (int64_t i = 0; i < n; ++i) {
+    if (n > 2 * kEdge + 1 && i == kEdge) {
+      os << "...";
+      int64_t inner = 1;
+      for (auto k = dim + 1; k < h.shape.size(); ++k) inner *= h.shape[k];
+      offset += (n - 2 * kEdge) * inner;
+      i = n - kEdge - 1;
+      os << (last ? ", " : ",\n" + std::string(indent + 1, ' '));
+      continue;
+    }
+    if (last) {
+      double v = h.at(offset++);
+      if (h.dtype == DType::Bool) os << (v != 0 ? "True" : "False");
+      else if (is_floating(h.dtype)) os << std::setprecision(4) << std::fixed << v << std::defaultfloat;
+      else os << static_cast<int64_t>(v);
+    } else {
+      print_values(os, h, dim + 1, offset, indent + 1);
+    }
+    if (i + 1 < n) os << (last ? ", " : ",\n" + std::string(indent + 1, ' '));
+  }
+  os << ']';
+}
+
+}  // namespace
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) {
+  if (!t.defined()) return os << "tensor(undefined)";
+  auto h = lazy::read(t, "print");
+  std::ostringstream body;
+  int64_t offset = 0;
+  print_values(body, h, 0, offset, 7);
+  return os << "tensor(" << body.str() << ", dtype=" << dtype_name(h.dtype) << ')';
+}
+
+// ---- creation ----
+
+Tensor scalar_tensor(double value, DType dtype, Device device) {
+  return lazy::scalar(value, dtype, device);
+}
+
+Tensor full(const Shape& shape, double value, DType dtype, Device device) {
+  for (auto d : shape)
+    if (d <= 0) throw Error("full: expected positive sizes, got " + shape_str(shape));
+  auto s = lazy::scalar(value, dtype, device);
+  if (shape.empty()) return s;
+  return expand(reshape(s, Shape(shape.size(), 1)), shape);
+}
+
+Tensor zeros(const Shape& shape, DType dtype, Device device) { return full(shape, 0, dtype, device); }
+Tensor ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1, dtype, device); }
+
+Tensor iota(const Shape& shape, int64_t dim, DType dtype, Device device) {
+  if (dtype == DType::Bool) throw Error("iota: expected a numeric dtype, got bool");
+  dim = lazy::normalize_dim(dim, static_cast<int64_t>(shape.size()), "iota");
+  return lazy::make_tensor(ir::make_leaf(ir::Op::Iota, dtype, shape, {{dim}, 0}), device);
+}
+
+Tensor arange(double start, double end, double step, DType dtype, Device device) {
+  if (step == 0) throw Error("arange: expected a non-zero step, got 0");
+  double count = std::ceil((end - start) / step);
+  if (!(count >= 1))
+    throw Error("arange: expected a non-empty range, got start " + std::to_string(start) +
+                ", end " + std::to_string(end) + ", step " + std::to_string(step));
+  auto n = static_cast<int64_t>(count);
+  auto idx = iota({n}, 0, is_floating(dtype) ? dtype : DType::Float64, device);
+  Tensor values = idx;
+  if (step != 1) values = values * step;
+  if (start != 0) values = values + start;
+  return values.to(dtype);
+}
+
+Tensor arange(int64_t end, DType dtype, Device device) {
+  if (end <= 0) throw Error("arange: expected a positive end, got " + std::to_string(end));
+  return iota({end}, 0, dtype, device);
+}
+
+Tensor from_host(const void* data, DType dtype, const Shape& shape, Device device) {
+  return lazy::make_device_tensor(data, dtype, shape, device);
+}
+
+template <class T>
+Tensor from_vector(const std::vector<T>& values, const Shape& shape, Device device) {
+  if (static_cast<int64_t>(values.size()) != shape_numel(shape))
+    throw Error("from_vector: expected " + std::to_string(shape_numel(shape)) +
+                " values for shape " + shape_str(shape) + ", got " + std::to_string(values.size()));
+  if constexpr (std::is_same_v<T, bool>) {
+    std::vector<unsigned char> bytes(values.begin(), values.end());
+    return from_host(bytes.data(), DType::Bool, shape, device);
+  } else {
+    return from_host(values.data(), dtype_of<T>(), shape, device);
+  }
+}
+
+template Tensor from_vector<float>(const std::vector<float>&, const Shape&, Device);
+template Tensor from_vector<double>(const std::vector<double>&, const Shape&, Device);
+template Tensor from_vector<int64_t>(const std::vector<int64_t>&, const Shape&, Device);
+template Tensor from_vector<int32_t>(const std::vector<int32_t>&, const Shape&, Device);
+template Tensor from_vector<bool>(const std::vector<bool>&, const Shape&, Device);
+
+namespace {
+Tensor random(ir::Op op, const char* name, const Shape& shape, uint64_t seed, DType dtype, Device device) {
+  if (!is_floating(dtype))
+    throw Error(std::string(name) + ": expected a floating-point dtype, got " + dtype_name(dtype));
+  auto s = static_cast<int64_t>(seed);
+  auto seed_tensor = from_host(&s, DType::Int64, {}, device);
+  return lazy::apply(op, {seed_tensor}, {shape, static_cast<double>(static_cast<int>(dtype))});
+}
+}  // namespace
+
+Tensor rand(const Shape& shape, uint64_t seed, DType dtype, Device device) {
+  return random(ir::Op::RandUniform, "rand", shape, seed, dtype, device);
+}
+
+Tensor randn(const Shape& shape, uint64_t seed, DType dtype, Device device) {
+  return random(ir::Op::RandNormal, "randn", shape, seed, dtype, device);
+}
+
+Tensor uniform(const Shape& shape, double low, double high, uint64_t seed, DType dtype, Device device) {
+  if (!(high > low)) throw Error("uniform: expected low < high, got " + std::to_string(low) +
+                                 " and " + std::to_string(high));
+  return rand(shape, seed, dtype, device) * (high - low) + low;
+}
+
+Tensor normal(const Shape& shape, double mean, double stddev, uint64_t seed, DType dtype, Device device) {
+  if (!(stddev >= 0)) throw Error("normal: expected stddev >= 0, got " + std::to_string(stddev));
+  return randn(shape, seed, dtype, device) * stddev + mean;
+}
+
+// ---- method forms ----
+Tensor Tensor::sum(std::vector<int64_t> axes, bool keepdim) const { return loom::sum(*this, std::move(axes), keepdim); }
+Tensor Tensor::mean(std::vector<int64_t> axes, bool keepdim) const { return loom::mean(*this, std::move(axes), keepdim); }
+Tensor Tensor::max(std::vector<int64_t> axes, bool keepdim) const { return loom::amax(*this, std::move(axes), keepdim); }
+Tensor Tensor::argmax(int64_t dim, bool keepdim) const { return loom::argmax(*this, dim, keepdim); }
+Tensor Tensor::reshape(Shape shape) const { return loom::reshape(*this, std::move(shape)); }
+Tensor Tensor::permute(std::vector<int64_t> perm) const { return loom::permute(*this, std::move(perm)); }
+Tensor Tensor::transpose(int64_t d0, int64_t d1) const { return loom::transpose(*this, d0, d1); }
+Tensor Tensor::expand(Shape shape) const { return loom::expand(*this, std::move(shape)); }
+
+}  // namespace loom

@@ -1,0 +1,65 @@
+// The state behind a Tensor handle. A tensor is either
+//   pending   — ir_ holds the IR value that will compute it (registered as live), or
+//   on device — data_ holds its device buffer (maybe not computed yet: see runtime/buffer.h).
+// Reading or marking a step moves a tensor from pending to on device; nothing moves back.
+#pragma once
+
+#include "ir/node.h"
+#include "runtime/buffer.h"
+
+#include <loom/tensor.h>
+
+#include <memory>
+#include <mutex>
+
+namespace loom {
+
+class TensorImpl {
+ public:
+  TensorImpl(ir::NodePtr ir, Device device);
+  TensorImpl(std::shared_ptr<runtime::DeviceBuffer> data, Device device);
+  ~TensorImpl();
+  TensorImpl(const TensorImpl&) = delete;
+  TensorImpl& operator=(const TensorImpl&) = delete;
+
+  DType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  Device device() const { return device_; }
+  uint64_t id() const { return id_; }
+
+  // The IR value to use this tensor as an operand: its pending node, or a DeviceData leaf
+  // for its buffer (one leaf per buffer, so two uses of the tensor read one input slot).
+  ir::NodePtr node();
+  // Pending IR, or null.
+  ir::NodePtr pending() const;
+  // Device buffer, or null while pending.
+  std::shared_ptr<runtime::DeviceBuffer> data() const;
+  // Pending → on device. Called by the executor once a program owes this buffer.
+  void set_data(std::shared_ptr<runtime::DeviceBuffer> data);
+
+ private:
+  const DType dtype_;
+  const Shape shape_;
+  const Device device_;
+  const uint64_t id_;
+  mutable std::mutex mutex_;
+  ir::NodePtr ir_;
+  std::shared_ptr<runtime::DeviceBuffer> data_;
+  ir::NodePtr leaf_;
+};
+
+namespace lazy {
+
+// Wraps an IR node as a tensor. In eager mode the node runs at once.
+Tensor make_tensor(ir::NodePtr node, Device device);
+// A tensor whose buffer already holds `data` (copied from the host, counted as a transfer).
+Tensor make_device_tensor(const void* data, DType dtype, const Shape& shape, Device device);
+// The live pending tensors of a device, oldest first.
+std::vector<std::shared_ptr<TensorImpl>> live_pending(Device device);
+
+// Runs the subgraph of `t` (if pending) and waits for its buffer; counts one
+// TransferFromDevice. `reader` names the caller in errors.
+HostTensor read(const Tensor& t, const char* reader);
+
+}  // namespace lazy
+}  // namespace loom

@@ -1,0 +1,42 @@
+#include "runtime/buffer.h"
+
+#include <loom/error.h>
+
+namespace loom::runtime {
+
+void Completion::set_done() {
+  {
+    std::lock_guard lock(mutex_);
+    done_ = true;
+  }
+  cv_.notify_all();
+}
+
+void Completion::set_failed(std::string message) {
+  {
+    std::lock_guard lock(mutex_);
+    done_ = true;
+    error_ = std::move(message);
+  }
+  cv_.notify_all();
+}
+
+std::string Completion::wait() {
+  std::unique_lock lock(mutex_);
+  cv_.wait(lock, [&] { return done_; });
+  return error_;
+}
+
+bool Completion::done() const {
+  std::lock_guard lock(mutex_);
+  return done_;
+}
+
+const Storage& DeviceBuffer::wait(const char* reader) const {
+  auto error = ready->wait();
+  if (!error.empty())
+    throw Error(std::string(reader) + ": the device buffer of this tensor failed: " + error);
+  return *storage;
+}
+
+}  // namespace loom::runtime

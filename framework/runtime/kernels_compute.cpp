@@ -1,0 +1,211 @@
+// Compute kernels: batched matmul and conv2d on Eigen's GEMM, and direct-loop pooling.
+// Eigen runs single-threaded here (no OpenMP); TBB splits the work above it: batches and row
+// blocks for matmul, (image, group, column block) for conv2d, (image, channel) for pooling.
+#include "runtime/kernels_impl.h"
+
+#include <Eigen/Core>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace loom::runtime {
+namespace {
+
+template <class T>
+using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T>
+using ConstMap = Eigen::Map<const RowMajor<T>>;
+template <class T>
+using Map = Eigen::Map<RowMajor<T>>;
+// A block of columns of a wider row-major matrix.
+template <class T>
+using StridedMap = Eigen::Map<RowMajor<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
+
+// Multiply-adds per TBB task below which splitting costs more than it saves.
+constexpr int64_t kMinTaskFlops = 1 << 18;
+
+int64_t thread_count() { return std::max(1, tbb::this_task_arena::max_concurrency()); }
+
+template <class T>
+void matmul_typed(const TensorView& a, const TensorView& b, const TensorView& out) {
+  const std::size_t r = a.shape.size();
+  const int64_t m = a.shape[r - 2], k = a.shape[r - 1], n = b.shape[r - 1];
+  const int64_t batch = dims_product(a.shape, 0, r - 2);
+  const T* pa = a.as<const T>();
+  const T* pb = b.as<const T>();
+  T* pc = out.as<T>();
+  if (batch * m * n == 0) return;
+  if (k == 0) {
+    std::fill(pc, pc + batch * m * n, T(0));
+    return;
+  }
+  // Tasks are (batch, block of rows of A); a single large product still splits by rows.
+  const int64_t row_grain = std::max<int64_t>(1, kMinTaskFlops / (k * n));
+  const int64_t row_blocks = std::max<int64_t>(
+      1, std::min((m + row_grain - 1) / row_grain, (thread_count() * 4 + batch - 1) / batch));
+  const int64_t rows_per = (m + row_blocks - 1) / row_blocks;
+  const int64_t grain = std::max<int64_t>(1, kMinTaskFlops / (rows_per * k * n));
+  parallel_range(batch * row_blocks, grain, [&](int64_t s, int64_t e) {
+    for (int64_t t = s; t < e; ++t) {
+      const int64_t bi = t / row_blocks, r0 = (t % row_blocks) * rows_per;
+      const int64_t rows = std::min(rows_per, m - r0);
+      if (rows <= 0) continue;
+      ConstMap<T> am(pa + bi * m * k + r0 * k, rows, k);
+      ConstMap<T> bm(pb + bi * k * n, k, n);
+      Map<T> cm(pc + bi * m * n + r0 * n, rows, n);
+      cm.noalias() = am * bm;
+    }
+  });
+}
+
+struct ConvGeometry {
+  int64_t n, c, h, w;         // input
+  int64_t o, kh, kw;          // weight
+  int64_t oh, ow;             // output
+  int64_t sh, sw, ph, pw, dh, dw, groups;
+};
+
+// Unfolds input channels [c0, c0+cg) of one image into col [cg*kh*kw, p1-p0] for output
+// positions p0..p1 (row-major over oh, ow); taps that fall in the padding read zero.
+template <class T>
+void im2col(const T* img, const ConvGeometry& g, int64_t c0, int64_t cg, int64_t p0, int64_t p1,
+            T* col) {
+  const int64_t width = p1 - p0;
+  for (int64_t ci = 0; ci < cg; ++ci) {
+    const T* plane = img + (c0 + ci) * g.h * g.w;
+    for (int64_t i = 0; i < g.kh; ++i)
+      for (int64_t j = 0; j < g.kw; ++j) {
+        T* dst = col + ((ci * g.kh + i) * g.kw + j) * width;
+        for (int64_t p = p0; p < p1; ++p) {
+          const int64_t y = (p / g.ow) * g.sh - g.ph + i * g.dh;
+          const int64_t x = (p % g.ow) * g.sw - g.pw + j * g.dw;
+          dst[p - p0] = (y >= 0 && y < g.h && x >= 0 && x < g.w) ? plane[y * g.w + x] : T(0);
+        }
+      }
+  }
+}
+
+template <class T>
+void conv2d_typed(const ConvGeometry& g, const T* px, const T* pw, T* po) {
+  const int64_t cg = g.c / g.groups, og = g.o / g.groups;
+  const int64_t rows = cg * g.kh * g.kw;  // the GEMM's inner dimension
+  const int64_t positions = g.oh * g.ow;
+  // Split output positions into column blocks only when images x groups leave threads idle.
+  const int64_t units = g.n * g.groups;
+  int64_t blocks = std::max<int64_t>(1, (thread_count() * 2 + units - 1) / units);
+  blocks = std::min(blocks, std::max<int64_t>(1, positions / 64));
+  const int64_t cols_per = (positions + blocks - 1) / blocks;
+  parallel_range(units * blocks, 1, [&](int64_t s, int64_t e) {
+    std::vector<T> col;
+    for (int64_t t = s; t < e; ++t) {
+      const int64_t img = t / (g.groups * blocks);
+      const int64_t grp = (t / blocks) % g.groups;
+      const int64_t p0 = (t % blocks) * cols_per, p1 = std::min(positions, p0 + cols_per);
+      if (p0 >= p1) continue;
+      col.resize(rows * (p1 - p0));
+      im2col(px + img * g.c * g.h * g.w, g, grp * cg, cg, p0, p1, col.data());
+      ConstMap<T> wm(pw + grp * og * rows, og, rows);
+      ConstMap<T> cm(col.data(), rows, p1 - p0);
+      StridedMap<T> om(po + (img * g.o + grp * og) * positions + p0, og, p1 - p0,
+                       Eigen::OuterStride<>(positions));
+      om.noalias() = wm * cm;
+    }
+  });
+}
+
+struct PoolGeometry {
+  int64_t planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw;
+};
+
+PoolGeometry pool_geometry(const ir::Attr& attr, const TensorView& x, const TensorView& out) {
+  assert(attr.ints.size() >= 6 && "pool: attr.ints = {kh, kw, sh, sw, ph, pw}");
+  const auto& a = attr.ints;
+  return {x.shape[0] * x.shape[1], x.shape[2], x.shape[3], out.shape[2], out.shape[3],
+          a[0], a[1], a[2], a[3], a[4], a[5]};
+}
+
+// Calls f(plane_in, plane_out) for each (image, channel) plane, in parallel.
+template <class T, class F>
+void for_each_plane(const PoolGeometry& g, const TensorView& x, const TensorView& out, F f) {
+  const T* px = x.as<const T>();
+  T* po = out.as<T>();
+  const int64_t grain = std::max<int64_t>(1, kGrainElementwise / std::max<int64_t>(1, g.h * g.w));
+  parallel_range(g.planes, grain, [&](int64_t s, int64_t e) {
+    for (int64_t p = s; p < e; ++p) f(px + p * g.h * g.w, po + p * g.oh * g.ow);
+  });
+}
+
+}  // namespace
+
+void matmul_kernel(const TensorView& a, const TensorView& b, const TensorView& out) {
+  visit_float("matmul", out.dtype, [&](auto tag) {
+    matmul_typed<typename decltype(tag)::type>(a, b, out);
+  });
+}
+
+void conv2d_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& w,
+                   const TensorView& out) {
+  assert(attr.ints.size() == 7 && "conv2d: attr.ints = {sh, sw, ph, pw, dh, dw, groups}");
+  const auto& a = attr.ints;
+  ConvGeometry g{x.shape[0], x.shape[1], x.shape[2], x.shape[3], w.shape[0], w.shape[2],
+                 w.shape[3], out.shape[2], out.shape[3], a[0], a[1], a[2], a[3], a[4], a[5], a[6]};
+  if (out.numel() == 0) return;
+  visit_float("conv2d", out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    conv2d_typed<T>(g, x.as<const T>(), w.as<const T>(), out.as<T>());
+  });
+}
+
+void max_pool2d_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& out) {
+  const PoolGeometry g = pool_geometry(attr, x, out);
+  visit_float("max_pool2d", out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    for_each_plane<T>(g, x, out, [&](const T* in, T* o) {
+      for (int64_t oy = 0; oy < g.oh; ++oy)
+        for (int64_t ox = 0; ox < g.ow; ++ox) {
+          // Padding is skipped, never read as a value, so it cannot win.
+          const int64_t y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
+          T best = -std::numeric_limits<T>::infinity();
+          for (int64_t y = std::max<int64_t>(y0, 0); y < std::min(y0 + g.kh, g.h); ++y)
+            for (int64_t xx = std::max<int64_t>(x0, 0); xx < std::min(x0 + g.kw, g.w); ++xx) {
+              const T v = in[y * g.w + xx];
+              // NaN propagates as in PyTorch: once best is NaN, v > best is false.
+              if (v > best || std::isnan(v)) best = v;
+            }
+          o[oy * g.ow + ox] = best;
+        }
+    });
+  });
+}
+
+void avg_pool2d_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& out) {
+  const PoolGeometry g = pool_geometry(attr, x, out);
+  const bool count_include_pad = attr.ints.size() < 7 || attr.ints[6] != 0;
+  visit_float("avg_pool2d", out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    for_each_plane<T>(g, x, out, [&](const T* in, T* o) {
+      for (int64_t oy = 0; oy < g.oh; ++oy)
+        for (int64_t ox = 0; ox < g.ow; ++ox) {
+          int64_t y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
+          int64_t y1 = std::min(y0 + g.kh, g.h + g.ph), x1 = std::min(x0 + g.kw, g.w + g.pw);
+          // PyTorch's divisor with count_include_pad: the window clipped to the padded input.
+          const int64_t padded_count = (y1 - y0) * (x1 - x0);
+          y0 = std::max<int64_t>(y0, 0);
+          x0 = std::max<int64_t>(x0, 0);
+          y1 = std::min(y1, g.h);
+          x1 = std::min(x1, g.w);
+          double sum = 0;
+          for (int64_t y = y0; y < y1; ++y)
+            for (int64_t xx = x0; xx < x1; ++xx) sum += in[y * g.w + xx];
+          const int64_t count = count_include_pad ? padded_count : (y1 - y0) * (x1 - x0);
+          o[oy * g.ow + ox] = count > 0 ? static_cast<T>(sum / count) : T(0);
+        }
+    });
+  });
+}
+
+}  // namespace loom::runtime

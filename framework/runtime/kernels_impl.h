@@ -1,0 +1,179 @@
+// Private to the CPU kernels: the per-group kernel entry points that kernels.cpp dispatches
+// to, and the dtype and parallel-loop helpers they share.
+//
+//   visit_dtype(x.dtype, [&](auto tag) {
+//     using T = typename decltype(tag)::type;
+//     parallel_range(n, kGrainElementwise, [&](int64_t b, int64_t e) { ... });
+//   });
+//
+// Kernels are templated on the element type only; ranks are handled at run time so the
+// number of instantiations stays small (CI builds on two cores).
+#pragma once
+
+#include "runtime/kernels.h"
+
+#include <loom/error.h>
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace loom::runtime {
+
+// ---- dtype dispatch ----
+
+template <class T>
+struct TypeTag {
+  using type = T;
+};
+
+// Bool is stored as one byte holding 0 or 1; uint8_t (not bool) so that reading any byte is
+// defined and arithmetic on it needs no special cases.
+using BoolStorage = uint8_t;
+
+[[noreturn]] inline void unsupported_dtype(const char* op, DType t) {
+  throw Error(std::string(op) + ": the CPU kernel does not support dtype " + dtype_name(t));
+}
+
+// Calls f(TypeTag<T>{}) with T the storage type of `t`.
+template <class F>
+decltype(auto) visit_dtype(DType t, F&& f) {
+  switch (t) {
+    case DType::Float32: return f(TypeTag<float>{});
+    case DType::Float64: return f(TypeTag<double>{});
+    case DType::Int64: return f(TypeTag<int64_t>{});
+    case DType::Int32: return f(TypeTag<int32_t>{});
+    case DType::Bool: return f(TypeTag<BoolStorage>{});
+  }
+  unsupported_dtype("kernel", t);
+}
+
+// Floating-point dtypes only: other dtypes throw naming `op`.
+template <class F>
+decltype(auto) visit_float(const char* op, DType t, F&& f) {
+  if (t == DType::Float32) return f(TypeTag<float>{});
+  if (t == DType::Float64) return f(TypeTag<double>{});
+  unsupported_dtype(op, t);
+}
+
+// Numeric (everything but bool).
+template <class F>
+decltype(auto) visit_numeric(const char* op, DType t, F&& f) {
+  switch (t) {
+    case DType::Float32: return f(TypeTag<float>{});
+    case DType::Float64: return f(TypeTag<double>{});
+    case DType::Int64: return f(TypeTag<int64_t>{});
+    case DType::Int32: return f(TypeTag<int32_t>{});
+    case DType::Bool: break;
+  }
+  unsupported_dtype(op, t);
+}
+
+// Data movement only cares about the element width, so it instantiates per width, not per
+// dtype: calls f(TypeTag<U>{}) with U an unsigned integer of the element's size.
+template <class F>
+decltype(auto) visit_width(DType t, F&& f) {
+  switch (dtype_size(t)) {
+    case 1: return f(TypeTag<uint8_t>{});
+    case 4: return f(TypeTag<uint32_t>{});
+    case 8: return f(TypeTag<uint64_t>{});
+    default: break;  // dtype_size returns size_t; every DType is 1, 4 or 8 bytes wide
+  }
+  unsupported_dtype("kernel", t);
+}
+
+// ---- parallel loops ----
+
+// Elements per task for cheap elementwise work; small tensors then run on the caller's thread.
+inline constexpr int64_t kGrainElementwise = 16384;
+// For transcendental functions, where each element costs tens of cycles.
+inline constexpr int64_t kGrainTranscendental = 4096;
+
+// Runs f(begin, end) over [0, n) in chunks of at least `grain`, in parallel when n > grain.
+template <class F>
+void parallel_range(int64_t n, int64_t grain, F&& f) {
+  if (n <= 0) return;
+  if (n <= grain) {
+    f(int64_t{0}, n);
+    return;
+  }
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, grain),
+                    [&](const tbb::blocked_range<int64_t>& r) { f(r.begin(), r.end()); });
+}
+
+// Row-major strides of a shape, in elements.
+inline std::vector<int64_t> contiguous_strides(const Shape& s) {
+  std::vector<int64_t> st(s.size());
+  int64_t acc = 1;
+  for (std::size_t i = s.size(); i-- > 0;) {
+    st[i] = acc;
+    acc *= s[i];
+  }
+  return st;
+}
+
+// Product of s[from..to).
+inline int64_t dims_product(const Shape& s, std::size_t from, std::size_t to) {
+  int64_t n = 1;
+  for (std::size_t i = from; i < to; ++i) n *= s[i];
+  return n;
+}
+
+// Copies `shape` elements of width `elem` from src (strides src_strides, may be 0 for
+// broadcast) to dst (strides dst_strides); offsets are in elements. Used by every movement op.
+void strided_copy(const void* src, const std::vector<int64_t>& src_strides, int64_t src_offset,
+                  void* dst, const std::vector<int64_t>& dst_strides, int64_t dst_offset,
+                  const Shape& shape, DType dtype);
+
+// Fills a tensor with `value` converted to its dtype (bool: value != 0).
+void fill_value(const TensorView& out, double value);
+
+// ---- kernels, by group (the file that defines each is named in the comment) ----
+
+using Inputs = std::span<const TensorView>;
+
+// kernels_elementwise.cpp
+void iota_kernel(const ir::Attr& attr, const TensorView& out);
+void unary_kernel(ir::Op op, const TensorView& x, const TensorView& out);
+void cast_kernel(const TensorView& x, const TensorView& out);
+void binary_kernel(ir::Op op, const TensorView& a, const TensorView& b, const TensorView& out);
+void where_kernel(const TensorView& cond, const TensorView& a, const TensorView& b,
+                  const TensorView& out);
+
+// kernels_random.cpp
+void rand_uniform_kernel(const TensorView& seed, const TensorView& out);
+void rand_normal_kernel(const TensorView& seed, const TensorView& out);
+
+// kernels_reduce.cpp
+void reduce_kernel(ir::Op op, const ir::Attr& attr, const TensorView& x, const TensorView& out);
+void argmax_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& out);
+
+// kernels_movement.cpp
+void reshape_kernel(const TensorView& x, const TensorView& out);
+void permute_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& out);
+void slice_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& out);
+void expand_kernel(const TensorView& x, const TensorView& out);
+void pad_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& out);
+void concat_kernel(const ir::Attr& attr, Inputs in, const TensorView& out);
+
+// kernels_compute.cpp
+void matmul_kernel(const TensorView& a, const TensorView& b, const TensorView& out);
+void conv2d_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& w,
+                   const TensorView& out);
+void max_pool2d_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& out);
+void avg_pool2d_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& out);
+
+// kernels_index.cpp
+void gather_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& index,
+                   const TensorView& out);
+void index_select_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& index,
+                         const TensorView& out);
+void scatter_add_kernel(const ir::Attr& attr, const TensorView& self, const TensorView& index,
+                        const TensorView& src, const TensorView& out);
+void one_hot_kernel(const ir::Attr& attr, const TensorView& indices, const TensorView& out);
+
+}  // namespace loom::runtime

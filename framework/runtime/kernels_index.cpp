@@ -1,0 +1,177 @@
+// Indexing kernels: gather, index_select, scatter_add and one_hot. Indices are int64 and
+// checked before anything is written; a negative or too-large index is a user error
+// (loom::Error naming the op, the index and the valid range), never wrapped around.
+//
+// gather and scatter_add view the index as [outer, L, inner] around `dim`: elements that
+// differ outside `dim` address different elements of x (or self), which lets scatter_add
+// split work across threads without atomics and add in a fixed order (deterministic sums).
+#include "runtime/kernels_impl.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+#include <string>
+
+namespace loom::runtime {
+namespace {
+
+[[noreturn]] void index_error(const char* op, int64_t index, std::size_t dim, int64_t size) {
+  throw Error(std::string(op) + ": index " + std::to_string(index) +
+              " is out of range for dimension " + std::to_string(dim) + " of size " +
+              std::to_string(size));
+}
+
+// A serial scan: cheap next to the kernel, and it reports the first bad index, whatever the
+// thread count.
+void check_indices(const char* op, const TensorView& index, std::size_t dim, int64_t size) {
+  const int64_t* p = index.as<const int64_t>();
+  const int64_t n = index.numel();
+  for (int64_t i = 0; i < n; ++i)
+    if (p[i] < 0 || p[i] >= size) index_error(op, p[i], dim, size);
+}
+
+// The index's shape split around dim, with x's strides for the dims outside it.
+struct IndexLayout {
+  int64_t outer, len, inner;
+  int64_t dim_stride;                  // x's stride along dim
+  std::vector<int64_t> outer_shape;    // index dims before dim
+  std::vector<int64_t> outer_strides;  // x's strides for them
+  std::vector<int64_t> inner_offset;   // x offset of each inner position q
+};
+
+IndexLayout index_layout(const Shape& x_shape, const Shape& index_shape, std::size_t dim) {
+  IndexLayout l;
+  auto xs = contiguous_strides(x_shape);
+  l.outer = dims_product(index_shape, 0, dim);
+  l.len = index_shape[dim];
+  l.inner = dims_product(index_shape, dim + 1, index_shape.size());
+  l.dim_stride = xs[dim];
+  l.outer_shape.assign(index_shape.begin(), index_shape.begin() + dim);
+  l.outer_strides.assign(xs.begin(), xs.begin() + dim);
+  // The index may be smaller than x outside dim, so inner positions are not always x's.
+  l.inner_offset.resize(l.inner);
+  for (int64_t q = 0; q < l.inner; ++q) {
+    int64_t off = 0, r = q;
+    for (std::size_t d = index_shape.size(); d-- > dim + 1;) {
+      off += (r % index_shape[d]) * xs[d];
+      r /= index_shape[d];
+    }
+    l.inner_offset[q] = off;
+  }
+  return l;
+}
+
+int64_t outer_offset(const IndexLayout& l, int64_t o) {
+  int64_t off = 0;
+  for (std::size_t d = l.outer_shape.size(); d-- > 0;) {
+    off += (o % l.outer_shape[d]) * l.outer_strides[d];
+    o /= l.outer_shape[d];
+  }
+  return off;
+}
+
+template <class U>
+void gather_typed(const IndexLayout& l, const U* px, const int64_t* idx, U* po) {
+  const int64_t grain = std::max<int64_t>(1, kGrainElementwise / std::max<int64_t>(l.inner, 1));
+  parallel_range(l.outer * l.len, grain, [&](int64_t b, int64_t e) {
+    for (int64_t row = b; row < e; ++row) {
+      const U* base = px + outer_offset(l, row / l.len);
+      const int64_t at = row * l.inner;
+      for (int64_t q = 0; q < l.inner; ++q)
+        po[at + q] = base[idx[at + q] * l.dim_stride + l.inner_offset[q]];
+    }
+  });
+}
+
+template <class T>
+void scatter_add_typed(const IndexLayout& l, const int64_t* idx, const T* src, T* po) {
+  // A task owns one outer position and a block of inner positions, all along dim.
+  constexpr int64_t kBlock = 1024;
+  const int64_t blocks = (l.inner + kBlock - 1) / kBlock;
+  const int64_t grain =
+      std::max<int64_t>(1, kGrainElementwise / std::max<int64_t>(l.len * kBlock, 1));
+  parallel_range(l.outer * blocks, grain, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t o = t / blocks, q0 = (t % blocks) * kBlock;
+      const int64_t q1 = std::min(l.inner, q0 + kBlock);
+      T* base = po + outer_offset(l, o);
+      for (int64_t i = 0; i < l.len; ++i) {
+        const int64_t at = (o * l.len + i) * l.inner;
+        for (int64_t q = q0; q < q1; ++q)
+          base[idx[at + q] * l.dim_stride + l.inner_offset[q]] += src[at + q];
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void gather_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& index,
+                   const TensorView& out) {
+  assert(attr.ints.size() == 1 && "gather: attr.ints = {dim}");
+  auto dim = static_cast<std::size_t>(attr.ints[0]);
+  check_indices("gather", index, dim, x.shape[dim]);
+  if (out.numel() == 0) return;
+  IndexLayout l = index_layout(x.shape, index.shape, dim);
+  visit_width(out.dtype, [&](auto tag) {
+    using U = typename decltype(tag)::type;
+    gather_typed<U>(l, x.as<const U>(), index.as<const int64_t>(), out.as<U>());
+  });
+}
+
+void index_select_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& index,
+                         const TensorView& out) {
+  assert(attr.ints.size() == 1 && "index_select: attr.ints = {dim}");
+  auto dim = static_cast<std::size_t>(attr.ints[0]);
+  check_indices("index_select", index, dim, x.shape[dim]);
+  const int64_t outer = dims_product(x.shape, 0, dim);
+  const int64_t size = x.shape[dim];
+  const int64_t len = index.numel();
+  const std::size_t run = dims_product(x.shape, dim + 1, x.shape.size()) * dtype_size(x.dtype);
+  if (outer * len == 0 || run == 0) return;
+  const int64_t* idx = index.as<const int64_t>();
+  const auto* src = static_cast<const unsigned char*>(x.data);
+  auto* dst = static_cast<unsigned char*>(out.data);
+  // Rows are whole slices after dim, so each output row is one memcpy.
+  const int64_t grain = std::max<int64_t>(1, kGrainElementwise * 4 / static_cast<int64_t>(run));
+  parallel_range(outer * len, grain, [&](int64_t b, int64_t e) {
+    for (int64_t row = b; row < e; ++row) {
+      const int64_t o = row / len, i = row % len;
+      std::memcpy(dst + row * run, src + (o * size + idx[i]) * run, run);
+    }
+  });
+}
+
+void scatter_add_kernel(const ir::Attr& attr, const TensorView& self, const TensorView& index,
+                        const TensorView& src, const TensorView& out) {
+  assert(attr.ints.size() == 1 && "scatter_add: attr.ints = {dim}");
+  auto dim = static_cast<std::size_t>(attr.ints[0]);
+  check_indices("scatter_add", index, dim, self.shape[dim]);
+  if (out.data != self.data)
+    std::memcpy(out.data, self.data, out.numel() * dtype_size(out.dtype));
+  if (index.numel() == 0) return;
+  IndexLayout l = index_layout(self.shape, index.shape, dim);
+  visit_numeric("scatter_add", out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    scatter_add_typed<T>(l, index.as<const int64_t>(), src.as<const T>(), out.as<T>());
+  });
+}
+
+void one_hot_kernel(const ir::Attr& attr, const TensorView& indices, const TensorView& out) {
+  assert(attr.ints.size() == 1 && "one_hot: attr.ints = {num_classes}");
+  const int64_t classes = attr.ints[0];
+  const int64_t* idx = indices.as<const int64_t>();
+  const int64_t n = indices.numel();
+  for (int64_t i = 0; i < n; ++i)
+    if (idx[i] < 0 || idx[i] >= classes)
+      throw Error("one_hot: index " + std::to_string(idx[i]) +
+                  " is out of range for num_classes " + std::to_string(classes));
+  int64_t* po = out.as<int64_t>();
+  const int64_t grain = std::max<int64_t>(1, kGrainElementwise / classes);
+  parallel_range(n, grain, [&](int64_t b, int64_t e) {
+    std::fill(po + b * classes, po + e * classes, int64_t{0});
+    for (int64_t i = b; i < e; ++i) po[i * classes + idx[i]] = 1;
+  });
+}
+
+}  // namespace loom::runtime

@@ -1,0 +1,173 @@
+// Movement kernels: reshape, permute, slice, expand, pad and concat. All but concat are one
+// strided copy: the output's multi-index maps to an input offset through per-dimension
+// strides (0 for a broadcast dimension), so they differ only in how they build the strides.
+#include "runtime/kernels_impl.h"
+
+#include <cassert>
+#include <cstring>
+
+namespace loom::runtime {
+namespace {
+
+struct CopyPlan {
+  Shape shape;
+  std::vector<int64_t> src_strides, dst_strides;
+};
+
+// Drops size-1 dimensions and merges neighbours that are contiguous in both source and
+// destination, so that a slice of whole rows becomes one long run (often a memcpy).
+CopyPlan coalesce(const Shape& shape, const std::vector<int64_t>& src_strides,
+                  const std::vector<int64_t>& dst_strides) {
+  CopyPlan p;
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    if (!p.shape.empty() && p.src_strides.back() == src_strides[d] * shape[d] &&
+        p.dst_strides.back() == dst_strides[d] * shape[d]) {
+      p.shape.back() *= shape[d];
+      p.src_strides.back() = src_strides[d];
+      p.dst_strides.back() = dst_strides[d];
+      continue;
+    }
+    p.shape.push_back(shape[d]);
+    p.src_strides.push_back(src_strides[d]);
+    p.dst_strides.push_back(dst_strides[d]);
+  }
+  return p;
+}
+
+template <class U>
+void strided_copy_typed(const U* src, U* dst, const CopyPlan& p) {
+  std::size_t rank = p.shape.size();
+  if (rank == 0) {  // a single element
+    *dst = *src;
+    return;
+  }
+  const int64_t inner = p.shape.back();
+  const int64_t ss = p.src_strides.back(), ds = p.dst_strides.back();
+  const int64_t rows = dims_product(p.shape, 0, rank - 1);
+  const int64_t grain = std::max<int64_t>(1, kGrainElementwise / inner);
+  parallel_range(rows, grain, [&](int64_t begin, int64_t end) {
+    // Odometer over the outer dimensions, started at row `begin`.
+    std::vector<int64_t> idx(rank - 1);
+    int64_t so = 0, dof = 0;
+    for (int64_t r = begin, d = static_cast<int64_t>(rank) - 2; d >= 0; --d) {
+      idx[d] = r % p.shape[d];
+      r /= p.shape[d];
+      so += idx[d] * p.src_strides[d];
+      dof += idx[d] * p.dst_strides[d];
+    }
+    for (int64_t row = begin; row < end; ++row) {
+      const U* s = src + so;
+      U* t = dst + dof;
+      if (ss == 1 && ds == 1) {
+        std::memcpy(t, s, inner * sizeof(U));
+      } else {
+        for (int64_t i = 0; i < inner; ++i) t[i * ds] = s[i * ss];
+      }
+      for (int64_t d = static_cast<int64_t>(rank) - 2; d >= 0; --d) {
+        so += p.src_strides[d];
+        dof += p.dst_strides[d];
+        if (++idx[d] < p.shape[d]) break;
+        so -= idx[d] * p.src_strides[d];
+        dof -= idx[d] * p.dst_strides[d];
+        idx[d] = 0;
+      }
+    }
+  });
+}
+
+// Copies the whole input into out with the given per-output-dimension input strides.
+void gather_strided(const TensorView& x, const std::vector<int64_t>& src_strides,
+                    int64_t src_offset, const TensorView& out) {
+  strided_copy(x.data, src_strides, src_offset, out.data, contiguous_strides(out.shape), 0,
+               out.shape, out.dtype);
+}
+
+}  // namespace
+
+void strided_copy(const void* src, const std::vector<int64_t>& src_strides, int64_t src_offset,
+                  void* dst, const std::vector<int64_t>& dst_strides, int64_t dst_offset,
+                  const Shape& shape, DType dtype) {
+  if (shape_numel(shape) == 0) return;
+  CopyPlan plan = coalesce(shape, src_strides, dst_strides);
+  visit_width(dtype, [&](auto tag) {
+    using U = typename decltype(tag)::type;
+    strided_copy_typed(static_cast<const U*>(src) + src_offset, static_cast<U*>(dst) + dst_offset,
+                       plan);
+  });
+}
+
+void reshape_kernel(const TensorView& x, const TensorView& out) {
+  if (x.data != out.data) std::memcpy(out.data, x.data, out.numel() * dtype_size(out.dtype));
+}
+
+void permute_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& out) {
+  assert(attr.ints.size() == x.shape.size() && "permute: attr.ints = perm");
+  auto in_strides = contiguous_strides(x.shape);
+  std::vector<int64_t> src(out.shape.size());
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = in_strides[attr.ints[i]];
+  gather_strided(x, src, 0, out);
+}
+
+void slice_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& out) {
+  // attr.ints = {starts..., steps...}; shape inference may append the counts, which are
+  // already the output's shape.
+  std::size_t r = x.shape.size();
+  assert(attr.ints.size() >= 2 * r && "slice: attr.ints = {starts, steps}");
+  auto in_strides = contiguous_strides(x.shape);
+  std::vector<int64_t> src(r);
+  int64_t offset = 0;
+  for (std::size_t d = 0; d < r; ++d) {
+    offset += attr.ints[d] * in_strides[d];
+    src[d] = attr.ints[r + d] * in_strides[d];
+  }
+  gather_strided(x, src, offset, out);
+}
+
+void expand_kernel(const TensorView& x, const TensorView& out) {
+  assert(x.shape.size() == out.shape.size() && "expand: same rank");
+  auto in_strides = contiguous_strides(x.shape);
+  for (std::size_t d = 0; d < in_strides.size(); ++d)
+    if (x.shape[d] != out.shape[d]) in_strides[d] = 0;  // a size-1 dim being broadcast
+  gather_strided(x, in_strides, 0, out);
+}
+
+void pad_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& out) {
+  assert(attr.ints.size() == 2 * x.shape.size() && "pad: attr.ints = {lo_0, hi_0, ...}");
+  fill_value(out, attr.scalar);
+  auto out_strides = contiguous_strides(out.shape);
+  int64_t offset = 0;
+  for (std::size_t d = 0; d < out_strides.size(); ++d) offset += attr.ints[2 * d] * out_strides[d];
+  strided_copy(x.data, contiguous_strides(x.shape), 0, out.data, out_strides, offset, x.shape,
+               x.dtype);
+}
+
+void concat_kernel(const ir::Attr& attr, Inputs in, const TensorView& out) {
+  assert(attr.ints.size() == 1 && "concat: attr.ints = {axis}");
+  // Each input is a run of in.shape[axis] * inner contiguous elements per outer index, so the
+  // output row is those runs laid side by side.
+  auto axis = static_cast<std::size_t>(attr.ints[0]);
+  const std::size_t elem = dtype_size(out.dtype);
+  const int64_t outer = dims_product(out.shape, 0, axis);
+  const int64_t inner = dims_product(out.shape, axis + 1, out.shape.size());
+  const int64_t out_row = out.shape[axis] * inner;
+  std::vector<int64_t> run(in.size()), start(in.size());
+  for (std::size_t i = 0, at = 0; i < in.size(); ++i) {
+    run[i] = in[i].shape[axis] * inner;
+    start[i] = static_cast<int64_t>(at);
+    at += run[i];
+  }
+  if (outer * out_row == 0) return;
+  const int64_t grain = std::max<int64_t>(1, kGrainElementwise / out_row);
+  auto* dst = static_cast<unsigned char*>(out.data);
+  parallel_range(outer, grain, [&](int64_t b, int64_t e) {
+    for (int64_t o = b; o < e; ++o)
+      for (std::size_t i = 0; i < in.size(); ++i) {
+        if (run[i] == 0) continue;
+        const auto* src = static_cast<const unsigned char*>(in[i].data);
+        std::memcpy(dst + (o * out_row + start[i]) * elem, src + o * run[i] * elem, run[i] * elem);
+      }
+  });
+}
+
+}  // namespace loom::runtime

@@ -1,0 +1,253 @@
+// Reduction kernels: sum, mean and amax over a set of axes (kept with size 1), and argmax
+// over one axis. Axes are first simplified: size-1 dimensions are dropped and neighbouring
+// dimensions that are both reduced or both kept are merged, leaving one of two layouts:
+//   ... reduced innermost: each output folds contiguous runs (e.g. a row sum);
+//   ... kept innermost:    a block of neighbouring outputs folds whole input rows at once
+//                          (e.g. a column sum), so memory is read in order.
+#include "runtime/kernels_impl.h"
+
+#include <algorithm>
+#include <array>
+#include <cassert>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+namespace loom::runtime {
+namespace {
+
+using ir::Op;
+
+struct Dim {
+  int64_t size;
+  int64_t stride;  // in input elements
+};
+
+// Outputs folded together per task in the kept-innermost layout.
+constexpr int64_t kBlock = 256;
+
+template <class T>
+bool is_nan(T v) {
+  if constexpr (std::is_floating_point_v<T>) return std::isnan(v);
+  else return false;
+}
+
+// Float sums accumulate in double, integer sums in int64.
+template <class T>
+using SumAcc = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
+
+template <class T>
+struct SumOp {
+  using Acc = SumAcc<T>;
+  static Acc init() { return Acc(0); }
+  static void fold(Acc& a, T v) { a += static_cast<Acc>(v); }
+  static T finish(Acc a, int64_t) { return static_cast<T>(a); }
+};
+
+template <class T>
+struct MeanOp : SumOp<T> {
+  static T finish(SumAcc<T> a, int64_t n) { return static_cast<T>(a / static_cast<double>(n)); }
+};
+
+// amax propagates NaN like torch.amax: once the accumulator is NaN, v > NaN is false.
+template <class T>
+struct MaxOp {
+  using Acc = T;
+  static Acc init() {
+    if constexpr (std::is_floating_point_v<T>) return -std::numeric_limits<T>::infinity();
+    else return std::numeric_limits<T>::lowest();
+  }
+  static void fold(Acc& a, T v) {
+    if (is_nan(v) || v > a) a = v;
+  }
+  static T finish(Acc a, int64_t) { return a; }
+};
+
+// Odometer over dims: visits every multi-index in row-major order, tracking its offset.
+class Odometer {
+ public:
+  explicit Odometer(const std::vector<Dim>& dims) : dims_(dims), idx_(dims.size(), 0) {}
+  int64_t offset() const { return offset_; }
+  void reset() {
+    std::fill(idx_.begin(), idx_.end(), 0);
+    offset_ = 0;
+  }
+  void next() {
+    for (std::size_t d = dims_.size(); d-- > 0;) {
+      offset_ += dims_[d].stride;
+      if (++idx_[d] < dims_[d].size) return;
+      offset_ -= idx_[d] * dims_[d].stride;
+      idx_[d] = 0;
+    }
+  }
+
+ private:
+  const std::vector<Dim>& dims_;
+  std::vector<int64_t> idx_;
+  int64_t offset_ = 0;
+};
+
+int64_t count_of(const std::vector<Dim>& dims) {
+  int64_t n = 1;
+  for (auto& d : dims) n *= d.size;
+  return n;
+}
+
+// Input offset of the output element `o`, whose multi-index runs over `kept`.
+int64_t kept_offset(int64_t o, const std::vector<Dim>& kept) {
+  int64_t off = 0;
+  for (std::size_t d = kept.size(); d-- > 0;) {
+    off += (o % kept[d].size) * kept[d].stride;
+    o /= kept[d].size;
+  }
+  return off;
+}
+
+template <class T, class R>
+void reduce_typed(const TensorView& x, const std::vector<int64_t>& axes, const TensorView& out) {
+  using Acc = typename R::Acc;
+  const T* px = x.as<const T>();
+  T* po = out.as<T>();
+
+  // Simplify: drop size-1 dims, merge neighbours with the same reduced/kept status.
+  auto strides = contiguous_strides(x.shape);
+  std::vector<Dim> dims;
+  std::vector<bool> reduced;
+  for (std::size_t d = 0; d < x.shape.size(); ++d) {
+    if (x.shape[d] == 1) continue;
+    bool r = std::binary_search(axes.begin(), axes.end(), static_cast<int64_t>(d));
+    if (!dims.empty() && reduced.back() == r) {
+      dims.back().size *= x.shape[d];
+      dims.back().stride = strides[d];
+    } else {
+      dims.push_back({x.shape[d], strides[d]});
+      reduced.push_back(r);
+    }
+  }
+  const bool inner_reduced = dims.empty() || reduced.back();
+  const int64_t inner = dims.empty() ? 1 : dims.back().size;
+  if (!dims.empty()) {
+    dims.pop_back();
+    reduced.pop_back();
+  }
+  std::vector<Dim> kept, red;  // the outer dims, split by status
+  for (std::size_t d = 0; d < dims.size(); ++d) (reduced[d] ? red : kept).push_back(dims[d]);
+  const int64_t n_out = out.numel();
+  const int64_t n_red = count_of(red) * (inner_reduced ? inner : 1);
+  if (n_out == 0) return;
+
+  if (inner_reduced) {
+    const int64_t grain = std::max<int64_t>(1, kGrainElementwise / std::max<int64_t>(n_red, 1));
+    parallel_range(n_out, grain, [&](int64_t b, int64_t e) {
+      Odometer od(red);
+      const int64_t outer_count = n_red == 0 ? 0 : count_of(red);
+      for (int64_t o = b; o < e; ++o) {
+        const T* base = px + kept_offset(o, kept);
+        Acc acc = R::init();
+        od.reset();
+        for (int64_t k = 0; k < outer_count; ++k, od.next()) {
+          const T* run = base + od.offset();
+          for (int64_t i = 0; i < inner; ++i) R::fold(acc, run[i]);
+        }
+        po[o] = R::finish(acc, n_red);
+      }
+    });
+    return;
+  }
+
+  // Kept innermost: output o = prefix * inner + k; a task folds a block of k for one prefix.
+  const int64_t blocks = (inner + kBlock - 1) / kBlock;
+  const int64_t tasks = (n_out / inner) * blocks;
+  const int64_t grain =
+      std::max<int64_t>(1, kGrainElementwise / std::max<int64_t>(n_red * kBlock, 1));
+  parallel_range(tasks, grain, [&](int64_t b, int64_t e) {
+    Odometer od(red);
+    std::array<Acc, kBlock> acc;
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t prefix = t / blocks;
+      const int64_t k0 = (t % blocks) * kBlock;
+      const int64_t kn = std::min(kBlock, inner - k0);
+      const T* base = px + kept_offset(prefix, kept) + k0;
+      std::fill(acc.begin(), acc.begin() + kn, R::init());
+      od.reset();
+      for (int64_t r = 0; r < n_red; ++r, od.next()) {
+        const T* row = base + od.offset();
+        for (int64_t k = 0; k < kn; ++k) R::fold(acc[k], row[k]);
+      }
+      T* dst = po + prefix * inner + k0;
+      for (int64_t k = 0; k < kn; ++k) dst[k] = R::finish(acc[k], n_red);
+    }
+  });
+}
+
+template <class T>
+void argmax_typed(int64_t outer, int64_t size, int64_t inner, const T* px, int64_t* po) {
+  // Blocks of neighbouring inner positions advance together so rows are read in order.
+  const int64_t block = std::min(inner, kBlock);
+  const int64_t blocks = (inner + block - 1) / block;
+  const int64_t grain = std::max<int64_t>(1, kGrainElementwise / (size * block));
+  parallel_range(outer * blocks, grain, [&](int64_t b, int64_t e) {
+    std::array<T, kBlock> best;
+    std::array<int64_t, kBlock> arg;
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t o = t / blocks, k0 = (t % blocks) * block;
+      const int64_t kn = std::min(block, inner - k0);
+      const T* base = px + o * size * inner + k0;
+      std::copy(base, base + kn, best.begin());
+      std::fill(arg.begin(), arg.begin() + kn, 0);
+      for (int64_t r = 1; r < size; ++r) {
+        const T* row = base + r * inner;
+        for (int64_t k = 0; k < kn; ++k) {
+          // Strictly greater, so the first maximum wins; a NaN counts as the maximum, as in
+          // torch.argmax, and the first NaN stays.
+          if (!is_nan(best[k]) && (is_nan(row[k]) || row[k] > best[k])) {
+            best[k] = row[k];
+            arg[k] = r;
+          }
+        }
+      }
+      std::copy(arg.begin(), arg.begin() + kn, po + o * inner + k0);
+    }
+  });
+}
+
+}  // namespace
+
+void reduce_kernel(Op op, const ir::Attr& attr, const TensorView& x, const TensorView& out) {
+  const auto& axes = attr.ints;
+  assert(std::is_sorted(axes.begin(), axes.end()) && "reduce: axes must be sorted");
+  switch (op) {
+    case Op::Sum:
+      return visit_numeric("sum", x.dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        reduce_typed<T, SumOp<T>>(x, axes, out);
+      });
+    case Op::Mean:
+      return visit_float("mean", x.dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        reduce_typed<T, MeanOp<T>>(x, axes, out);
+      });
+    case Op::Max:
+      return visit_numeric("amax", x.dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        reduce_typed<T, MaxOp<T>>(x, axes, out);
+      });
+    default: break;  // only the three reductions above come here
+  }
+  assert(false && "reduce_kernel: not a reduction");
+}
+
+void argmax_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& out) {
+  assert(attr.ints.size() == 1 && "argmax: attr.ints = {axis}");
+  auto axis = static_cast<std::size_t>(attr.ints[0]);
+  const int64_t outer = dims_product(x.shape, 0, axis);
+  const int64_t size = x.shape[axis];
+  const int64_t inner = dims_product(x.shape, axis + 1, x.shape.size());
+  if (outer * inner == 0 || size == 0) return;  // shape inference rejects an empty axis
+  visit_numeric("argmax", x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    argmax_typed<T>(outer, size, inner, x.as<const T>(), out.as<int64_t>());
+  });
+}
+
+}  // namespace loom::runtime

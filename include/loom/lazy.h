@@ -1,0 +1,58 @@
+// Controlling the lazy engine: step barriers, eager mode, compile, step closures.
+//
+//   for (auto& [x, y] : batches) {
+//     z += x + y;        // traced
+//     loom::mark_step(); // hash, compile once, queue on the device, return at once
+//   }
+//   loom::wait_device_ops();
+//
+//   auto step = loom::compile([&] { w = w - lr * grad(w); });
+//   step();              // traced with eager mode off; mark_step() at exit
+#pragma once
+
+#include <exception>
+#include <functional>
+#include <utility>
+
+namespace loom {
+
+// Compiles (or finds in the cache) the graph of every live pending tensor, gives each its
+// device buffer, queues the program on the device thread and returns without waiting.
+void mark_step();
+// Waits until everything queued on the device has run.
+void wait_device_ops();
+
+// In eager mode every op runs as soon as it is created (one-op graphs, same compile cache).
+void eager_mode(bool on);
+bool is_eager_mode();
+
+class EagerModeGuard {
+ public:
+  explicit EagerModeGuard(bool on) : previous_(is_eager_mode()) { eager_mode(on); }
+  ~EagerModeGuard() { eager_mode(previous_); }
+  EagerModeGuard(const EagerModeGuard&) = delete;
+  EagerModeGuard& operator=(const EagerModeGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// Returns a callable that runs `fn` with eager mode off and calls mark_step() at its exit.
+template <class Fn>
+auto compile(Fn fn) {
+  return [fn = std::move(fn)](auto&&... args) -> decltype(auto) {
+    struct Barrier {
+      EagerModeGuard lazy{false};
+      ~Barrier() noexcept(false) {
+        if (std::uncaught_exceptions() == 0) mark_step();
+      }
+    } barrier;
+    return fn(std::forward<decltype(args)>(args)...);
+  };
+}
+
+// Runs `fn` once the values of the current step exist (after the next mark_step's program
+// has run), on the device thread, without tracing a new graph.
+void add_step_closure(std::function<void()> fn);
+
+}  // namespace loom

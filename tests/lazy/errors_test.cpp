@@ -1,0 +1,88 @@
+// Acceptance 7: bad input throws loom::Error naming the op, what was expected and what was got.
+#include "test_util.h"
+
+#include <gmock/gmock.h>
+
+namespace loom {
+namespace {
+
+using test::error_of;
+using ::testing::HasSubstr;
+
+TEST(Errors, AddShapeMismatch) {
+  auto a = zeros({2, 3});
+  auto b = zeros({4});
+  auto msg = error_of([&] { add(a, b); });
+  EXPECT_THAT(msg, HasSubstr("add: "));
+  EXPECT_THAT(msg, HasSubstr("[2,3]"));
+  EXPECT_THAT(msg, HasSubstr("[4]"));
+}
+
+TEST(Errors, MatmulShapeMismatch) {
+  auto msg = error_of([] { matmul(zeros({2, 3}), zeros({4, 5})); });
+  EXPECT_THAT(msg, HasSubstr("matmul: expected a [..., M, K] x [..., K, N] product, got [2,3] and [4,5]"));
+}
+
+TEST(Errors, Conv2dWrongRankAndChannels) {
+  auto msg = error_of([] { conv2d(zeros({3, 32, 32}), zeros({8, 3, 3, 3})); });
+  EXPECT_EQ(msg, "conv2d: expected a 4-D input [N,C,H,W], got [3,32,32]");
+  msg = error_of([] { conv2d(zeros({1, 4, 8, 8}), zeros({8, 3, 3, 3})); });
+  EXPECT_THAT(msg, HasSubstr("conv2d: expected weight [O,C/groups,kh,kw] with C = 4"));
+  EXPECT_THAT(msg, HasSubstr("[8,3,3,3]"));
+  msg = error_of([] { conv2d(zeros({1, 3, 2, 2}), zeros({8, 3, 3, 3})); });
+  EXPECT_THAT(msg, HasSubstr("larger than the padded input"));
+}
+
+TEST(Errors, WrongDtype) {
+  auto msg = error_of([] { add(zeros({2}), zeros({2}, DType::Float64)); });
+  EXPECT_EQ(msg, "add: expected operands of one dtype, got float32 and float64");
+  msg = error_of([] { exp(zeros({2}, DType::Int64)); });
+  EXPECT_EQ(msg, "exp: expected a floating-point tensor (float32 or float64), got int64");
+  msg = error_of([] { gather(zeros({2, 2}), 1, zeros({2, 2}, DType::Int32)); });
+  EXPECT_EQ(msg, "gather: expected an index of dtype int64, got int32");
+  msg = error_of([] { zeros({2}).to_vector<double>(); });
+  EXPECT_EQ(msg, "to_vector: expected a tensor of dtype float64, got float32");
+}
+
+TEST(Errors, EmptyOrNegativeDimensions) {
+  EXPECT_EQ(error_of([] { zeros({2, 0}); }), "full: expected positive sizes, got [2,0]");
+  EXPECT_EQ(error_of([] { ones({-3}); }), "full: expected positive sizes, got [-3]");
+  EXPECT_EQ(error_of([] { from_vector<float>({}, {0}); }), "from_host: expected positive sizes, got [0]");
+  EXPECT_THAT(error_of([] { reshape(zeros({4}), {2, -2}); }), HasSubstr("reshape: expected positive sizes"));
+  EXPECT_THAT(error_of([] { slice(zeros({4}), 0, 3, 1); }), HasSubstr("slice: expected a non-empty range"));
+  EXPECT_THAT(error_of([] { rand({3, 0}, 1); }), HasSubstr("rand: expected a result with positive sizes"));
+  EXPECT_THAT(error_of([] { from_vector<float>({1, 2, 3}, {2, 2}); }),
+              HasSubstr("from_vector: expected 4 values for shape [2,2], got 3"));
+}
+
+TEST(Errors, ReadingAfterTheDeviceBufferFailed) {
+  wait_device_ops();
+  auto x = from_vector<float>({1, 2, 3, 4}, {2, 2});
+  auto idx = from_vector<int64_t>({0, 7, 1, 0}, {2, 2});  // 7 is out of range
+  auto g = gather(x, 1, idx);
+  auto after = g * 2.0;
+  mark_step();  // queues; the failure happens on the device thread
+  auto msg = error_of([&] { g.to_vector<float>(); });
+  EXPECT_THAT(msg, HasSubstr("to_vector: the device buffer of this tensor failed"));
+  EXPECT_THAT(msg, HasSubstr("gather"));
+  EXPECT_THAT(msg, HasSubstr("7"));
+  // A later step that reads the failed buffer fails too, with the cause.
+  auto later = after + 1.0;
+  mark_step();
+  EXPECT_THAT(error_of([&] { later.to_vector<float>(); }), HasSubstr("gather"));
+  // The engine goes on working.
+  EXPECT_EQ((x + x).to_vector<float>(), (std::vector<float>{2, 4, 6, 8}));
+}
+
+TEST(Errors, MiscellaneousBadInput) {
+  EXPECT_THAT(error_of([] { zeros({2, 2}).item<float>(); }), HasSubstr("item: expected a tensor with one element"));
+  EXPECT_THAT(error_of([] { zeros({2}).to(Device{DeviceType::CPU, 1}); }), HasSubstr("to: expected device cpu:0"));
+  EXPECT_THAT(error_of([] { sum(zeros({2, 3}), {2}); }), HasSubstr("sum: expected a dimension in [-2, 2), got 2"));
+  EXPECT_THAT(error_of([] { Tensor t; exp(t); }), HasSubstr("exp: expected a defined tensor"));
+  EXPECT_THAT(error_of([] { concat({zeros({2, 3}), zeros({3, 2})}, 0); }), HasSubstr("concat: expected shapes that match"));
+  EXPECT_THAT(error_of([] { one_hot(zeros({3}, DType::Int64), 0); }), HasSubstr("one_hot: expected a positive number"));
+  EXPECT_THAT(error_of([] { max_pool2d(zeros({1, 1, 2, 2}), {.kernel = {3, 3}}); }), HasSubstr("max_pool2d: kernel 3"));
+}
+
+}  // namespace
+}  // namespace loom
