@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# setup.sh — makes a fresh Debian 12 machine ready for loom and builds it.
+#
+#   ./setup.sh                 install missing Debian packages, configure, build (Release)
+#   ./setup.sh --debug         a Debug build instead
+#   ./setup.sh --build-dir D   build in D (default: build)
+#   ./setup.sh --no-install    never call apt-get (fail if something is missing)
+#   ./setup.sh --jobs N        parallel build jobs (default: the number of cores)
+#
+# Packages are installed with apt-get (through sudo when not root) only when missing, so a
+# second run goes straight to the build.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+build_dir=build
+build_type=Release
+install=1
+jobs=$(nproc 2>/dev/null || echo 2)
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --debug) build_type=Debug ;;
+    --build-dir) build_dir=${2:?--build-dir needs a directory}; shift ;;
+    --no-install) install=0 ;;
+    --jobs|-j) jobs=${2:?--jobs needs a number}; shift ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    *) echo "setup.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+packages=(
+  build-essential cmake pkg-config
+  libtbb-dev libeigen3-dev libhdf5-dev libboost-program-options-dev libspdlog-dev
+  googletest libgtest-dev libgmock-dev libbenchmark-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$install" -eq 0 ]; then
+    echo "setup.sh: missing Debian packages: ${missing[*]}" >&2
+    exit 1
+  fi
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "setup.sh: not root and no sudo; install: ${missing[*]}" >&2; exit 1; }
+    sudo=sudo
+  fi
+  echo "setup.sh: installing ${missing[*]}"
+  $sudo apt-get update
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+
+echo "setup.sh: configuring ($build_type) in $build_dir"
+cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE="$build_type"
+echo "setup.sh: building with $jobs jobs"
+cmake --build "$build_dir" -j "$jobs"
+echo "setup.sh: done"

@@ -1,0 +1,633 @@
+// Forward values of every op against PyTorch.
+//
+// The reference values live in ops/fixtures/op_forward.txt, written by
+// tests/reference/make_op_fixtures.py (PyTorch, float64); the format is described there.
+// Each fixture case runs twice: with its float inputs as float64 (rel 1e-10, abs 1e-12) and
+// as float32 (rel 1e-4, abs 1e-5); integer and bool results must match exactly. The
+// result's dtype and shape are checked both as traced (before running) and as computed.
+//
+// A case whose op has no entry in op_table() fails, as does an op with no case, a missing or
+// truncated fixture file, or a parameter the op's lambda never reads, so the suite cannot
+// pass by skipping work.
+//
+// loom's random generator has no PyTorch counterpart; RandomTest checks its properties.
+
+#include <loom/tensor.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <ostream>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+using loom::DType;
+using loom::Shape;
+using loom::Tensor;
+
+constexpr const char* kFixturePath = LOOM_TEST_DATA_DIR "/ops/fixtures/op_forward.txt";
+
+// ---- fixture file ----
+
+struct TensorSpec {
+  std::string dtype;  // float | float_other | int64 | int32 | bool
+  Shape shape;
+  std::vector<double> values;
+};
+
+struct Case {
+  std::string name;
+  std::string op;
+  std::map<std::string, std::string> params;
+  std::vector<TensorSpec> inputs;
+  TensorSpec output;
+  bool has_output = false;
+  int line = 0;
+};
+
+struct Fixtures {
+  std::vector<Case> cases;
+  std::string error;  // first problem found while reading; empty when the file is sound
+  long declared_count = -1;
+};
+
+double parse_number(const std::string& token, bool integral) {
+  const char* begin = token.c_str();
+  char* end = nullptr;
+  double v = 0;
+  if (integral) {
+    v = static_cast<double>(std::strtoll(begin, &end, 10));
+  } else {
+    v = std::strtod(begin, &end);
+  }
+  if (token.empty() || *end != '\0') throw std::runtime_error("bad number '" + token + "'");
+  return v;
+}
+
+TensorSpec parse_tensor(std::istringstream& in) {
+  TensorSpec t;
+  long rank = -1;
+  if (!(in >> t.dtype >> rank) || rank < 0) throw std::runtime_error("bad tensor header");
+  const bool integral = t.dtype == "int64" || t.dtype == "int32" || t.dtype == "bool";
+  if (!integral && t.dtype != "float" && t.dtype != "float_other") {
+    throw std::runtime_error("unknown dtype '" + t.dtype + "'");
+  }
+  int64_t numel = 1;
+  for (long d = 0; d < rank; ++d) {
+    int64_t n = -1;
+    if (!(in >> n) || n < 0) throw std::runtime_error("bad dimension");
+    t.shape.push_back(n);
+    numel *= n;
+  }
+  std::string token;
+  while (in >> token) t.values.push_back(parse_number(token, integral));
+  if (static_cast<int64_t>(t.values.size()) != numel) {
+    throw std::runtime_error("expected " + std::to_string(numel) + " values for shape " +
+                             loom::shape_str(t.shape) + ", got " +
+                             std::to_string(t.values.size()));
+  }
+  return t;
+}
+
+Fixtures read_fixtures() {
+  Fixtures f;
+  std::ifstream file(kFixturePath);
+  if (!file) {
+    f.error = std::string("cannot open ") + kFixturePath;
+    return f;
+  }
+  std::string text;
+  int line_no = 0;
+  try {
+    while (std::getline(file, text)) {
+      ++line_no;
+      if (text.empty() || text[0] == '#') continue;
+      if (f.declared_count >= 0) throw std::runtime_error("content after 'end'");
+      std::istringstream in(text);
+      std::string kind;
+      in >> kind;
+      if (kind == "case") {
+        if (!f.cases.empty() && !f.cases.back().has_output) {
+          throw std::runtime_error("case " + f.cases.back().name + " has no 'out' line");
+        }
+        Case c;
+        c.line = line_no;
+        if (!(in >> c.name >> c.op)) throw std::runtime_error("bad case line");
+        f.cases.push_back(std::move(c));
+        continue;
+      }
+      if (kind == "end") {
+        if (!(in >> f.declared_count)) throw std::runtime_error("bad end line");
+        continue;
+      }
+      if (f.cases.empty()) throw std::runtime_error("'" + kind + "' before the first case");
+      Case& c = f.cases.back();
+      if (c.has_output) throw std::runtime_error("'" + kind + "' after the case's 'out'");
+      if (kind == "params") {
+        std::string kv;
+        while (in >> kv) {
+          auto eq = kv.find('=');
+          if (eq == std::string::npos || eq == 0) throw std::runtime_error("bad param " + kv);
+          c.params[kv.substr(0, eq)] = kv.substr(eq + 1);
+        }
+      } else if (kind == "in") {
+        c.inputs.push_back(parse_tensor(in));
+      } else if (kind == "out") {
+        c.output = parse_tensor(in);
+        c.has_output = true;
+      } else {
+        throw std::runtime_error("unknown line kind '" + kind + "'");
+      }
+    }
+    if (!f.cases.empty() && !f.cases.back().has_output) {
+      throw std::runtime_error("case " + f.cases.back().name + " has no 'out' line");
+    }
+    if (f.declared_count < 0) throw std::runtime_error("no 'end' line (truncated file?)");
+    if (f.declared_count != static_cast<long>(f.cases.size())) {
+      throw std::runtime_error("'end' declares " + std::to_string(f.declared_count) +
+                               " cases, read " + std::to_string(f.cases.size()));
+    }
+  } catch (const std::exception& e) {
+    f.error = std::string(kFixturePath) + ":" + std::to_string(line_no) + ": " + e.what();
+  }
+  return f;
+}
+
+const Fixtures& fixtures() {
+  static const Fixtures f = read_fixtures();
+  return f;
+}
+
+// ---- building inputs ----
+
+DType other_float(DType t) { return t == DType::Float64 ? DType::Float32 : DType::Float64; }
+
+DType resolve_dtype(const std::string& token, DType run) {
+  if (token == "float") return run;
+  if (token == "float_other") return other_float(run);
+  if (token == "int64") return DType::Int64;
+  if (token == "int32") return DType::Int32;
+  if (token == "bool") return DType::Bool;
+  throw std::runtime_error("unknown dtype token '" + token + "'");
+}
+
+Tensor make_tensor(const TensorSpec& spec, DType run) {
+  const DType dt = resolve_dtype(spec.dtype, run);
+  const std::size_t width = loom::dtype_size(dt);
+  std::vector<unsigned char> bytes(std::max<std::size_t>(1, spec.values.size() * width));
+  for (std::size_t i = 0; i < spec.values.size(); ++i) {
+    unsigned char* dst = bytes.data() + i * width;
+    const double v = spec.values[i];
+    switch (dt) {
+      case DType::Float32: { float x = static_cast<float>(v); std::memcpy(dst, &x, width); break; }
+      case DType::Float64: { double x = v; std::memcpy(dst, &x, width); break; }
+      case DType::Int64: { int64_t x = static_cast<int64_t>(v); std::memcpy(dst, &x, width); break; }
+      case DType::Int32: { int32_t x = static_cast<int32_t>(v); std::memcpy(dst, &x, width); break; }
+      case DType::Bool: { bool x = v != 0; std::memcpy(dst, &x, width); break; }
+    }
+  }
+  return loom::from_host(bytes.data(), dt, spec.shape);
+}
+
+// ---- op parameters ----
+
+class Params {
+ public:
+  Params(const std::map<std::string, std::string>& kv, DType run) : kv_(kv), run_(run) {}
+
+  int64_t i(const std::string& key) { return static_cast<int64_t>(parse_number(get(key), true)); }
+  double f(const std::string& key) { return parse_number(get(key), false); }
+  bool b(const std::string& key) { return i(key) != 0; }
+  DType dtype(const std::string& key) { return resolve_dtype(get(key), run_); }
+  std::vector<int64_t> ints(const std::string& key) {
+    const std::string& text = get(key);
+    std::vector<int64_t> out;
+    if (text == "none") return out;
+    std::stringstream ss(text);
+    std::string item;
+    while (std::getline(ss, item, ',')) out.push_back(static_cast<int64_t>(parse_number(item, true)));
+    return out;
+  }
+  std::array<int64_t, 2> pair(const std::string& key) {
+    auto v = ints(key);
+    if (v.size() != 2) throw std::runtime_error("param " + key + " needs two values");
+    return {v[0], v[1]};
+  }
+
+  std::vector<std::string> unused() const {
+    std::vector<std::string> out;
+    for (const auto& [k, v] : kv_) {
+      if (!used_.count(k)) out.push_back(k);
+    }
+    return out;
+  }
+
+ private:
+  const std::string& get(const std::string& key) {
+    used_.insert(key);
+    auto it = kv_.find(key);
+    if (it == kv_.end()) throw std::runtime_error("fixture lacks param '" + key + "'");
+    return it->second;
+  }
+
+  const std::map<std::string, std::string>& kv_;
+  DType run_;
+  std::set<std::string> used_;
+};
+
+// ---- the op table: fixture op name -> loom call ----
+
+using Inputs = std::vector<Tensor>;
+using OpFn = std::function<Tensor(const Inputs&, Params&)>;
+
+#define LOOM_UNARY(fn) {#fn, [](const Inputs& in, Params&) { return loom::fn(in.at(0)); }}
+#define LOOM_BINARY(fn) \
+  {#fn, [](const Inputs& in, Params&) { return loom::fn(in.at(0), in.at(1)); }}
+
+loom::Pool2dOptions pool_options(Params& p) {
+  loom::Pool2dOptions o;
+  o.kernel = p.pair("kernel");
+  o.stride = p.pair("stride");
+  o.padding = p.pair("padding");
+  return o;
+}
+
+const std::map<std::string, OpFn>& op_table() {
+  static const std::map<std::string, OpFn> table = {
+      // elementwise, unary
+      LOOM_UNARY(neg), LOOM_UNARY(exp), LOOM_UNARY(log), LOOM_UNARY(sqrt), LOOM_UNARY(rsqrt),
+      LOOM_UNARY(abs), LOOM_UNARY(relu), LOOM_UNARY(sigmoid), LOOM_UNARY(tanh),
+      LOOM_UNARY(silu), LOOM_UNARY(sin), LOOM_UNARY(cos), LOOM_UNARY(logical_not),
+      {"gelu", [](const Inputs& in, Params& p) { return loom::gelu(in.at(0), p.b("approximate")); }},
+      {"neg_operator", [](const Inputs& in, Params&) { return -in.at(0); }},
+      {"cast", [](const Inputs& in, Params& p) { return in.at(0).to(p.dtype("to")); }},
+      // elementwise, binary and ternary
+      LOOM_BINARY(add), LOOM_BINARY(sub), LOOM_BINARY(mul), LOOM_BINARY(div),
+      LOOM_BINARY(maximum), LOOM_BINARY(minimum), LOOM_BINARY(eq), LOOM_BINARY(ne),
+      LOOM_BINARY(lt), LOOM_BINARY(le), LOOM_BINARY(gt), LOOM_BINARY(ge),
+      {"pow", [](const Inputs& in, Params&) { return loom::pow(in.at(0), in.at(1)); }},
+      {"pow_scalar",
+       [](const Inputs& in, Params& p) { return loom::pow(in.at(0), p.f("exponent")); }},
+      {"where",
+       [](const Inputs& in, Params&) { return loom::where(in.at(0), in.at(1), in.at(2)); }},
+      {"add_scalar", [](const Inputs& in, Params& p) { return in.at(0) + p.f("scalar"); }},
+      {"radd_scalar", [](const Inputs& in, Params& p) { return p.f("scalar") + in.at(0); }},
+      {"sub_scalar", [](const Inputs& in, Params& p) { return in.at(0) - p.f("scalar"); }},
+      {"rsub_scalar", [](const Inputs& in, Params& p) { return p.f("scalar") - in.at(0); }},
+      {"mul_scalar", [](const Inputs& in, Params& p) { return in.at(0) * p.f("scalar"); }},
+      {"rmul_scalar", [](const Inputs& in, Params& p) { return p.f("scalar") * in.at(0); }},
+      {"div_scalar", [](const Inputs& in, Params& p) { return in.at(0) / p.f("scalar"); }},
+      {"rdiv_scalar", [](const Inputs& in, Params& p) { return p.f("scalar") / in.at(0); }},
+      {"iadd", [](const Inputs& in, Params&) { Tensor a = in.at(0); a += in.at(1); return a; }},
+      {"isub", [](const Inputs& in, Params&) { Tensor a = in.at(0); a -= in.at(1); return a; }},
+      {"imul", [](const Inputs& in, Params&) { Tensor a = in.at(0); a *= in.at(1); return a; }},
+      // reductions
+      {"sum", [](const Inputs& in, Params& p) {
+         return loom::sum(in.at(0), p.ints("axes"), p.b("keepdim")); }},
+      {"mean", [](const Inputs& in, Params& p) {
+         return loom::mean(in.at(0), p.ints("axes"), p.b("keepdim")); }},
+      {"amax", [](const Inputs& in, Params& p) {
+         return loom::amax(in.at(0), p.ints("axes"), p.b("keepdim")); }},
+      {"tensor_sum", [](const Inputs& in, Params& p) {
+         return in.at(0).sum(p.ints("axes"), p.b("keepdim")); }},
+      {"tensor_mean", [](const Inputs& in, Params& p) {
+         return in.at(0).mean(p.ints("axes"), p.b("keepdim")); }},
+      {"tensor_max", [](const Inputs& in, Params& p) {
+         return in.at(0).max(p.ints("axes"), p.b("keepdim")); }},
+      {"argmax", [](const Inputs& in, Params& p) {
+         return loom::argmax(in.at(0), p.i("dim"), p.b("keepdim")); }},
+      {"tensor_argmax", [](const Inputs& in, Params& p) {
+         return in.at(0).argmax(p.i("dim"), p.b("keepdim")); }},
+      {"softmax", [](const Inputs& in, Params& p) { return loom::softmax(in.at(0), p.i("dim")); }},
+      {"log_softmax",
+       [](const Inputs& in, Params& p) { return loom::log_softmax(in.at(0), p.i("dim")); }},
+      {"logsumexp", [](const Inputs& in, Params& p) {
+         return loom::logsumexp(in.at(0), p.ints("axes"), p.b("keepdim")); }},
+      // movement
+      {"reshape", [](const Inputs& in, Params& p) { return loom::reshape(in.at(0), p.ints("shape")); }},
+      {"tensor_reshape", [](const Inputs& in, Params& p) { return in.at(0).reshape(p.ints("shape")); }},
+      {"flatten", [](const Inputs& in, Params& p) {
+         return loom::flatten(in.at(0), p.i("start"), p.i("end")); }},
+      {"permute", [](const Inputs& in, Params& p) { return loom::permute(in.at(0), p.ints("perm")); }},
+      {"tensor_permute", [](const Inputs& in, Params& p) { return in.at(0).permute(p.ints("perm")); }},
+      {"transpose", [](const Inputs& in, Params& p) {
+         return loom::transpose(in.at(0), p.i("d0"), p.i("d1")); }},
+      {"tensor_transpose", [](const Inputs& in, Params& p) {
+         return in.at(0).transpose(p.i("d0"), p.i("d1")); }},
+      {"slice", [](const Inputs& in, Params& p) {
+         return loom::slice(in.at(0), p.i("dim"), p.i("start"), p.i("end"), p.i("step")); }},
+      {"concat", [](const Inputs& in, Params& p) { return loom::concat(in, p.i("dim")); }},
+      {"expand", [](const Inputs& in, Params& p) { return loom::expand(in.at(0), p.ints("shape")); }},
+      {"tensor_expand", [](const Inputs& in, Params& p) { return in.at(0).expand(p.ints("shape")); }},
+      {"broadcast_to",
+       [](const Inputs& in, Params& p) { return loom::broadcast_to(in.at(0), p.ints("shape")); }},
+      {"pad", [](const Inputs& in, Params& p) {
+         return loom::pad(in.at(0), p.ints("pads"), p.f("value")); }},
+      {"unsqueeze", [](const Inputs& in, Params& p) { return loom::unsqueeze(in.at(0), p.i("dim")); }},
+      {"squeeze", [](const Inputs& in, Params& p) { return loom::squeeze(in.at(0), p.i("dim")); }},
+      // linear algebra, convolution, pooling
+      LOOM_BINARY(matmul),
+      {"conv2d", [](const Inputs& in, Params& p) {
+         loom::Conv2dOptions o;
+         o.stride = p.pair("stride");
+         o.padding = p.pair("padding");
+         o.dilation = p.pair("dilation");
+         o.groups = p.i("groups");
+         return loom::conv2d(in.at(0), in.at(1), in.size() > 2 ? in.at(2) : Tensor{}, o); }},
+      {"max_pool2d",
+       [](const Inputs& in, Params& p) { return loom::max_pool2d(in.at(0), pool_options(p)); }},
+      {"avg_pool2d", [](const Inputs& in, Params& p) {
+         loom::Pool2dOptions o = pool_options(p);
+         o.count_include_pad = p.b("count_include_pad");
+         return loom::avg_pool2d(in.at(0), o); }},
+      // indexing
+      {"gather", [](const Inputs& in, Params& p) { return loom::gather(in.at(0), p.i("dim"), in.at(1)); }},
+      {"index_select", [](const Inputs& in, Params& p) {
+         return loom::index_select(in.at(0), p.i("dim"), in.at(1)); }},
+      {"embedding", [](const Inputs& in, Params&) { return loom::embedding(in.at(0), in.at(1)); }},
+      {"scatter_add", [](const Inputs& in, Params& p) {
+         return loom::scatter_add(in.at(0), p.i("dim"), in.at(1), in.at(2)); }},
+      {"one_hot",
+       [](const Inputs& in, Params& p) { return loom::one_hot(in.at(0), p.i("num_classes")); }},
+      // creation
+      {"iota", [](const Inputs&, Params& p) {
+         return loom::iota(p.ints("shape"), p.i("dim"), p.dtype("dtype")); }},
+      {"arange", [](const Inputs&, Params& p) {
+         return loom::arange(p.f("start"), p.f("end"), p.f("step"), p.dtype("dtype")); }},
+      {"arange_end", [](const Inputs&, Params& p) { return loom::arange(p.i("end"), p.dtype("dtype")); }},
+      {"full", [](const Inputs&, Params& p) {
+         return loom::full(p.ints("shape"), p.f("value"), p.dtype("dtype")); }},
+      {"zeros", [](const Inputs&, Params& p) { return loom::zeros(p.ints("shape"), p.dtype("dtype")); }},
+      {"ones", [](const Inputs&, Params& p) { return loom::ones(p.ints("shape"), p.dtype("dtype")); }},
+      {"scalar_tensor",
+       [](const Inputs&, Params& p) { return loom::scalar_tensor(p.f("value"), p.dtype("dtype")); }},
+      // composites: several ops in one lazy graph
+      {"composite_relu_affine_sum",
+       [](const Inputs& in, Params&) { return loom::relu(in.at(0) * 2.0 - 3.0).sum(); }},
+      {"composite_manual_softmax", [](const Inputs& in, Params&) {
+         const Tensor& x = in.at(0);
+         Tensor e = loom::exp(x - loom::amax(x, {1}, true));
+         return e / loom::sum(e, {1}, true); }},
+      {"composite_transpose_matmul", [](const Inputs& in, Params&) {
+         return loom::matmul(loom::transpose(in.at(0), 0, 1), in.at(1)); }},
+      {"composite_slice_sum", [](const Inputs& in, Params&) {
+         return loom::sum(loom::slice(in.at(0), 0, 1, 6, 2), {1}); }},
+      {"composite_permute_reshape", [](const Inputs& in, Params&) {
+         return loom::reshape(loom::permute(in.at(0), {1, 0, 2}), {3, -1}); }},
+      {"composite_pad_conv", [](const Inputs& in, Params&) {
+         return loom::conv2d(loom::pad(in.at(0), {1, 1, 1, 1}, 0.5), in.at(1)); }},
+      {"composite_self_square",
+       [](const Inputs& in, Params&) { return in.at(0) * in.at(0) + in.at(0); }},
+      {"composite_where_compare", [](const Inputs& in, Params&) {
+         const Tensor& a = in.at(0);
+         const Tensor& b = in.at(1);
+         return loom::where(loom::gt(a, b), a * 2.5, b - 1.5); }},
+      {"composite_softmax_transposed", [](const Inputs& in, Params&) {
+         return loom::softmax(loom::transpose(in.at(0), 0, 1), -1); }},
+      {"composite_layer_norm", [](const Inputs& in, Params&) {
+         Tensor centered = in.at(0) - loom::mean(in.at(0), {1}, true);
+         Tensor var = loom::mean(centered * centered, {1}, true);
+         return centered * loom::rsqrt(var + 1e-5); }},
+      {"composite_concat_of_ops", [](const Inputs& in, Params&) {
+         return loom::concat({loom::exp(in.at(0)), loom::neg(in.at(1))}, 0); }},
+  };
+  return table;
+}
+
+#undef LOOM_UNARY
+#undef LOOM_BINARY
+
+// ---- comparison ----
+
+struct Tolerance {
+  double rel;
+  double abs;
+};
+
+bool close(double got, double want, Tolerance tol) {
+  if (std::isnan(want)) return std::isnan(got);
+  if (std::isinf(want)) return got == want;
+  return std::fabs(got - want) <= tol.abs + tol.rel * std::fabs(want);
+}
+
+// ---- the parameterized forward test ----
+
+struct CaseRun {
+  std::size_t index;
+  DType dtype;  // what the fixture's "float" means in this run
+};
+
+void PrintTo(const CaseRun& run, std::ostream* os) {
+  *os << fixtures().cases.at(run.index).name << " as " << loom::dtype_name(run.dtype);
+}
+
+std::vector<CaseRun> all_runs() {
+  std::vector<CaseRun> runs;
+  for (std::size_t i = 0; i < fixtures().cases.size(); ++i) {
+    runs.push_back({i, DType::Float64});
+    runs.push_back({i, DType::Float32});
+  }
+  return runs;
+}
+
+class OpForward : public ::testing::TestWithParam<CaseRun> {};
+
+TEST_P(OpForward, MatchesPyTorch) {
+  const CaseRun run = GetParam();
+  const Case& c = fixtures().cases.at(run.index);
+  SCOPED_TRACE("case " + c.name + " (op " + c.op + ", " + loom::dtype_name(run.dtype) +
+               ", fixture line " + std::to_string(c.line) + ")");
+
+  auto fn = op_table().find(c.op);
+  ASSERT_NE(fn, op_table().end()) << "no entry in op_table() for op '" << c.op << "'";
+
+  const DType want_dtype = resolve_dtype(c.output.dtype, run.dtype);
+  Params params(c.params, run.dtype);
+  loom::HostTensor got;
+  try {
+    Inputs inputs;
+    for (const TensorSpec& spec : c.inputs) inputs.push_back(make_tensor(spec, run.dtype));
+    const Tensor result = fn->second(inputs, params);
+    ASSERT_TRUE(result.defined());
+    EXPECT_EQ(result.dtype(), want_dtype) << "traced dtype " << loom::dtype_name(result.dtype());
+    EXPECT_EQ(result.shape(), c.output.shape)
+        << "traced shape " << loom::shape_str(result.shape()) << ", want "
+        << loom::shape_str(c.output.shape);
+    got = result.to_host();
+  } catch (const std::exception& e) {
+    FAIL() << "threw: " << e.what();
+  }
+  EXPECT_TRUE(params.unused().empty())
+      << "fixture param '" << params.unused().front() << "' is not read by the op table";
+
+  ASSERT_EQ(got.dtype, want_dtype) << "got " << loom::dtype_name(got.dtype) << ", want "
+                                   << loom::dtype_name(want_dtype);
+  ASSERT_EQ(got.shape, c.output.shape) << "got " << loom::shape_str(got.shape) << ", want "
+                                       << loom::shape_str(c.output.shape);
+  ASSERT_EQ(got.bytes.size(), c.output.values.size() * loom::dtype_size(want_dtype));
+
+  const bool floating = loom::is_floating(want_dtype);
+  const bool single = run.dtype == DType::Float32 || want_dtype == DType::Float32;
+  const Tolerance tol = !floating ? Tolerance{0, 0}
+                        : single  ? Tolerance{1e-4, 1e-5}
+                                  : Tolerance{1e-10, 1e-12};
+  int mismatches = 0;
+  std::ostringstream report;
+  report.precision(17);
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const double g = got.at(i);
+    const double w = c.output.values[static_cast<std::size_t>(i)];
+    if (close(g, w, tol)) continue;
+    if (++mismatches <= 8) {
+      report << "\n  [" << i << "] got " << g << ", want " << w << " (diff " << g - w << ")";
+    }
+  }
+  EXPECT_EQ(mismatches, 0) << mismatches << " of " << got.numel()
+                           << " elements outside rel " << tol.rel << " / abs " << tol.abs
+                           << report.str();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fixture, OpForward, ::testing::ValuesIn(all_runs()),
+    [](const ::testing::TestParamInfo<CaseRun>& info) {
+      return fixtures().cases.at(info.param.index).name +
+             (info.param.dtype == DType::Float64 ? "_f64" : "_f32");
+    });
+
+// The fixture file exists, parses, and covers the op table one to one.
+TEST(OpFixtures, LoadedAndComplete) {
+  const Fixtures& f = fixtures();
+  ASSERT_TRUE(f.error.empty()) << f.error;
+  ASSERT_FALSE(f.cases.empty()) << kFixturePath << " holds no cases";
+
+  std::set<std::string> names;
+  std::set<std::string> ops;
+  for (const Case& c : f.cases) {
+    EXPECT_TRUE(names.insert(c.name).second) << "duplicate case name " << c.name;
+    for (char ch : c.name) {
+      EXPECT_TRUE(std::isalnum(static_cast<unsigned char>(ch)) || ch == '_')
+          << "case name " << c.name << " is not a valid test name";
+    }
+    EXPECT_TRUE(op_table().count(c.op)) << "case " << c.name << ": no lambda for op " << c.op;
+    ops.insert(c.op);
+  }
+  for (const auto& [op, fn] : op_table()) {
+    EXPECT_TRUE(ops.count(op)) << "op " << op << " has no fixture case";
+  }
+}
+
+// ---- loom's own random generator ----
+
+std::vector<double> values(const Tensor& t) {
+  const loom::HostTensor h = t.to_host();
+  std::vector<double> out(static_cast<std::size_t>(h.numel()));
+  for (int64_t i = 0; i < h.numel(); ++i) out[static_cast<std::size_t>(i)] = h.at(i);
+  return out;
+}
+
+double mean_of(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return s / static_cast<double>(v.size());
+}
+
+double std_of(const std::vector<double>& v) {
+  const double m = mean_of(v);
+  double s = 0;
+  for (double x : v) s += (x - m) * (x - m);
+  return std::sqrt(s / static_cast<double>(v.size() - 1));
+}
+
+class RandomTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(RandomTest, SameSeedGivesSameValues) {
+  const DType dt = GetParam();
+  EXPECT_EQ(loom::rand({1000}, 42, dt).to_host().bytes, loom::rand({1000}, 42, dt).to_host().bytes);
+  EXPECT_EQ(loom::randn({1000}, 42, dt).to_host().bytes,
+            loom::randn({1000}, 42, dt).to_host().bytes);
+}
+
+TEST_P(RandomTest, DifferentSeedsDiffer) {
+  const DType dt = GetParam();
+  for (bool normal : {false, true}) {
+    auto a = values(normal ? loom::randn({1000}, 1, dt) : loom::rand({1000}, 1, dt));
+    auto b = values(normal ? loom::randn({1000}, 2, dt) : loom::rand({1000}, 2, dt));
+    int equal = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) equal += a[i] == b[i];
+    EXPECT_LT(equal, 10) << (normal ? "randn" : "rand") << ": seeds 1 and 2 agree on " << equal
+                         << " of 1000 elements";
+  }
+}
+
+TEST_P(RandomTest, ElementDependsOnlyOnSeedAndIndex) {
+  const DType dt = GetParam();
+  auto flat = values(loom::rand({200}, 7, dt));
+  auto grid = values(loom::rand({10, 20}, 7, dt));
+  auto prefix = values(loom::rand({50}, 7, dt));
+  EXPECT_EQ(flat, grid);
+  EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), flat.begin()));
+}
+
+TEST_P(RandomTest, RandIsUniformOnUnitInterval) {
+  const DType dt = GetParam();
+  const Tensor t = loom::rand({100, 100}, 123, dt);
+  EXPECT_EQ(t.dtype(), dt);
+  EXPECT_EQ(t.shape(), (Shape{100, 100}));
+  auto v = values(t);
+  ASSERT_EQ(v.size(), 10000u);
+  for (double x : v) {
+    ASSERT_GE(x, 0.0);
+    ASSERT_LT(x, 1.0);
+  }
+  EXPECT_NEAR(mean_of(v), 0.5, 0.02);
+  EXPECT_NEAR(std_of(v), std::sqrt(1.0 / 12.0), 0.02);
+  std::set<double> distinct(v.begin(), v.end());
+  EXPECT_GT(distinct.size(), 9900u);
+}
+
+TEST_P(RandomTest, RandnIsStandardNormal) {
+  const DType dt = GetParam();
+  const Tensor t = loom::randn({10000}, 99, dt);
+  EXPECT_EQ(t.dtype(), dt);
+  auto v = values(t);
+  ASSERT_EQ(v.size(), 10000u);
+  for (double x : v) ASSERT_TRUE(std::isfinite(x));
+  EXPECT_NEAR(mean_of(v), 0.0, 0.05);
+  EXPECT_NEAR(std_of(v), 1.0, 0.05);
+  int within_one = 0;
+  for (double x : v) within_one += std::fabs(x) < 1.0;
+  EXPECT_NEAR(within_one / 10000.0, 0.6827, 0.03);
+}
+
+TEST_P(RandomTest, UniformAndNormalScale) {
+  const DType dt = GetParam();
+  auto u = values(loom::uniform({10000}, -2.0, 3.0, 5, dt));
+  for (double x : u) {
+    ASSERT_GE(x, -2.0);
+    ASSERT_LE(x, 3.0);  // float32 rounding may reach the bound, as in PyTorch
+  }
+  EXPECT_NEAR(mean_of(u), 0.5, 0.1);
+  auto n = values(loom::normal({10000}, 4.0, 0.5, 5, dt));
+  EXPECT_NEAR(mean_of(n), 4.0, 0.05);
+  EXPECT_NEAR(std_of(n), 0.5, 0.03);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, RandomTest, ::testing::Values(DType::Float32, DType::Float64),
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                           return std::string(loom::dtype_name(info.param));
+                         });
+
+}  // namespace
