@@ -3,6 +3,7 @@
 // strides (0 for a broadcast dimension), so they differ only in how they build the strides.
 #include "runtime/kernels_impl.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cstring>
 
@@ -35,6 +36,45 @@ CopyPlan coalesce(const Shape& shape, const std::vector<int64_t>& src_strides,
   return p;
 }
 
+int64_t outer_offset(int64_t o, const CopyPlan& p, std::size_t dims,
+                     const std::vector<int64_t>& strides) {
+  int64_t off = 0;
+  for (std::size_t d = dims; d-- > 0;) {
+    off += (o % p.shape[d]) * strides[d];
+    o /= p.shape[d];
+  }
+  return off;
+}
+
+// The two innermost dims are transposed (the source is contiguous along the outer of them).
+// Each square tile goes through a small local buffer so that both sides are touched a whole
+// contiguous run at a time; walking the strided side directly thrashes cache sets when the
+// strides are powers of two.
+template <class U>
+void transpose_copy(const U* src, U* dst, const CopyPlan& p) {
+  constexpr int64_t kTile = 32;
+  const std::size_t rank = p.shape.size();
+  const int64_t rows = p.shape[rank - 2], cols = p.shape[rank - 1];
+  const int64_t src_col = p.src_strides[rank - 1], dst_row = p.dst_strides[rank - 2];
+  const int64_t tr = (rows + kTile - 1) / kTile, tc = (cols + kTile - 1) / kTile;
+  const int64_t outer = dims_product(p.shape, 0, rank - 2);
+  const int64_t grain = std::max<int64_t>(1, kGrainElementwise / (kTile * kTile));
+  parallel_range(outer * tr * tc, grain, [&](int64_t b, int64_t e) {
+    U tile[kTile][kTile];
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t o = t / (tr * tc);
+      const int64_t i0 = (t / tc % tr) * kTile, j0 = (t % tc) * kTile;
+      const int64_t i1 = std::min(rows, i0 + kTile), j1 = std::min(cols, j0 + kTile);
+      const U* s = src + outer_offset(o, p, rank - 2, p.src_strides);
+      U* d = dst + outer_offset(o, p, rank - 2, p.dst_strides);
+      for (int64_t j = j0; j < j1; ++j)
+        for (int64_t i = i0; i < i1; ++i) tile[j - j0][i - i0] = s[i + j * src_col];
+      for (int64_t i = i0; i < i1; ++i)
+        for (int64_t j = j0; j < j1; ++j) d[i * dst_row + j] = tile[j - j0][i - i0];
+    }
+  });
+}
+
 template <class U>
 void strided_copy_typed(const U* src, U* dst, const CopyPlan& p) {
   std::size_t rank = p.shape.size();
@@ -42,6 +82,9 @@ void strided_copy_typed(const U* src, U* dst, const CopyPlan& p) {
     *dst = *src;
     return;
   }
+  if (rank >= 2 && p.src_strides[rank - 2] == 1 && p.src_strides[rank - 1] != 1 &&
+      p.dst_strides[rank - 1] == 1)
+    return transpose_copy(src, dst, p);
   const int64_t inner = p.shape.back();
   const int64_t ss = p.src_strides.back(), ds = p.dst_strides.back();
   const int64_t rows = dims_product(p.shape, 0, rank - 1);
