@@ -27,6 +27,13 @@
 //                     attr.ints = {stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups}.
 //   MaxPool2d         [N,C,H,W]; attr.ints = {kh, kw, sh, sw, ph, pw}; padding never wins.
 //   AvgPool2d         as MaxPool2d plus a 7th int count_include_pad (0/1).
+//   Conv2dGradInput   (grad_out [N,O,Ho,Wo], weight [O,C/g,kh,kw]) -> [N,C,H,W]: the gradient
+//                     of Conv2d's input; attr.ints = Conv2d's 7 ints + {H, W}.
+//   Conv2dGradWeight  (input [N,C,H,W], grad_out [N,O,Ho,Wo]) -> [O,C/g,kh,kw]: the gradient
+//                     of Conv2d's weight; attr.ints = Conv2d's 7 ints + {kh, kw}.
+//   MaxPool2dGrad     (input [N,C,H,W], grad_out [N,C,Ho,Wo]) -> [N,C,H,W]: each window's
+//                     gradient goes to its first maximum; attr.ints = MaxPool2d's.
+//   AvgPool2dGrad     (grad_out [N,C,Ho,Wo]) -> [N,C,H,W]; attr.ints = AvgPool2d's 7 + {H, W}.
 //   Gather            (x, index int64) same rank; attr.ints = {dim}; result shape = index's.
 //   IndexSelect       (x, index int64 1-D); attr.ints = {dim}.
 //   ScatterAdd        (self, index int64, src) with index.shape == src.shape; attr.ints = {dim}.
@@ -43,7 +50,7 @@ enum class Op : uint8_t {
   // random (seeded)
   RandUniform, RandNormal,
   // unary
-  Neg, Exp, Log, Sqrt, Rsqrt, Abs, Relu, Sigmoid, Tanh, Silu, Gelu, GeluTanh, Sin, Cos,
+  Neg, Exp, Log, Sqrt, Rsqrt, Abs, Relu, Sigmoid, Tanh, Silu, Gelu, GeluTanh, Erf, Sin, Cos,
   LogicalNot, Cast,
   // binary
   Add, Sub, Mul, Div, Pow, Maximum, Minimum, Eq, Ne, Lt, Le, Gt, Ge,
@@ -55,6 +62,7 @@ enum class Op : uint8_t {
   Reshape, Permute, Slice, Expand, Pad, Concat,
   // compute
   Matmul, Conv2d, MaxPool2d, AvgPool2d,
+  Conv2dGradInput, Conv2dGradWeight, MaxPool2dGrad, AvgPool2dGrad,
   // indexing
   Gather, IndexSelect, ScatterAdd, OneHot,
   Count_
@@ -69,6 +77,7 @@ struct OpInfo {
   const char* name;  // PyTorch's name where one exists
   int arity;         // -1: variadic
   OpGroup group;
+  bool differentiable;  // has a gradient rule (autograd/grad_rules.cpp)
 };
 
 const OpInfo& op_info(Op op);

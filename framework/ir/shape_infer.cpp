@@ -125,6 +125,7 @@ TypeAndShape infer(Op op, const std::vector<NodePtr>& xs, const Attr& attr) {
     case Op::Silu:
     case Op::Gelu:
     case Op::GeluTanh:
+    case Op::Erf:
     case Op::Sin:
     case Op::Cos:
       expect_float(op, xs[0]);
@@ -310,6 +311,38 @@ TypeAndShape infer(Op op, const std::vector<NodePtr>& xs, const Attr& attr) {
     case Op::MaxPool2d:
     case Op::AvgPool2d:
       return {xs[0]->dtype(), pool_shape(op, xs[0], attr)};
+    case Op::Conv2dGradInput:
+    case Op::Conv2dGradWeight: {
+      // Built by autograd from a checked Conv2d, so these checks guard internal misuse.
+      if (attr.ints.size() != 9) fail(op, "expected Conv2d's attributes and two sizes");
+      expect_float(op, xs[0]);
+      if (xs[0]->dtype() != xs[1]->dtype()) fail(op, "expected operands of one dtype, got " + dtypes_of(xs));
+      if (xs[0]->shape().size() != 4 || xs[1]->shape().size() != 4)
+        fail(op, "expected 4-D operands, got " + shapes_of(xs));
+      int64_t groups = attr.ints[6];
+      if (op == Op::Conv2dGradInput) {
+        const auto& g = xs[0]->shape();
+        const auto& w = xs[1]->shape();
+        return {xs[0]->dtype(), {g[0], w[1] * groups, attr.ints[7], attr.ints[8]}};
+      }
+      const auto& x = xs[0]->shape();
+      const auto& g = xs[1]->shape();
+      return {xs[0]->dtype(), {g[1], x[1] / groups, attr.ints[7], attr.ints[8]}};
+    }
+    case Op::MaxPool2dGrad: {
+      auto expected = pool_shape(op, xs[0], attr);
+      if (xs[1]->shape() != expected || xs[1]->dtype() != xs[0]->dtype())
+        fail(op, "expected a gradient of the pooled shape " + shape_str(expected) + ", got " +
+                     shape_str(xs[1]->shape()));
+      return {xs[0]->dtype(), xs[0]->shape()};
+    }
+    case Op::AvgPool2dGrad: {
+      expect_float(op, xs[0]);
+      expect_rank(op, xs[0], 4, "[N,C,Ho,Wo]");
+      if (attr.ints.size() != 9) fail(op, "expected AvgPool2d's attributes and two sizes");
+      const auto& g = xs[0]->shape();
+      return {xs[0]->dtype(), {g[0], g[1], attr.ints[7], attr.ints[8]}};
+    }
 
     case Op::Gather: {
       expect_int64(op, xs[1], "an index");

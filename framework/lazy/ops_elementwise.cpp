@@ -2,6 +2,8 @@
 // node in the IR has operands of one shape.
 #include "lazy/ops_util.h"
 
+#include "autograd/grad_node.h"
+
 #include <cstdlib>
 
 namespace loom {
@@ -27,7 +29,9 @@ Tensor apply(ir::Op op, const std::vector<Tensor>& operands, ir::Attr attr) {
       fail(name, "expected operands on one device, got " + device_str(device) + " and " +
                      device_str(t.device()));
   }
-  return make_tensor(ir::make_node(op, std::move(nodes), std::move(attr)), device);
+  auto out = make_tensor(ir::make_node(op, nodes, attr), device);
+  autograd::record(op, attr, operands, nodes, out);
+  return out;
 }
 
 Tensor scalar(double value, DType dtype, Device device) {

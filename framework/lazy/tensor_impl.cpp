@@ -26,6 +26,12 @@ LiveRegistry& live() {
   return *r;
 }
 
+void register_live(const std::shared_ptr<TensorImpl>& impl) {
+  auto& r = live();
+  std::lock_guard lock(r.mutex);
+  r.tensors.emplace(impl->id(), impl);
+}
+
 void unregister(uint64_t id) {
   auto& r = live();
   std::lock_guard lock(r.mutex);
@@ -37,8 +43,9 @@ void unregister(uint64_t id) {
 TensorImpl::TensorImpl(ir::NodePtr ir, Device device)
     : dtype_(ir->dtype()), shape_(ir->shape()), device_(device), id_(next_id++), ir_(std::move(ir)) {}
 
-TensorImpl::TensorImpl(std::shared_ptr<runtime::DeviceBuffer> data, Device device)
-    : dtype_(data->dtype), shape_(data->shape), device_(device), id_(next_id++), data_(std::move(data)) {}
+TensorImpl::TensorImpl(std::shared_ptr<runtime::DeviceBuffer> data, Device device, ir::NodePtr leaf)
+    : dtype_(data->dtype), shape_(data->shape), device_(device), id_(next_id++), data_(std::move(data)),
+      leaf_(std::move(leaf)) {}
 
 TensorImpl::~TensorImpl() {
   if (ir_) unregister(id_);
@@ -71,15 +78,82 @@ void TensorImpl::set_data(std::shared_ptr<runtime::DeviceBuffer> data) {
   unregister(id_);
 }
 
+void TensorImpl::assign(const TensorImpl& value) {
+  if (&value == this) return;
+  if (value.dtype_ != dtype_ || value.shape_ != shape_)
+    throw Error("assign: expected a value of " + std::string(dtype_name(dtype_)) + shape_str(shape_) +
+                ", got " + dtype_name(value.dtype_) + shape_str(value.shape_));
+  ir::NodePtr ir;
+  std::shared_ptr<runtime::DeviceBuffer> data;
+  std::shared_ptr<autograd::GradNode> fn;
+  {
+    std::lock_guard lock(value.mutex_);
+    ir = value.ir_;
+    data = value.data_;
+    fn = value.grad_fn_;
+  }
+  bool was_pending;
+  {
+    std::lock_guard lock(mutex_);
+    if (fn && requires_grad_ && !grad_fn_)
+      throw Error("assign: a leaf tensor that requires grad cannot take a value with autograd "
+                  "history; update parameters under loom::NoGradGuard");
+    was_pending = ir_ != nullptr;
+    ir_ = std::move(ir);
+    data_ = std::move(data);
+    leaf_.reset();
+    grad_fn_ = std::move(fn);
+  }
+  // The live registry holds weak pointers to pending tensors only.
+  if (was_pending && !ir_) unregister(id_);
+  if (!was_pending && ir_) register_live(shared_from_this());
+}
+
+bool TensorImpl::requires_grad() const {
+  std::lock_guard lock(mutex_);
+  return requires_grad_ || grad_fn_ != nullptr;
+}
+
+void TensorImpl::set_requires_grad(bool on) {
+  std::lock_guard lock(mutex_);
+  if (!on && grad_fn_)
+    throw Error("requires_grad_: a computed tensor cannot stop requiring grad; use detach()");
+  if (on && !is_floating(dtype_))
+    throw Error(std::string("requires_grad_: expected a floating-point tensor, got ") + dtype_name(dtype_));
+  requires_grad_ = on;
+}
+
+std::shared_ptr<autograd::GradNode> TensorImpl::grad_fn() const {
+  std::lock_guard lock(mutex_);
+  return grad_fn_;
+}
+
+void TensorImpl::set_grad_fn(std::shared_ptr<autograd::GradNode> fn) {
+  std::lock_guard lock(mutex_);
+  grad_fn_ = std::move(fn);
+}
+
+Tensor TensorImpl::grad() const {
+  std::lock_guard lock(mutex_);
+  return Tensor(grad_);
+}
+
+void TensorImpl::set_grad(Tensor grad) {
+  if (grad.defined() && (grad.dtype() != dtype_ || grad.shape() != shape_))
+    throw Error("set_grad: expected a gradient of " + std::string(dtype_name(dtype_)) + shape_str(shape_) +
+                ", got " + dtype_name(grad.dtype()) + shape_str(grad.shape()));
+  std::lock_guard lock(mutex_);
+  grad_ = grad.impl();
+}
+
 namespace lazy {
 
 Tensor make_tensor(ir::NodePtr node, Device device) {
+  if (node->op() == ir::Op::DeviceData)
+    return Tensor(std::make_shared<TensorImpl>(
+        std::static_pointer_cast<runtime::DeviceBuffer>(node->payload()), device, node));
   auto impl = std::make_shared<TensorImpl>(std::move(node), device);
-  {
-    auto& r = live();
-    std::lock_guard lock(r.mutex);
-    r.tensors.emplace(impl->id(), impl);
-  }
+  register_live(impl);
   if (is_eager_mode()) run_graph({impl}, RunKind::Eager);
   return Tensor(std::move(impl));
 }

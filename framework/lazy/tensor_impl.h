@@ -14,10 +14,15 @@
 
 namespace loom {
 
-class TensorImpl {
+namespace autograd {
+struct GradNode;
+}
+
+class TensorImpl : public std::enable_shared_from_this<TensorImpl> {
  public:
   TensorImpl(ir::NodePtr ir, Device device);
-  TensorImpl(std::shared_ptr<runtime::DeviceBuffer> data, Device device);
+  // `leaf`, when given, is the DeviceData node already standing for `data`.
+  TensorImpl(std::shared_ptr<runtime::DeviceBuffer> data, Device device, ir::NodePtr leaf = nullptr);
   ~TensorImpl();
   TensorImpl(const TensorImpl&) = delete;
   TensorImpl& operator=(const TensorImpl&) = delete;
@@ -36,6 +41,18 @@ class TensorImpl {
   std::shared_ptr<runtime::DeviceBuffer> data() const;
   // Pending → on device. Called by the executor once a program owes this buffer.
   void set_data(std::shared_ptr<runtime::DeviceBuffer> data);
+  // In-place update that keeps this tensor's identity: takes `value`'s state (pending IR or
+  // buffer) and its autograd history. dtype and shape must match.
+  void assign(const TensorImpl& value);
+
+  // Autograd state (framework/autograd). A tensor needs a gradient when it is a leaf that
+  // requires one or when it was computed from such tensors (it then has a grad_fn).
+  bool requires_grad() const;
+  void set_requires_grad(bool on);
+  std::shared_ptr<autograd::GradNode> grad_fn() const;
+  void set_grad_fn(std::shared_ptr<autograd::GradNode> fn);
+  Tensor grad() const;
+  void set_grad(Tensor grad);
 
  private:
   const DType dtype_;
@@ -46,11 +63,15 @@ class TensorImpl {
   ir::NodePtr ir_;
   std::shared_ptr<runtime::DeviceBuffer> data_;
   ir::NodePtr leaf_;
+  bool requires_grad_ = false;
+  std::shared_ptr<autograd::GradNode> grad_fn_;
+  std::shared_ptr<TensorImpl> grad_;
 };
 
 namespace lazy {
 
-// Wraps an IR node as a tensor. In eager mode the node runs at once.
+// Wraps an IR node as a tensor. In eager mode the node runs at once. A DeviceData node gives
+// a tensor on that buffer (nothing pending).
 Tensor make_tensor(ir::NodePtr node, Device device);
 // A tensor whose buffer already holds `data` (copied from the host, counted as a transfer).
 Tensor make_device_tensor(const void* data, DType dtype, const Shape& shape, Device device);

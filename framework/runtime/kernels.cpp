@@ -39,6 +39,7 @@ void run_kernel(ir::Op op, const ir::Attr& attr, std::span<const TensorView> in,
     case Op::Silu:
     case Op::Gelu:
     case Op::GeluTanh:
+    case Op::Erf:
     case Op::Sin:
     case Op::Cos:
     case Op::LogicalNot:
@@ -79,6 +80,10 @@ void run_kernel(ir::Op op, const ir::Attr& attr, std::span<const TensorView> in,
     case Op::Conv2d: return conv2d_kernel(attr, in[0], in[1], out);
     case Op::MaxPool2d: return max_pool2d_kernel(attr, in[0], out);
     case Op::AvgPool2d: return avg_pool2d_kernel(attr, in[0], out);
+    case Op::Conv2dGradInput: return conv2d_grad_input_kernel(attr, in[0], in[1], out);
+    case Op::Conv2dGradWeight: return conv2d_grad_weight_kernel(attr, in[0], in[1], out);
+    case Op::MaxPool2dGrad: return max_pool2d_grad_kernel(attr, in[0], in[1], out);
+    case Op::AvgPool2dGrad: return avg_pool2d_grad_kernel(attr, in[0], out);
 
     case Op::Gather: return gather_kernel(attr, in[0], in[1], out);
     case Op::IndexSelect: return index_select_kernel(attr, in[0], in[1], out);

@@ -43,21 +43,29 @@ void matmul_typed(const TensorView& a, const TensorView& b, const TensorView& ou
     std::fill(pc, pc + batch * m * n, T(0));
     return;
   }
-  // Tasks are (batch, block of rows of A); a single large product still splits by rows.
-  const int64_t row_grain = std::max<int64_t>(1, kMinTaskFlops / (k * n));
-  const int64_t row_blocks = std::max<int64_t>(
-      1, std::min((m + row_grain - 1) / row_grain, (thread_count() * 4 + batch - 1) / batch));
+  // Tasks are (batch, block of rows, block of columns): enough of them to occupy the threads
+  // (a single large product splits by rows, then by columns for few-row products such as a
+  // vector-matrix one), but none below kMinTaskFlops.
+  const int64_t flops = batch * m * k * n;
+  const int64_t want = std::clamp<int64_t>(flops / kMinTaskFlops, 1, thread_count() * 4);
+  const int64_t per_batch = (want + batch - 1) / batch;
+  const int64_t row_blocks = std::clamp<int64_t>(per_batch, 1, std::max<int64_t>(1, m / 8));
+  const int64_t col_blocks = std::clamp<int64_t>((per_batch + row_blocks - 1) / row_blocks, 1,
+                                                 std::max<int64_t>(1, n / 128));
   const int64_t rows_per = (m + row_blocks - 1) / row_blocks;
-  const int64_t grain = std::max<int64_t>(1, kMinTaskFlops / (rows_per * k * n));
-  parallel_range(batch * row_blocks, grain, [&](int64_t s, int64_t e) {
+  const int64_t cols_per = (n + col_blocks - 1) / col_blocks;
+  const int64_t grain = std::max<int64_t>(1, kMinTaskFlops / (rows_per * k * cols_per));
+  parallel_range(batch * row_blocks * col_blocks, grain, [&](int64_t s, int64_t e) {
     for (int64_t t = s; t < e; ++t) {
-      const int64_t bi = t / row_blocks, r0 = (t % row_blocks) * rows_per;
-      const int64_t rows = std::min(rows_per, m - r0);
-      if (rows <= 0) continue;
+      const int64_t bi = t / (row_blocks * col_blocks);
+      const int64_t r0 = (t / col_blocks % row_blocks) * rows_per;
+      const int64_t c0 = (t % col_blocks) * cols_per;
+      const int64_t rows = std::min(rows_per, m - r0), cols = std::min(cols_per, n - c0);
+      if (rows <= 0 || cols <= 0) continue;
       ConstMap<T> am(pa + bi * m * k + r0 * k, rows, k);
       ConstMap<T> bm(pb + bi * k * n, k, n);
-      Map<T> cm(pc + bi * m * n + r0 * n, rows, n);
-      cm.noalias() = am * bm;
+      Map<T> cm(pc + bi * m * n, m, n);
+      cm.block(r0, c0, rows, cols).noalias() = am * bm.middleCols(c0, cols);
     }
   });
 }
@@ -202,7 +210,7 @@ void avg_pool2d_kernel(const ir::Attr& attr, const TensorView& x, const TensorVi
           for (int64_t y = y0; y < y1; ++y)
             for (int64_t xx = x0; xx < x1; ++xx) sum += in[y * g.w + xx];
           const int64_t count = count_include_pad ? padded_count : (y1 - y0) * (x1 - x0);
-          o[oy * g.ow + ox] = count > 0 ? static_cast<T>(sum / count) : T(0);
+          o[oy * g.ow + ox] = count > 0 ? static_cast<T>(sum / static_cast<double>(count)) : T(0);
         }
     });
   });

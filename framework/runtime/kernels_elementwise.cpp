@@ -92,6 +92,7 @@ void unary_float(Op op, const TensorView& x, const TensorView& out) {
         return half * v * (one + std::tanh(k * (v + c * v * v * v)));
       });
     }
+    case Op::Erf: return map1<T, T>(x, out, g, [](T v) { return std::erf(v); });
     case Op::Sin: return map1<T, T>(x, out, g, [](T v) { return std::sin(v); });
     case Op::Cos: return map1<T, T>(x, out, g, [](T v) { return std::cos(v); });
     default: break;  // the remaining ops are not float unary ops

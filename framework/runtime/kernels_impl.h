@@ -167,6 +167,16 @@ void conv2d_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& 
 void max_pool2d_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& out);
 void avg_pool2d_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& out);
 
+// kernels_grad.cpp
+void conv2d_grad_input_kernel(const ir::Attr& attr, const TensorView& grad_out,
+                              const TensorView& w, const TensorView& out);
+void conv2d_grad_weight_kernel(const ir::Attr& attr, const TensorView& x,
+                               const TensorView& grad_out, const TensorView& out);
+void max_pool2d_grad_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& grad_out,
+                            const TensorView& out);
+void avg_pool2d_grad_kernel(const ir::Attr& attr, const TensorView& grad_out,
+                            const TensorView& out);
+
 // kernels_index.cpp
 void gather_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& index,
                    const TensorView& out);

@@ -69,6 +69,22 @@ class Tensor {
   // True when the value is pending IR (not yet given a device buffer).
   bool is_pending() const;
 
+  // ---- autograd (see loom/autograd.h) ----
+  bool requires_grad() const;
+  // Marks a floating-point leaf as needing a gradient; returns *this.
+  Tensor& requires_grad_(bool on = true);
+  // The gradient accumulated by backward(); undefined until backward reaches this tensor.
+  Tensor grad() const;
+  void set_grad(const Tensor& grad);
+  // Gradients of this tensor with respect to every leaf that requires grad, accumulated into
+  // their grad(). `gradient` may be omitted for a one-element tensor (it is then 1).
+  void backward(const Tensor& gradient = {}) const;
+  // The same value with no autograd history.
+  Tensor detach() const;
+  // In-place update keeping identity (parameters, optimizer state): every handle to this
+  // tensor sees `value` from now on. dtype and shape must match.
+  void assign(const Tensor& value) const;
+
   // Method forms of the free functions below.
   Tensor sum(std::vector<int64_t> axes = {}, bool keepdim = false) const;
   Tensor mean(std::vector<int64_t> axes = {}, bool keepdim = false) const;

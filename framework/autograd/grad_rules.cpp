@@ -1,0 +1,241 @@
+// Every gradient rule, in one exhaustive switch over ir::Op. Rules build ordinary lazy ops,
+// so the backward pass joins the forward pass in the step's graph. Elementwise nodes have
+// operands of one shape (the API inserted explicit expands), so their rules need no
+// broadcasting; the Expand rule sums the gradient back to the smaller shape.
+#include "autograd/grad_node.h"
+#include "lazy/ops_util.h"
+
+#include <cmath>
+#include <numbers>
+#include <numeric>
+
+namespace loom::autograd {
+namespace {
+
+using ir::Op;
+
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype(), t.device()); }
+Tensor as(const Tensor& mask, const Tensor& like) { return mask.to(like.dtype()); }
+
+// Scatters g back into a zero tensor of `in` shape at start + i*step per dimension.
+Tensor slice_backward(Tensor g, const Shape& in, const std::vector<int64_t>& ints) {
+  auto r = in.size();
+  for (std::size_t d = 0; d < r; ++d) {
+    int64_t start = ints[d], step = ints[r + d], n = ints[2 * r + d];
+    if (step > 1) {
+      // [.., n, ..] -> [.., n, step] (zeros after each element) -> [.., n*step, ..]
+      Shape s = g.shape();
+      Shape wide = s;
+      wide.insert(wide.begin() + d + 1, 1);
+      std::vector<int64_t> pads(2 * wide.size(), 0);
+      auto g2 = reshape(g, wide);
+      std::vector<int64_t> fpads;  // F.pad order: last dimension first
+      for (std::size_t k = wide.size(); k-- > 0;) {
+        fpads.push_back(0);
+        fpads.push_back(k == d + 1 ? step - 1 : 0);
+      }
+      g2 = pad(g2, fpads);
+      s[d] = n * step;
+      g = reshape(g2, s);
+    }
+    int64_t len = g.shape()[d];
+    int64_t keep = std::min(len, in[d] - start);
+    if (keep < len) g = slice(g, static_cast<int64_t>(d), 0, keep);
+    std::vector<int64_t> fpads(2 * r, 0);
+    std::size_t k = r - 1 - d;
+    fpads[2 * k] = start;
+    fpads[2 * k + 1] = in[d] - start - keep;
+    g = pad(g, fpads);
+  }
+  return g;
+}
+
+// Sums g over the dimensions that an Expand from `in` broadcast.
+Tensor expand_backward(const Tensor& g, const Shape& in) {
+  std::vector<int64_t> axes;
+  for (std::size_t d = 0; d < in.size(); ++d)
+    if (in[d] == 1 && g.shape()[d] != 1) axes.push_back(static_cast<int64_t>(d));
+  return axes.empty() ? g : sum(g, axes, true);
+}
+
+// Expands a keepdim-shaped reduction result back over `in`.
+Tensor unreduce(const Tensor& g, const Shape& in) { return expand(g, in); }
+
+Tensor conv_input_grad(const Tensor& g, const Tensor& w, const ir::Attr& attr, const Shape& in) {
+  ir::Attr a = attr;
+  a.ints.push_back(in[2]);
+  a.ints.push_back(in[3]);
+  return lazy::apply(Op::Conv2dGradInput, {g, w}, a);
+}
+
+Tensor conv_weight_grad(const Tensor& x, const Tensor& g, const ir::Attr& attr, const Shape& w) {
+  ir::Attr a = attr;
+  a.ints.push_back(w[2]);
+  a.ints.push_back(w[3]);
+  return lazy::apply(Op::Conv2dGradWeight, {x, g}, a);
+}
+
+}  // namespace
+
+std::vector<Tensor> grad_rule(const GradNode& node, const Tensor& g) {
+  auto in = [&](std::size_t k) { return lazy::make_tensor(node.inputs[k], node.device); };
+  auto out = [&] { return lazy::make_tensor(node.output, node.device); };
+  auto needs = [&](std::size_t k) { return node.next[k].needed(); };
+  const auto& ints = node.attr.ints;
+
+  switch (node.op) {
+    case Op::DeviceData: case Op::Constant: case Op::Iota:
+    case Op::RandUniform: case Op::RandNormal:
+    case Op::LogicalNot: case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt:
+    case Op::Ge: case Op::ArgMax: case Op::OneHot: case Op::Count_:
+    // Gradient ops are not recorded (no double backward): op_info(op).differentiable.
+    case Op::Conv2dGradInput: case Op::Conv2dGradWeight: case Op::MaxPool2dGrad:
+    case Op::AvgPool2dGrad:
+      return std::vector<Tensor>(node.inputs.size());
+
+    case Op::Neg: return {-g};
+    case Op::Exp: return {g * out()};
+    case Op::Log: return {g / in(0)};
+    case Op::Sqrt: return {g / (out() * 2.0)};
+    case Op::Rsqrt: { auto y = out(); return {g * y * y * y * -0.5}; }
+    case Op::Abs: { auto x = in(0); return {g * (as(gt(x, zeros_like(x)), x) - as(lt(x, zeros_like(x)), x))}; }
+    case Op::Relu: { auto x = in(0); return {g * as(gt(x, zeros_like(x)), x)}; }
+    case Op::Sigmoid: { auto y = out(); return {g * y * (1.0 - y)}; }
+    case Op::Tanh: { auto y = out(); return {g * (1.0 - y * y)}; }
+    case Op::Silu: {
+      auto x = in(0);
+      auto s = sigmoid(x);
+      return {g * s * (1.0 + x * (1.0 - s))};
+    }
+    case Op::Gelu: {
+      // d/dx x·Φ(x) = Φ(x) + x·φ(x)
+      auto x = in(0);
+      auto cdf = (lazy::apply(Op::Erf, {x * (1 / std::numbers::sqrt2)}) + 1.0) * 0.5;
+      auto pdf = exp(x * x * -0.5) * (1 / std::sqrt(2 * std::numbers::pi));
+      return {g * (cdf + x * pdf)};
+    }
+    case Op::GeluTanh: {
+      constexpr double k = 0.7978845608028654;  // sqrt(2/pi)
+      constexpr double c = 0.044715;
+      auto x = in(0);
+      auto t = tanh((x + x * x * x * c) * k);
+      auto dt = (1.0 - t * t) * ((x * x * (3 * c) + 1.0) * k);
+      return {g * ((t + 1.0) * 0.5 + x * dt * 0.5)};
+    }
+    case Op::Erf: {
+      auto x = in(0);
+      return {g * exp(-(x * x)) * (2 / std::sqrt(std::numbers::pi))};
+    }
+    case Op::Sin: return {g * cos(in(0))};
+    case Op::Cos: return {-(g * sin(in(0)))};
+    case Op::Cast: {
+      auto x = in(0);
+      if (!is_floating(x.dtype())) return {Tensor()};
+      return {g.to(x.dtype())};
+    }
+
+    case Op::Add: return {g, g};
+    case Op::Sub: return {g, needs(1) ? -g : Tensor()};
+    case Op::Mul: return {needs(0) ? g * in(1) : Tensor(), needs(1) ? g * in(0) : Tensor()};
+    case Op::Div: {
+      auto b = in(1);
+      return {needs(0) ? g / b : Tensor(), needs(1) ? -(g * out() / b) : Tensor()};
+    }
+    case Op::Pow: {
+      auto a = in(0), b = in(1);
+      return {needs(0) ? g * b * pow(a, b - 1.0) : Tensor(),
+              needs(1) ? g * out() * log(a) : Tensor()};
+    }
+    case Op::Maximum:
+    case Op::Minimum: {
+      // Ties split the gradient evenly, as PyTorch does.
+      auto a = in(0), b = in(1);
+      auto win = node.op == Op::Maximum ? gt(a, b) : lt(a, b);
+      auto lose = node.op == Op::Maximum ? lt(a, b) : gt(a, b);
+      auto tie = as(eq(a, b), a) * 0.5;
+      return {g * (as(win, a) + tie), g * (as(lose, a) + tie)};
+    }
+    case Op::Where: {
+      auto c = in(0);
+      auto z = zeros_like(g);
+      return {Tensor(), needs(1) ? where(c, g, z) : Tensor(), needs(2) ? where(c, z, g) : Tensor()};
+    }
+
+    case Op::Sum: return {unreduce(g, node.inputs[0]->shape())};
+    case Op::Mean: {
+      const auto& s = node.inputs[0]->shape();
+      int64_t count = 1;
+      for (auto a : ints) count *= s[a];
+      return {unreduce(g, s) * (1.0 / static_cast<double>(count))};
+    }
+    case Op::Max: {
+      // Ties share the gradient evenly (torch.amax).
+      auto x = in(0);
+      auto mask = as(eq(x, unreduce(out(), x.shape())), x);
+      auto count = sum(mask, ints, true);
+      return {mask * unreduce(g / count, x.shape())};
+    }
+
+    case Op::Reshape: return {reshape(g, node.inputs[0]->shape())};
+    case Op::Permute: {
+      std::vector<int64_t> inverse(ints.size());
+      for (std::size_t i = 0; i < ints.size(); ++i) inverse[ints[i]] = static_cast<int64_t>(i);
+      return {permute(g, inverse)};
+    }
+    case Op::Slice: return {slice_backward(g, node.inputs[0]->shape(), ints)};
+    case Op::Expand: return {expand_backward(g, node.inputs[0]->shape())};
+    case Op::Pad: {
+      Tensor r = g;
+      const auto& s = node.inputs[0]->shape();
+      for (std::size_t d = 0; d < s.size(); ++d)
+        r = slice(r, static_cast<int64_t>(d), ints[2 * d], ints[2 * d] + s[d]);
+      return {r};
+    }
+    case Op::Concat: {
+      std::vector<Tensor> grads;
+      int64_t at = 0;
+      for (const auto& x : node.inputs) {
+        int64_t n = x->shape()[ints[0]];
+        grads.push_back(slice(g, ints[0], at, at + n));
+        at += n;
+      }
+      return grads;
+    }
+
+    case Op::Matmul: {
+      auto a = in(0), b = in(1);
+      return {needs(0) ? matmul(g, transpose(b, -1, -2)) : Tensor(),
+              needs(1) ? matmul(transpose(a, -1, -2), g) : Tensor()};
+    }
+    case Op::Conv2d: {
+      auto x = in(0), w = in(1);
+      return {needs(0) ? conv_input_grad(g, w, node.attr, x.shape()) : Tensor(),
+              needs(1) ? conv_weight_grad(x, g, node.attr, w.shape()) : Tensor()};
+    }
+    case Op::MaxPool2d: return {lazy::apply(Op::MaxPool2dGrad, {in(0), g}, node.attr)};
+    case Op::AvgPool2d: {
+      ir::Attr a = node.attr;
+      const auto& s = node.inputs[0]->shape();
+      a.ints.push_back(s[2]);
+      a.ints.push_back(s[3]);
+      return {lazy::apply(Op::AvgPool2dGrad, {g}, a)};
+    }
+
+    case Op::Gather: {
+      auto x = in(0), idx = in(1);
+      return {scatter_add(zeros_like(x), ints[0], idx, g), Tensor()};
+    }
+    case Op::IndexSelect: {
+      auto x = in(0), idx = in(1);
+      Shape s(g.dim(), 1);
+      s[ints[0]] = idx.numel();
+      return {scatter_add(zeros_like(x), ints[0], expand(reshape(idx, s), g.shape()), g), Tensor()};
+    }
+    case Op::ScatterAdd: {
+      return {needs(0) ? g : Tensor(), Tensor(), needs(2) ? gather(g, ints[0], in(1)) : Tensor()};
+    }
+  }
+  lazy::fail(ir::op_name(node.op), "has no gradient rule");
+}
+
+}  // namespace loom::autograd

@@ -1,0 +1,327 @@
+// Gradient kernels for the compute ops (kernels_compute.cpp), each the exact adjoint of its
+// forward kernel under the same conventions (padding, dilation, groups; the max pool's
+// winner; the avg pool's divisor):
+//   conv2d input:  per (image, group): cols = W_g^T * grad_out_g (Eigen GEMM), then col2im.
+//   conv2d weight: grad_W_g = sum over images of grad_out_g * im2col(input)_g^T.
+//   max pool:      each output's gradient goes to the element the forward picked.
+//   avg pool:      each output's gradient / the forward's divisor goes to its window.
+// Results do not depend on the thread count: work is split by the shapes only (never by
+// max_concurrency), every output element is written by one task, and partial sums over
+// images are combined in a fixed order.
+#include "runtime/kernels_impl.h"
+
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace loom::runtime {
+namespace {
+
+template <class T>
+using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T>
+using ConstMap = Eigen::Map<const RowMajor<T>>;
+template <class T>
+using Map = Eigen::Map<RowMajor<T>>;
+// A block of columns of a wider row-major matrix.
+template <class T>
+using StridedMap = Eigen::Map<RowMajor<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
+template <class T>
+using ConstStridedMap = Eigen::Map<const RowMajor<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
+
+// Multiply-adds per TBB task below which splitting costs more than it saves.
+constexpr int64_t kMinTaskFlops = 1 << 18;
+// Tasks to aim for when splitting a conv gradient (a fixed number, not the thread count, so
+// that results are the same on any machine).
+constexpr int64_t kTargetTasks = 64;
+// The GEMM's channel-block dimension is kept at least this wide when splitting channels.
+constexpr int64_t kMinBlockRows = 32;
+// Upper bound on the elements of per-chunk partial weight gradients.
+constexpr int64_t kMaxPartialElems = int64_t{1} << 24;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+struct ConvGeometry {
+  int64_t n, c, h, w;         // input
+  int64_t o, kh, kw;          // weight
+  int64_t oh, ow;             // output
+  int64_t sh, sw, ph, pw, dh, dw, groups;
+};
+
+// First and one-past-last output index o with 0 <= o*stride - pad + tap < size, clamped to
+// [0, out).
+inline void valid_range(int64_t size, int64_t out, int64_t stride, int64_t pad, int64_t tap,
+                        int64_t& lo, int64_t& hi) {
+  const int64_t off = tap - pad;  // input index = o*stride + off
+  lo = off >= 0 ? 0 : ceil_div(-off, stride);
+  hi = size - off <= 0 ? 0 : ceil_div(size - off, stride);
+  lo = std::min(lo, out);
+  hi = std::clamp(hi, lo, out);
+}
+
+// Unfolds input channels [c0, c0+cn) of one image into col [cn*kh*kw, oh*ow], exactly as the
+// forward conv does; taps in the padding read zero.
+template <class T>
+void im2col(const T* img, const ConvGeometry& g, int64_t c0, int64_t cn, T* col) {
+  const int64_t positions = g.oh * g.ow;
+  for (int64_t ci = 0; ci < cn; ++ci) {
+    const T* plane = img + (c0 + ci) * g.h * g.w;
+    for (int64_t i = 0; i < g.kh; ++i) {
+      int64_t ylo, yhi;
+      valid_range(g.h, g.oh, g.sh, g.ph, i * g.dh, ylo, yhi);
+      for (int64_t j = 0; j < g.kw; ++j) {
+        int64_t xlo, xhi;
+        valid_range(g.w, g.ow, g.sw, g.pw, j * g.dw, xlo, xhi);
+        T* dst = col + ((ci * g.kh + i) * g.kw + j) * positions;
+        std::fill(dst, dst + positions, T(0));
+        for (int64_t oy = ylo; oy < yhi; ++oy) {
+          const int64_t base = (oy * g.sh - g.ph + i * g.dh) * g.w - g.pw + j * g.dw;
+          T* d = dst + oy * g.ow;
+          for (int64_t ox = xlo; ox < xhi; ++ox) d[ox] = plane[base + ox * g.sw];
+        }
+      }
+    }
+  }
+}
+
+// The adjoint of im2col: adds col [cn*kh*kw, oh*ow] into input channels [c0, c0+cn) of one
+// image (taps in the padding are dropped). Each channel's taps are added in a fixed order.
+template <class T>
+void col2im_add(const T* col, const ConvGeometry& g, int64_t c0, int64_t cn, T* img) {
+  const int64_t positions = g.oh * g.ow;
+  for (int64_t ci = 0; ci < cn; ++ci) {
+    T* plane = img + (c0 + ci) * g.h * g.w;
+    for (int64_t i = 0; i < g.kh; ++i) {
+      int64_t ylo, yhi;
+      valid_range(g.h, g.oh, g.sh, g.ph, i * g.dh, ylo, yhi);
+      for (int64_t j = 0; j < g.kw; ++j) {
+        int64_t xlo, xhi;
+        valid_range(g.w, g.ow, g.sw, g.pw, j * g.dw, xlo, xhi);
+        const T* src = col + ((ci * g.kh + i) * g.kw + j) * positions;
+        for (int64_t oy = ylo; oy < yhi; ++oy) {
+          const int64_t base = (oy * g.sh - g.ph + i * g.dh) * g.w - g.pw + j * g.dw;
+          const T* s = src + oy * g.ow;
+          for (int64_t ox = xlo; ox < xhi; ++ox) plane[base + ox * g.sw] += s[ox];
+        }
+      }
+    }
+  }
+}
+
+// Channels per block when splitting a group's cg channels so that `units` independent units
+// give about kTargetTasks tasks, keeping each block's GEMM dimension >= kMinBlockRows.
+int64_t channels_per_block(int64_t cg, int64_t taps, int64_t units) {
+  int64_t blocks = std::max<int64_t>(1, ceil_div(kTargetTasks, std::max<int64_t>(1, units)));
+  blocks = std::min({blocks, cg, std::max<int64_t>(1, cg * taps / kMinBlockRows)});
+  return ceil_div(cg, std::max<int64_t>(1, blocks));
+}
+
+// grad_in [N,C,H,W] from grad_out [N,O,Ho,Wo] and weight [O,C/g,kh,kw]. Tasks are
+// (image, group, block of input channels); each writes its own input channels.
+template <class T>
+void conv2d_grad_input_typed(const ConvGeometry& g, const T* pgo, const T* pw, T* pgi) {
+  const int64_t cg = g.c / g.groups, og = g.o / g.groups;
+  const int64_t taps = g.kh * g.kw;
+  const int64_t rows = cg * taps;
+  const int64_t positions = g.oh * g.ow;
+  const int64_t cpb = channels_per_block(cg, taps, g.n * g.groups);
+  const int64_t blocks = ceil_div(cg, cpb);
+  const int64_t task_flops = std::max<int64_t>(1, cpb * taps * og * positions);
+  const int64_t grain = std::max<int64_t>(1, kMinTaskFlops / task_flops);
+  parallel_range(g.n * g.groups * blocks, grain, [&](int64_t s, int64_t e) {
+    std::vector<T> col;
+    for (int64_t t = s; t < e; ++t) {
+      const int64_t img = t / (g.groups * blocks);
+      const int64_t grp = (t / blocks) % g.groups;
+      const int64_t c0 = (t % blocks) * cpb, cn = std::min(cpb, cg - c0);
+      T* gi = pgi + img * g.c * g.h * g.w;
+      std::fill(gi + (grp * cg + c0) * g.h * g.w, gi + (grp * cg + c0 + cn) * g.h * g.w, T(0));
+      if (positions == 0 || og == 0) continue;
+      col.resize(cn * taps * positions);
+      // W_g is [og, rows]; this block is its columns [c0*taps, (c0+cn)*taps).
+      ConstStridedMap<T> wm(pw + grp * og * rows + c0 * taps, og, cn * taps,
+                            Eigen::OuterStride<>(rows));
+      ConstMap<T> gm(pgo + (img * g.o + grp * og) * positions, og, positions);
+      Map<T> cm(col.data(), cn * taps, positions);
+      cm.noalias() = wm.transpose() * gm;
+      col2im_add(col.data(), g, grp * cg + c0, cn, gi);
+    }
+  });
+}
+
+// grad_w [O,C/g,kh,kw] from input [N,C,H,W] and grad_out [N,O,Ho,Wo]. Tasks are
+// (chunk of images, group, block of input channels); with more than one chunk each writes a
+// partial sum that a second pass adds up in chunk order.
+template <class T>
+void conv2d_grad_weight_typed(const ConvGeometry& g, const T* px, const T* pgo, T* pgw) {
+  const int64_t cg = g.c / g.groups, og = g.o / g.groups;
+  const int64_t taps = g.kh * g.kw;
+  const int64_t rows = cg * taps;
+  const int64_t positions = g.oh * g.ow;
+  const int64_t wsize = g.o * rows;
+  const int64_t cpb = channels_per_block(cg, taps, g.groups);
+  const int64_t blocks = ceil_div(cg, cpb);
+  const int64_t units = g.groups * blocks;
+  const int64_t image_flops = std::max<int64_t>(1, og * cpb * taps * positions);
+  int64_t chunks = std::min<int64_t>(g.n, ceil_div(kTargetTasks, units));
+  chunks = std::min(chunks, std::max<int64_t>(1, g.n * image_flops / kMinTaskFlops));
+  chunks = std::min(chunks, std::max<int64_t>(1, kMaxPartialElems / std::max<int64_t>(1, wsize)));
+  chunks = std::max<int64_t>(1, chunks);
+  const int64_t per_chunk = std::max<int64_t>(1, ceil_div(g.n, chunks));
+  chunks = std::max<int64_t>(1, ceil_div(g.n, per_chunk));
+
+  std::vector<T> partial(chunks > 1 ? static_cast<std::size_t>(chunks * wsize) : 0);
+  const int64_t grain = std::max<int64_t>(1, kMinTaskFlops / (image_flops * per_chunk));
+  parallel_range(chunks * units, grain, [&](int64_t s, int64_t e) {
+    std::vector<T> col;
+    for (int64_t t = s; t < e; ++t) {
+      const int64_t chunk = t / units;
+      const int64_t grp = (t / blocks) % g.groups;
+      const int64_t c0 = (t % blocks) * cpb, cn = std::min(cpb, cg - c0);
+      T* dst = chunks > 1 ? partial.data() + chunk * wsize : pgw;
+      StridedMap<T> wm(dst + grp * og * rows + c0 * taps, og, cn * taps,
+                       Eigen::OuterStride<>(rows));
+      wm.setZero();
+      if (positions == 0) continue;
+      col.resize(cn * taps * positions);
+      const int64_t i0 = chunk * per_chunk, i1 = std::min(g.n, i0 + per_chunk);
+      for (int64_t img = i0; img < i1; ++img) {
+        im2col(px + img * g.c * g.h * g.w, g, grp * cg + c0, cn, col.data());
+        ConstMap<T> cm(col.data(), cn * taps, positions);
+        ConstMap<T> gm(pgo + (img * g.o + grp * og) * positions, og, positions);
+        wm.noalias() += gm * cm.transpose();
+      }
+    }
+  });
+  if (chunks > 1)
+    parallel_range(wsize, kGrainElementwise, [&](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i) {
+        T acc = partial[i];
+        for (int64_t c = 1; c < chunks; ++c) acc += partial[c * wsize + i];
+        pgw[i] = acc;
+      }
+    });
+}
+
+struct PoolGeometry {
+  int64_t planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw;
+};
+
+// Calls f(plane) for each (image, channel) plane index, in parallel.
+template <class F>
+void for_each_plane(const PoolGeometry& g, F f) {
+  const int64_t grain = std::max<int64_t>(1, kGrainElementwise / std::max<int64_t>(1, g.h * g.w));
+  parallel_range(g.planes, grain, [&](int64_t s, int64_t e) {
+    for (int64_t p = s; p < e; ++p) f(p);
+  });
+}
+
+}  // namespace
+
+void conv2d_grad_input_kernel(const ir::Attr& attr, const TensorView& grad_out,
+                              const TensorView& w, const TensorView& out) {
+  assert(attr.ints.size() == 9 && "conv2d_grad_input: attr.ints = conv2d's 7 + {H, W}");
+  const auto& a = attr.ints;
+  ConvGeometry g{out.shape[0], out.shape[1], out.shape[2], out.shape[3],
+                 w.shape[0], w.shape[2], w.shape[3], grad_out.shape[2], grad_out.shape[3],
+                 a[0], a[1], a[2], a[3], a[4], a[5], a[6]};
+  if (out.numel() == 0) return;
+  visit_float("conv2d_grad_input", out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    conv2d_grad_input_typed<T>(g, grad_out.as<const T>(), w.as<const T>(), out.as<T>());
+  });
+}
+
+void conv2d_grad_weight_kernel(const ir::Attr& attr, const TensorView& x,
+                               const TensorView& grad_out, const TensorView& out) {
+  assert(attr.ints.size() == 9 && "conv2d_grad_weight: attr.ints = conv2d's 7 + {kh, kw}");
+  const auto& a = attr.ints;
+  ConvGeometry g{x.shape[0], x.shape[1], x.shape[2], x.shape[3],
+                 out.shape[0], out.shape[2], out.shape[3], grad_out.shape[2], grad_out.shape[3],
+                 a[0], a[1], a[2], a[3], a[4], a[5], a[6]};
+  if (out.numel() == 0) return;
+  visit_float("conv2d_grad_weight", out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    conv2d_grad_weight_typed<T>(g, x.as<const T>(), grad_out.as<const T>(), out.as<T>());
+  });
+}
+
+void max_pool2d_grad_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& grad_out,
+                            const TensorView& out) {
+  assert(attr.ints.size() >= 6 && "max_pool2d_grad: attr.ints = {kh, kw, sh, sw, ph, pw}");
+  const auto& a = attr.ints;
+  const PoolGeometry g{x.shape[0] * x.shape[1], x.shape[2], x.shape[3], grad_out.shape[2],
+                       grad_out.shape[3], a[0], a[1], a[2], a[3], a[4], a[5]};
+  visit_float("max_pool2d_grad", out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* px = x.as<const T>();
+    const T* pg = grad_out.as<const T>();
+    T* po = out.as<T>();
+    for_each_plane(g, [&](int64_t p) {
+      const T* in = px + p * g.h * g.w;
+      const T* go = pg + p * g.oh * g.ow;
+      T* gi = po + p * g.h * g.w;
+      std::fill(gi, gi + g.h * g.w, T(0));
+      for (int64_t oy = 0; oy < g.oh; ++oy)
+        for (int64_t ox = 0; ox < g.ow; ++ox) {
+          // The forward's scan: padding is skipped; the first strict maximum wins, a NaN
+          // replaces it (so the last NaN wins); an all -inf window picks its first element.
+          const int64_t y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
+          int64_t best_i = -1;
+          T best = -std::numeric_limits<T>::infinity();
+          for (int64_t y = std::max<int64_t>(y0, 0); y < std::min(y0 + g.kh, g.h); ++y)
+            for (int64_t xx = std::max<int64_t>(x0, 0); xx < std::min(x0 + g.kw, g.w); ++xx) {
+              const T v = in[y * g.w + xx];
+              if (best_i < 0 || v > best || std::isnan(v)) {
+                best = v;
+                best_i = y * g.w + xx;
+              }
+            }
+          if (best_i >= 0) gi[best_i] += go[oy * g.ow + ox];
+        }
+    });
+  });
+}
+
+void avg_pool2d_grad_kernel(const ir::Attr& attr, const TensorView& grad_out,
+                            const TensorView& out) {
+  assert(attr.ints.size() == 9 && "avg_pool2d_grad: attr.ints = avg_pool2d's 7 + {H, W}");
+  const auto& a = attr.ints;
+  const PoolGeometry g{out.shape[0] * out.shape[1], out.shape[2], out.shape[3],
+                       grad_out.shape[2], grad_out.shape[3], a[0], a[1], a[2], a[3], a[4], a[5]};
+  const bool count_include_pad = a[6] != 0;
+  visit_float("avg_pool2d_grad", out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* pg = grad_out.as<const T>();
+    T* po = out.as<T>();
+    for_each_plane(g, [&](int64_t p) {
+      const T* go = pg + p * g.oh * g.ow;
+      T* gi = po + p * g.h * g.w;
+      std::fill(gi, gi + g.h * g.w, T(0));
+      for (int64_t oy = 0; oy < g.oh; ++oy)
+        for (int64_t ox = 0; ox < g.ow; ++ox) {
+          // The forward's divisor: with count_include_pad, the window clipped to the padded
+          // input; otherwise the in-bounds elements.
+          int64_t y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
+          int64_t y1 = std::min(y0 + g.kh, g.h + g.ph), x1 = std::min(x0 + g.kw, g.w + g.pw);
+          const int64_t padded_count = (y1 - y0) * (x1 - x0);
+          y0 = std::max<int64_t>(y0, 0);
+          x0 = std::max<int64_t>(x0, 0);
+          y1 = std::min(y1, g.h);
+          x1 = std::min(x1, g.w);
+          const int64_t count = count_include_pad ? padded_count : (y1 - y0) * (x1 - x0);
+          if (count <= 0) continue;
+          const T v = static_cast<T>(static_cast<double>(go[oy * g.ow + ox]) /
+                                     static_cast<double>(count));
+          for (int64_t y = y0; y < y1; ++y)
+            for (int64_t xx = x0; xx < x1; ++xx) gi[y * g.w + xx] += v;
+        }
+    });
+  });
+}
+
+}  // namespace loom::runtime

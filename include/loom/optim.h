@@ -1,0 +1,170 @@
+// Optimizers, learning-rate schedules and gradient clipping, with PyTorch's update rules.
+// Updates are lazy ops on the parameters (in place, Tensor::assign), so with
+// optimizer_step(opt, /*barrier=*/true) forward, backward and update are one step graph.
+// Hyper-parameters are scalars, hence device data: changing the LR every step (a schedule)
+// never recompiles.
+//
+//   loom::optim::SGD opt(model->parameters(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 5e-4});
+//   loom::optim::CosineSchedule sched(opt, {.base_lr = 0.1, .warmup_steps = 200, .total_steps = 10000});
+//   for (auto& batch : loader) {
+//     opt.zero_grad();
+//     loss_fn(model, batch).backward();
+//     loom::optim::optimizer_step(opt, /*barrier=*/true);
+//     sched.step();
+//   }
+#pragma once
+
+#include <loom/tensor.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace loom::optim {
+
+class Optimizer {
+ public:
+  Optimizer(std::vector<Tensor> params, double lr, const char* name);
+  virtual ~Optimizer() = default;
+
+  // One update of every parameter that has a gradient (parameters without one are skipped).
+  virtual void step() = 0;
+  // Sets every parameter's gradient to none (PyTorch's set_to_none=True).
+  void zero_grad();
+
+  double lr() const { return lr_; }
+  void set_lr(double lr);
+  int64_t steps() const { return steps_; }
+  const std::vector<Tensor>& params() const { return params_; }
+
+  // The optimizer's state as named tensors ("<param index>.<name>") plus the step count, for
+  // checkpoints. load_state() checks names and shapes.
+  virtual std::vector<std::pair<std::string, Tensor>> state() const = 0;
+  virtual void load_state(const std::vector<std::pair<std::string, Tensor>>& state, int64_t steps) = 0;
+
+ protected:
+  std::vector<Tensor> params_;
+  double lr_;
+  int64_t steps_ = 0;
+  const char* name_;
+};
+
+struct SGDOptions {
+  double lr = 0.1;
+  double momentum = 0;
+  double dampening = 0;
+  double weight_decay = 0;
+  bool nesterov = false;
+};
+
+class SGD final : public Optimizer {
+ public:
+  SGD(std::vector<Tensor> params, SGDOptions options);
+  void step() override;
+  std::vector<std::pair<std::string, Tensor>> state() const override;
+  void load_state(const std::vector<std::pair<std::string, Tensor>>& state, int64_t steps) override;
+
+ private:
+  SGDOptions o_;
+  std::vector<Tensor> momentum_;  // undefined until a parameter's first update
+};
+
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0;  // Adam: added to the gradient; AdamW: decoupled (default 1e-2)
+};
+
+class Adam : public Optimizer {
+ public:
+  Adam(std::vector<Tensor> params, AdamOptions options);
+  void step() override;
+  std::vector<std::pair<std::string, Tensor>> state() const override;
+  void load_state(const std::vector<std::pair<std::string, Tensor>>& state, int64_t steps) override;
+
+ protected:
+  Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled, const char* name);
+
+ private:
+  AdamOptions o_;
+  bool decoupled_;
+  std::vector<Tensor> exp_avg_, exp_avg_sq_;
+  std::vector<int64_t> param_steps_;
+};
+
+class AdamW final : public Adam {
+ public:
+  AdamW(std::vector<Tensor> params, AdamOptions options = {.weight_decay = 1e-2});
+};
+
+// step(), then mark_step() when `barrier` is true. (With several processes, gradients will
+// be all-reduced first.)
+void optimizer_step(Optimizer& opt, bool barrier = false);
+
+// Scales gradients so their global L2 norm is at most max_norm; returns the norm before
+// clipping, lazily (reading it is a transfer). Like torch.nn.utils.clip_grad_norm_.
+Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+
+// ---- learning-rate schedules: call step() after each optimizer step ----
+class Schedule {
+ public:
+  explicit Schedule(Optimizer& opt) : opt_(opt) {}
+  virtual ~Schedule() = default;
+  // The LR for a given (0-based) step.
+  virtual double lr_at(int64_t step) const = 0;
+  // Advances one step and sets the optimizer's LR.
+  void step();
+  int64_t current_step() const { return step_; }
+  void set_step(int64_t step);
+
+ protected:
+  Optimizer& opt_;
+  int64_t step_ = 0;
+};
+
+struct StepOptions {
+  double base_lr = 0.1;
+  int64_t step_size = 30;  // steps between decays
+  double gamma = 0.1;
+};
+class StepSchedule final : public Schedule {
+ public:
+  StepSchedule(Optimizer& opt, StepOptions options);
+  double lr_at(int64_t step) const override;
+
+ private:
+  StepOptions o_;
+};
+
+struct CosineOptions {
+  double base_lr = 0.1;
+  int64_t warmup_steps = 0;  // linear from base_lr/warmup_steps to base_lr
+  int64_t total_steps = 1;   // cosine decay to min_lr at total_steps
+  double min_lr = 0;
+};
+class CosineSchedule final : public Schedule {
+ public:
+  CosineSchedule(Optimizer& opt, CosineOptions options);
+  double lr_at(int64_t step) const override;
+
+ private:
+  CosineOptions o_;
+};
+
+struct WarmupOptions {
+  double base_lr = 1e-3;
+  int64_t warmup_steps = 100;  // linear to base_lr, constant after
+};
+class WarmupSchedule final : public Schedule {
+ public:
+  WarmupSchedule(Optimizer& opt, WarmupOptions options);
+  double lr_at(int64_t step) const override;
+
+ private:
+  WarmupOptions o_;
+};
+
+}  // namespace loom::optim

@@ -1,0 +1,138 @@
+#include <loom/autograd.h>
+#include <loom/error.h>
+#include <loom/nn/module.h>
+
+#include <map>
+#include <set>
+
+namespace loom::nn {
+namespace {
+DType g_default_dtype = DType::Float32;
+
+void check_name(const std::string& name, const char* what) {
+  if (name.empty() || name.find('.') != std::string::npos)
+    throw Error(std::string(what) + ": expected a non-empty name without '.', got '" + name + "'");
+}
+}  // namespace
+
+DType default_dtype() { return g_default_dtype; }
+void set_default_dtype(DType dtype) {
+  if (!is_floating(dtype))
+    throw Error(std::string("set_default_dtype: expected float32 or float64, got ") + dtype_name(dtype));
+  g_default_dtype = dtype;
+}
+
+Tensor Module::forward(const Tensor&) {
+  throw Error("forward: this module does not take a single tensor input");
+}
+
+Tensor Module::register_parameter(const std::string& name, Tensor value) {
+  check_name(name, "register_parameter");
+  for (auto& [n, t] : params_)
+    if (n == name) throw Error("register_parameter: '" + name + "' is already registered");
+  if (!value.defined()) throw Error("register_parameter: '" + name + "' is an undefined tensor");
+  value.requires_grad_();
+  params_.emplace_back(name, value);
+  return value;
+}
+
+Tensor Module::register_buffer(const std::string& name, Tensor value) {
+  check_name(name, "register_buffer");
+  for (auto& [n, t] : buffers_)
+    if (n == name) throw Error("register_buffer: '" + name + "' is already registered");
+  buffers_.emplace_back(name, value);
+  return value;
+}
+
+void Module::add_child(const std::string& name, std::shared_ptr<Module> module) {
+  check_name(name, "register_module");
+  if (!module) throw Error("register_module: '" + name + "' is null");
+  for (auto& [n, m] : children_)
+    if (n == name) throw Error("register_module: '" + name + "' is already registered");
+  children_.emplace_back(name, std::move(module));
+}
+
+void Module::collect(const std::string& prefix, NamedTensors& out, bool params, bool buffers) const {
+  if (params)
+    for (auto& [n, t] : params_) out.emplace_back(prefix + n, t);
+  if (buffers)
+    for (auto& [n, t] : buffers_) out.emplace_back(prefix + n, t);
+  for (auto& [n, m] : children_) m->collect(prefix + n + ".", out, params, buffers);
+}
+
+NamedTensors Module::named_parameters() const {
+  NamedTensors out;
+  collect("", out, true, false);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters() const {
+  std::vector<Tensor> out;
+  for (auto& [n, t] : named_parameters()) out.push_back(t);
+  return out;
+}
+
+NamedTensors Module::named_buffers() const {
+  NamedTensors out;
+  collect("", out, false, true);
+  return out;
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_modules() const {
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> out;
+  for (auto& [n, m] : children_) {
+    out.emplace_back(n, m);
+    for (auto& [cn, cm] : m->named_modules()) out.emplace_back(n + "." + cn, cm);
+  }
+  return out;
+}
+
+NamedTensors Module::state_dict() const {
+  NamedTensors out;
+  collect("", out, true, true);
+  return out;
+}
+
+void Module::load_state_dict(const NamedTensors& state) {
+  std::map<std::string, Tensor> given;
+  for (auto& [n, t] : state) {
+    if (!given.emplace(n, t).second) throw Error("load_state_dict: key '" + n + "' appears twice");
+  }
+  auto mine = state_dict();
+  std::set<std::string> known;
+  for (auto& [n, t] : mine) {
+    known.insert(n);
+    auto it = given.find(n);
+    if (it == given.end()) throw Error("load_state_dict: missing key '" + n + "' (expected shape " + shape_str(t.shape()) + ")");
+    if (!it->second.defined()) throw Error("load_state_dict: key '" + n + "' holds an undefined tensor");
+    if (it->second.shape() != t.shape())
+      throw Error("load_state_dict: key '" + n + "' expects shape " + shape_str(t.shape()) +
+                  ", the state dict has " + shape_str(it->second.shape()));
+  }
+  for (auto& [n, t] : given)
+    if (!known.count(n)) throw Error("load_state_dict: unexpected key '" + n + "' (shape " + shape_str(t.shape()) + ")");
+  // Checked everything first, so a bad state dict changes nothing.
+  NoGradGuard no_grad;
+  for (auto& [n, t] : mine) {
+    const Tensor& v = given.at(n);
+    t.assign(v.dtype() == t.dtype() ? v.detach() : v.detach().to(t.dtype()));
+  }
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  on_train(on);
+  for (auto& [n, m] : children_) m->train(on);
+}
+
+void Module::zero_grad() {
+  for (auto& t : parameters()) t.set_grad({});
+}
+
+int64_t Module::num_parameters() const {
+  int64_t n = 0;
+  for (auto& t : parameters()) n += t.numel();
+  return n;
+}
+
+}  // namespace loom::nn

@@ -1,0 +1,96 @@
+#include <loom/autograd.h>
+#include <loom/optim.h>
+
+#include <cmath>
+
+namespace loom::optim {
+
+Adam::Adam(std::vector<Tensor> params, AdamOptions options) : Adam(std::move(params), options, false, "Adam") {}
+
+AdamW::AdamW(std::vector<Tensor> params, AdamOptions options) : Adam(std::move(params), options, true, "AdamW") {}
+
+Adam::Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled, const char* name)
+    : Optimizer(std::move(params), options.lr, name),
+      o_(options),
+      decoupled_(decoupled),
+      exp_avg_(params_.size()),
+      exp_avg_sq_(params_.size()),
+      param_steps_(params_.size(), 0) {
+  auto check = [&](bool ok, const std::string& what) {
+    if (!ok) throw Error(std::string(name) + ": expected " + what);
+  };
+  check(o_.beta1 >= 0 && o_.beta1 < 1, "beta1 in [0, 1), got " + std::to_string(o_.beta1));
+  check(o_.beta2 >= 0 && o_.beta2 < 1, "beta2 in [0, 1), got " + std::to_string(o_.beta2));
+  check(o_.eps >= 0, "eps >= 0, got " + std::to_string(o_.eps));
+  check(o_.weight_decay >= 0, "weight_decay >= 0, got " + std::to_string(o_.weight_decay));
+}
+
+// torch.optim.Adam / AdamW (single-tensor path of PyTorch 1.13):
+//   AdamW: p *= 1 - lr·wd;  Adam: g += wd·p
+//   m = β1·m + (1-β1)·g;  v = β2·v + (1-β2)·g²
+//   p -= lr / (1-β1^t) · m / (sqrt(v) / sqrt(1-β2^t) + eps)
+void Adam::step() {
+  NoGradGuard no_grad;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    auto& p = params_[i];
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    auto t = static_cast<double>(++param_steps_[i]);
+    Tensor value = p;
+    if (o_.weight_decay != 0) {
+      if (decoupled_) value = value * (1 - lr_ * o_.weight_decay);
+      else g = g + p * o_.weight_decay;
+    }
+    auto& m = exp_avg_[i];
+    auto& v = exp_avg_sq_[i];
+    if (!m.defined()) {
+      m = zeros(p.shape(), p.dtype(), p.device());
+      v = zeros(p.shape(), p.dtype(), p.device());
+    }
+    m = m * o_.beta1 + g * (1 - o_.beta1);
+    v = v * o_.beta2 + g * g * (1 - o_.beta2);
+    double step_size = lr_ / (1 - std::pow(o_.beta1, t));
+    double bias2_sqrt = std::sqrt(1 - std::pow(o_.beta2, t));
+    auto denom = sqrt(v) / bias2_sqrt + o_.eps;
+    p.assign(value - m / denom * step_size);
+  }
+  ++steps_;
+}
+
+std::vector<std::pair<std::string, Tensor>> Adam::state() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (!exp_avg_[i].defined()) continue;
+    out.emplace_back(std::to_string(i) + ".exp_avg", exp_avg_[i]);
+    out.emplace_back(std::to_string(i) + ".exp_avg_sq", exp_avg_sq_[i]);
+    out.emplace_back(std::to_string(i) + ".step",
+                     from_vector<int64_t>({param_steps_[i]}, {}, params_[i].device()));
+  }
+  return out;
+}
+
+void Adam::load_state(const std::vector<std::pair<std::string, Tensor>>& state, int64_t steps) {
+  std::vector<Tensor> m(params_.size()), v(params_.size());
+  std::vector<int64_t> counts(params_.size(), 0);
+  for (const auto& [name, t] : state) {
+    auto dot = name.find('.');
+    std::size_t i = dot == std::string::npos ? params_.size() : std::stoul(name.substr(0, dot));
+    std::string what = dot == std::string::npos ? name : name.substr(dot + 1);
+    if (i >= params_.size() || (what != "exp_avg" && what != "exp_avg_sq" && what != "step"))
+      throw Error(std::string(name_) + ": unexpected optimizer state '" + name + "'");
+    if (what == "step") {
+      counts[i] = t.item<int64_t>();
+      continue;
+    }
+    if (t.shape() != params_[i].shape())
+      throw Error(std::string(name_) + ": state '" + name + "' expects shape " +
+                  shape_str(params_[i].shape()) + ", got " + shape_str(t.shape()));
+    (what == "exp_avg" ? m : v)[i] = t.detach();
+  }
+  exp_avg_ = std::move(m);
+  exp_avg_sq_ = std::move(v);
+  param_steps_ = std::move(counts);
+  steps_ = steps;
+}
+
+}  // namespace loom::optim

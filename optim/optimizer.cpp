@@ -1,0 +1,57 @@
+#include <loom/autograd.h>
+#include <loom/lazy.h>
+#include <loom/optim.h>
+
+#include <cmath>
+
+namespace loom::optim {
+
+Optimizer::Optimizer(std::vector<Tensor> params, double lr, const char* name)
+    : params_(std::move(params)), lr_(lr), name_(name) {
+  if (params_.empty()) throw Error(std::string(name) + ": expected at least one parameter, got none");
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (!params_[i].defined() || !is_floating(params_[i].dtype()))
+      throw Error(std::string(name) + ": parameter " + std::to_string(i) +
+                  " is not a defined floating-point tensor");
+  }
+  set_lr(lr);
+}
+
+void Optimizer::set_lr(double lr) {
+  if (!(lr >= 0) || !std::isfinite(lr))
+    throw Error(std::string(name_) + ": expected a learning rate >= 0, got " + std::to_string(lr));
+  lr_ = lr;
+}
+
+void Optimizer::zero_grad() {
+  for (auto& p : params_) p.set_grad({});
+}
+
+void optimizer_step(Optimizer& opt, bool barrier) {
+  opt.step();
+  if (barrier) mark_step();
+}
+
+Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  if (!(max_norm > 0)) throw Error("clip_grad_norm: expected max_norm > 0, got " + std::to_string(max_norm));
+  NoGradGuard no_grad;
+  Tensor total;
+  for (const auto& p : params) {
+    auto g = p.grad();
+    if (!g.defined()) continue;
+    auto sq = sum(g * g);
+    total = total.defined() ? total + sq : sq;
+  }
+  if (!total.defined()) throw Error("clip_grad_norm: no parameter has a gradient");
+  total = sqrt(total);
+  // torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), clamped at 1.
+  auto coef = minimum(max_norm / (total + 1e-6), ones({}, total.dtype()));
+  for (Tensor p : params) {  // a copy of the handle; the gradient lives in the shared state
+    auto g = p.grad();
+    if (!g.defined()) continue;
+    p.set_grad(g * (g.dtype() == coef.dtype() ? coef : coef.to(g.dtype())));
+  }
+  return total;
+}
+
+}  // namespace loom::optim

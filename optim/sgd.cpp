@@ -1,0 +1,56 @@
+#include <loom/autograd.h>
+#include <loom/optim.h>
+
+namespace loom::optim {
+
+SGD::SGD(std::vector<Tensor> params, SGDOptions options)
+    : Optimizer(std::move(params), options.lr, "SGD"), o_(options), momentum_(params_.size()) {
+  if (o_.momentum < 0) throw Error("SGD: expected momentum >= 0, got " + std::to_string(o_.momentum));
+  if (o_.weight_decay < 0) throw Error("SGD: expected weight_decay >= 0, got " + std::to_string(o_.weight_decay));
+  if (o_.nesterov && (o_.momentum <= 0 || o_.dampening != 0))
+    throw Error("SGD: nesterov momentum needs momentum > 0 and dampening 0");
+}
+
+// torch.optim.SGD: d = g + wd·p; buf = d (first step) or momentum·buf + (1 - dampening)·d;
+// d = nesterov ? d + momentum·buf : buf; p -= lr·d.
+void SGD::step() {
+  NoGradGuard no_grad;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    auto& p = params_[i];
+    Tensor d = p.grad();
+    if (!d.defined()) continue;
+    if (o_.weight_decay != 0) d = d + p * o_.weight_decay;
+    if (o_.momentum != 0) {
+      auto& buf = momentum_[i];
+      buf = buf.defined() ? buf * o_.momentum + d * (1 - o_.dampening) : d;
+      d = o_.nesterov ? d + buf * o_.momentum : buf;
+    }
+    p.assign(p - d * lr_);
+  }
+  ++steps_;
+}
+
+std::vector<std::pair<std::string, Tensor>> SGD::state() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (std::size_t i = 0; i < momentum_.size(); ++i)
+    if (momentum_[i].defined()) out.emplace_back(std::to_string(i) + ".momentum_buffer", momentum_[i]);
+  return out;
+}
+
+void SGD::load_state(const std::vector<std::pair<std::string, Tensor>>& state, int64_t steps) {
+  std::vector<Tensor> loaded(params_.size());
+  for (const auto& [name, t] : state) {
+    auto dot = name.find('.');
+    std::size_t i = dot == std::string::npos ? params_.size() : std::stoul(name.substr(0, dot));
+    if (i >= params_.size() || name.substr(dot + 1) != "momentum_buffer")
+      throw Error("SGD: unexpected optimizer state '" + name + "'");
+    if (t.shape() != params_[i].shape())
+      throw Error("SGD: state '" + name + "' expects shape " + shape_str(params_[i].shape()) +
+                  ", got " + shape_str(t.shape()));
+    loaded[i] = t.detach();
+  }
+  momentum_ = std::move(loaded);
+  steps_ = steps;
+}
+
+}  // namespace loom::optim

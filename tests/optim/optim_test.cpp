@@ -1,0 +1,202 @@
+// Optimizers against PyTorch (fixtures from tests/reference/make_optim_fixtures.py), the
+// compile behaviour of optimizer_step, schedules and gradient clipping.
+#include "test_util.h"
+
+#include <loom/autograd.h>
+#include <loom/optim.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+
+namespace loom {
+namespace {
+
+struct OptimCase {
+  std::string name, optimizer;
+  std::map<std::string, std::string> params;
+  std::vector<double> p0, c, lrs;
+  std::vector<double> losses;
+  std::vector<std::vector<double>> after;  // parameters after each step
+};
+
+std::vector<double> numbers(std::istringstream& in) {
+  std::vector<double> v;
+  double x;
+  while (in >> x) v.push_back(x);
+  return v;
+}
+
+std::vector<OptimCase> load_cases() {
+  std::ifstream f(std::string(LOOM_TEST_DATA_DIR) + "/optim/fixtures/optim_reference.txt");
+  std::vector<OptimCase> cases;
+  std::string line;
+  while (std::getline(f, line)) {
+    std::istringstream in(line);
+    std::string tag;
+    in >> tag;
+    if (tag == "case") {
+      cases.emplace_back();
+      in >> cases.back().name >> cases.back().optimizer;
+      std::string kv;
+      while (in >> kv) {
+        auto eq = kv.find('=');
+        cases.back().params[kv.substr(0, eq)] = kv.substr(eq + 1);
+      }
+    } else if (tag == "p0") {
+      cases.back().p0 = numbers(in);
+    } else if (tag == "c") {
+      cases.back().c = numbers(in);
+    } else if (tag == "lrs") {
+      cases.back().lrs = numbers(in);
+    } else if (tag == "step") {
+      int k;
+      std::string w;
+      double loss;
+      in >> k >> w >> loss >> w;
+      cases.back().losses.push_back(loss);
+      cases.back().after.push_back(numbers(in));
+    }
+  }
+  return cases;
+}
+
+double param(const OptimCase& c, const std::string& key, double fallback) {
+  auto it = c.params.find(key);
+  return it == c.params.end() ? fallback : std::stod(it->second);
+}
+
+std::pair<double, double> betas(const OptimCase& c) {
+  auto it = c.params.find("betas");
+  if (it == c.params.end()) return {0.9, 0.999};
+  auto comma = it->second.find(',');
+  return {std::stod(it->second.substr(0, comma)), std::stod(it->second.substr(comma + 1))};
+}
+
+std::unique_ptr<optim::Optimizer> make(const OptimCase& c, const Tensor& p) {
+  if (c.optimizer == "SGD")
+    return std::make_unique<optim::SGD>(
+        std::vector<Tensor>{p},
+        optim::SGDOptions{.lr = param(c, "lr", 0.1), .momentum = param(c, "momentum", 0),
+                          .dampening = param(c, "dampening", 0),
+                          .weight_decay = param(c, "weight_decay", 0),
+                          .nesterov = c.params.count("nesterov") > 0});
+  auto [b1, b2] = betas(c);
+  optim::AdamOptions o{.lr = param(c, "lr", 1e-3), .beta1 = b1, .beta2 = b2,
+                       .eps = param(c, "eps", 1e-8), .weight_decay = param(c, "weight_decay", 0)};
+  if (c.optimizer == "Adam") return std::make_unique<optim::Adam>(std::vector<Tensor>{p}, o);
+  if (!c.params.count("weight_decay")) o.weight_decay = 1e-2;  // AdamW's default
+  return std::make_unique<optim::AdamW>(std::vector<Tensor>{p}, o);
+}
+
+TEST(Optimizers, MatchPyTorchOverThreeStepsWithAChangingLearningRate) {
+  auto cases = load_cases();
+  ASSERT_EQ(cases.size(), 8u) << "fixture missing or incomplete";
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    ASSERT_EQ(c.after.size(), 3u);
+    auto n = static_cast<int64_t>(c.p0.size());
+    auto p = from_vector(c.p0, {n}).requires_grad_();
+    auto coef = from_vector(c.c, {n});
+    auto opt = make(c, p);
+    for (int k = 0; k < 3; ++k) {
+      opt->set_lr(c.lrs[k]);
+      opt->zero_grad();
+      auto loss = sum(coef * p * p) + sum(p * p * p) / 10.0;
+      loss.backward();
+      optim::optimizer_step(*opt, /*barrier=*/true);
+      EXPECT_NEAR(loss.item<double>(), c.losses[k], 1e-12 * std::abs(c.losses[k]));
+      auto got = p.to_vector<double>();
+      for (int64_t i = 0; i < n; ++i)
+        EXPECT_NEAR(got[i], c.after[k][i], 1e-12 * std::abs(c.after[k][i]) + 1e-15) << "step " << k << " element " << i;
+    }
+  }
+}
+
+// A tiny two-layer model trained with raw tensors.
+struct Tiny {
+  Tensor w1 = normal({8, 16}, 0, 0.3, 1, DType::Float32).requires_grad_();
+  Tensor w2 = normal({16, 4}, 0, 0.3, 2, DType::Float32).requires_grad_();
+  Tensor loss(const Tensor& x, const Tensor& y) { return mean(pow(matmul(tanh(matmul(x, w1)), w2) - y, 2.0)); }
+};
+
+TEST(OptimizerStep, ASteadyLoopCompilesNothingAfterTheSecondStep) {
+  test::fresh_engine();
+  Tiny m;
+  mark_step();  // materializes the initial weights (one graph of its own)
+  wait_device_ops();
+  metrics::reset();
+  optim::SGD opt({m.w1, m.w2}, {.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-4});
+  optim::CosineSchedule sched(opt, {.base_lr = 0.1, .warmup_steps = 3, .total_steps = 20});
+  std::vector<int64_t> compiles;
+  float first = 0, last = 0;
+  for (int step = 0; step < 12; ++step) {
+    auto x = rand({32, 8}, 100 + step);
+    auto y = sin(matmul(x, ones({8, 4})));
+    opt.zero_grad();
+    auto loss = m.loss(x, y);
+    loss.backward();
+    optim::optimizer_step(opt, /*barrier=*/true);
+    sched.step();  // a new LR every step
+    add_step_closure([&, loss, step] { (step == 0 ? first : last) = loss.item<float>(); });
+    compiles.push_back(metrics::counter("UncachedCompile"));
+  }
+  wait_device_ops();
+  // Step 1 differs from step 2 only because momentum buffers appear; after that, nothing.
+  EXPECT_LE(compiles[1], 2);
+  for (std::size_t i = 2; i < compiles.size(); ++i) EXPECT_EQ(compiles[i], compiles[1]) << "step " << i;
+  // One graph per step holds forward, backward and update.
+  EXPECT_EQ(metrics::counter("UncachedCompile") + metrics::counter("CachedCompile"), 12);
+  EXPECT_LT(last, first);
+}
+
+TEST(Schedules, LearningRates) {
+  auto p = zeros({1}).requires_grad_();
+  optim::SGD opt({p}, {.lr = 1});
+  optim::StepSchedule step(opt, {.base_lr = 1, .step_size = 2, .gamma = 0.5});
+  EXPECT_DOUBLE_EQ(step.lr_at(0), 1);
+  EXPECT_DOUBLE_EQ(step.lr_at(3), 0.5);
+  EXPECT_DOUBLE_EQ(step.lr_at(4), 0.25);
+  optim::CosineSchedule cos(opt, {.base_lr = 1, .warmup_steps = 4, .total_steps = 14, .min_lr = 0.1});
+  EXPECT_DOUBLE_EQ(cos.lr_at(0), 0.25);
+  EXPECT_DOUBLE_EQ(cos.lr_at(3), 1);
+  EXPECT_NEAR(cos.lr_at(9), 0.55, 1e-12);
+  EXPECT_NEAR(cos.lr_at(14), 0.1, 1e-12);
+  EXPECT_NEAR(cos.lr_at(100), 0.1, 1e-12);
+  optim::WarmupSchedule warm(opt, {.base_lr = 2, .warmup_steps = 4});
+  EXPECT_DOUBLE_EQ(opt.lr(), 0.5);
+  warm.step();
+  EXPECT_DOUBLE_EQ(opt.lr(), 1);
+  EXPECT_DOUBLE_EQ(warm.lr_at(10), 2);
+}
+
+TEST(ClipGradNorm, ScalesToTheMaxNorm) {
+  auto a = from_vector<double>({3, 0}, {2}).requires_grad_();
+  auto b = from_vector<double>({0, 4}, {2}).requires_grad_();
+  sum(a * a / 2.0).backward();  // grad a = a
+  sum(b * b / 2.0).backward();
+  auto norm = optim::clip_grad_norm({a, b}, 1.0);
+  EXPECT_NEAR(norm.item<double>(), 5.0, 1e-12);
+  auto ga = a.grad().to_vector<double>();
+  auto gb = b.grad().to_vector<double>();
+  EXPECT_NEAR(ga[0], 3 / (5 + 1e-6), 1e-12);
+  EXPECT_NEAR(gb[1], 4 / (5 + 1e-6), 1e-12);
+  // Below the max norm: unchanged.
+  optim::clip_grad_norm({a, b}, 10.0);
+  EXPECT_NEAR(a.grad().to_vector<double>()[0], 3 / (5 + 1e-6), 1e-12);
+}
+
+TEST(Optimizers, BadOptionsAreClearErrors) {
+  auto p = zeros({2}).requires_grad_();
+  EXPECT_THROW(optim::SGD({p}, {.lr = -1}), Error);
+  EXPECT_THROW(optim::SGD({p}, {.lr = 0.1, .nesterov = true}), Error);
+  EXPECT_THROW(optim::Adam({p}, {.beta1 = 1.0}), Error);
+  EXPECT_THROW(optim::SGD({}, {}), Error);
+  EXPECT_THROW(optim::CosineSchedule(*std::make_unique<optim::SGD>(std::vector<Tensor>{p}, optim::SGDOptions{}),
+                                     {.warmup_steps = 5, .total_steps = 5}), Error);
+}
+
+}  // namespace
+}  // namespace loom
