@@ -31,7 +31,8 @@ done
 packages=(
   build-essential cmake pkg-config
   libtbb-dev libeigen3-dev libhdf5-dev libboost-program-options-dev libspdlog-dev
-  googletest libgtest-dev libgmock-dev libbenchmark-dev
+  googletest libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev
+  hdf5-tools dataset-fashion-mnist fortunes
 )
 
 missing=()

@@ -3,6 +3,8 @@
 // blocks for matmul, (image, group, column block) for conv2d, (image, channel) for pooling.
 #include "runtime/kernels_impl.h"
 
+#include "runtime/conv_common.h"
+
 #include <Eigen/Core>
 #include <tbb/task_arena.h>
 
@@ -14,16 +16,6 @@
 
 namespace loom::runtime {
 namespace {
-
-template <class T>
-using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <class T>
-using ConstMap = Eigen::Map<const RowMajor<T>>;
-template <class T>
-using Map = Eigen::Map<RowMajor<T>>;
-// A block of columns of a wider row-major matrix.
-template <class T>
-using StridedMap = Eigen::Map<RowMajor<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
 
 // Multiply-adds per TBB task below which splitting costs more than it saves.
 constexpr int64_t kMinTaskFlops = 1 << 18;
@@ -68,33 +60,6 @@ void matmul_typed(const TensorView& a, const TensorView& b, const TensorView& ou
       cm.block(r0, c0, rows, cols).noalias() = am * bm.middleCols(c0, cols);
     }
   });
-}
-
-struct ConvGeometry {
-  int64_t n, c, h, w;         // input
-  int64_t o, kh, kw;          // weight
-  int64_t oh, ow;             // output
-  int64_t sh, sw, ph, pw, dh, dw, groups;
-};
-
-// Unfolds input channels [c0, c0+cg) of one image into col [cg*kh*kw, p1-p0] for output
-// positions p0..p1 (row-major over oh, ow); taps that fall in the padding read zero.
-template <class T>
-void im2col(const T* img, const ConvGeometry& g, int64_t c0, int64_t cg, int64_t p0, int64_t p1,
-            T* col) {
-  const int64_t width = p1 - p0;
-  for (int64_t ci = 0; ci < cg; ++ci) {
-    const T* plane = img + (c0 + ci) * g.h * g.w;
-    for (int64_t i = 0; i < g.kh; ++i)
-      for (int64_t j = 0; j < g.kw; ++j) {
-        T* dst = col + ((ci * g.kh + i) * g.kw + j) * width;
-        for (int64_t p = p0; p < p1; ++p) {
-          const int64_t y = (p / g.ow) * g.sh - g.ph + i * g.dh;
-          const int64_t x = (p % g.ow) * g.sw - g.pw + j * g.dw;
-          dst[p - p0] = (y >= 0 && y < g.h && x >= 0 && x < g.w) ? plane[y * g.w + x] : T(0);
-        }
-      }
-  }
 }
 
 template <class T>

@@ -10,6 +10,8 @@
 // images are combined in a fixed order.
 #include "runtime/kernels_impl.h"
 
+#include "runtime/conv_common.h"
+
 #include <Eigen/Core>
 
 #include <algorithm>
@@ -21,18 +23,6 @@
 namespace loom::runtime {
 namespace {
 
-template <class T>
-using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <class T>
-using ConstMap = Eigen::Map<const RowMajor<T>>;
-template <class T>
-using Map = Eigen::Map<RowMajor<T>>;
-// A block of columns of a wider row-major matrix.
-template <class T>
-using StridedMap = Eigen::Map<RowMajor<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
-template <class T>
-using ConstStridedMap = Eigen::Map<const RowMajor<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
-
 // Multiply-adds per TBB task below which splitting costs more than it saves.
 constexpr int64_t kMinTaskFlops = 1 << 18;
 // Tasks to aim for when splitting a conv gradient (a fixed number, not the thread count, so
@@ -42,51 +32,6 @@ constexpr int64_t kTargetTasks = 64;
 constexpr int64_t kMinBlockRows = 32;
 // Upper bound on the elements of per-chunk partial weight gradients.
 constexpr int64_t kMaxPartialElems = int64_t{1} << 24;
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-struct ConvGeometry {
-  int64_t n, c, h, w;         // input
-  int64_t o, kh, kw;          // weight
-  int64_t oh, ow;             // output
-  int64_t sh, sw, ph, pw, dh, dw, groups;
-};
-
-// First and one-past-last output index o with 0 <= o*stride - pad + tap < size, clamped to
-// [0, out).
-inline void valid_range(int64_t size, int64_t out, int64_t stride, int64_t pad, int64_t tap,
-                        int64_t& lo, int64_t& hi) {
-  const int64_t off = tap - pad;  // input index = o*stride + off
-  lo = off >= 0 ? 0 : ceil_div(-off, stride);
-  hi = size - off <= 0 ? 0 : ceil_div(size - off, stride);
-  lo = std::min(lo, out);
-  hi = std::clamp(hi, lo, out);
-}
-
-// Unfolds input channels [c0, c0+cn) of one image into col [cn*kh*kw, oh*ow], exactly as the
-// forward conv does; taps in the padding read zero.
-template <class T>
-void im2col(const T* img, const ConvGeometry& g, int64_t c0, int64_t cn, T* col) {
-  const int64_t positions = g.oh * g.ow;
-  for (int64_t ci = 0; ci < cn; ++ci) {
-    const T* plane = img + (c0 + ci) * g.h * g.w;
-    for (int64_t i = 0; i < g.kh; ++i) {
-      int64_t ylo, yhi;
-      valid_range(g.h, g.oh, g.sh, g.ph, i * g.dh, ylo, yhi);
-      for (int64_t j = 0; j < g.kw; ++j) {
-        int64_t xlo, xhi;
-        valid_range(g.w, g.ow, g.sw, g.pw, j * g.dw, xlo, xhi);
-        T* dst = col + ((ci * g.kh + i) * g.kw + j) * positions;
-        std::fill(dst, dst + positions, T(0));
-        for (int64_t oy = ylo; oy < yhi; ++oy) {
-          const int64_t base = (oy * g.sh - g.ph + i * g.dh) * g.w - g.pw + j * g.dw;
-          T* d = dst + oy * g.ow;
-          for (int64_t ox = xlo; ox < xhi; ++ox) d[ox] = plane[base + ox * g.sw];
-        }
-      }
-    }
-  }
-}
 
 // The adjoint of im2col: adds col [cn*kh*kw, oh*ow] into input channels [c0, c0+cn) of one
 // image (taps in the padding are dropped). Each channel's taps are added in a fixed order.
@@ -190,7 +135,7 @@ void conv2d_grad_weight_typed(const ConvGeometry& g, const T* px, const T* pgo, 
       col.resize(cn * taps * positions);
       const int64_t i0 = chunk * per_chunk, i1 = std::min(g.n, i0 + per_chunk);
       for (int64_t img = i0; img < i1; ++img) {
-        im2col(px + img * g.c * g.h * g.w, g, grp * cg + c0, cn, col.data());
+        im2col(px + img * g.c * g.h * g.w, g, grp * cg + c0, cn, 0, g.oh * g.ow, col.data());
         ConstMap<T> cm(col.data(), cn * taps, positions);
         ConstMap<T> gm(pgo + (img * g.o + grp * og) * positions, og, positions);
         wm.noalias() += gm * cm.transpose();

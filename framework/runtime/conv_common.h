@@ -1,0 +1,72 @@
+// Private to the CPU conv kernels: Eigen views of row-major buffers, the geometry of one
+// conv2d, and the im2col unfolding that the forward and both gradients share.
+#pragma once
+
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace loom::runtime {
+
+template <class T>
+using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T>
+using ConstMap = Eigen::Map<const RowMajor<T>>;
+template <class T>
+using Map = Eigen::Map<RowMajor<T>>;
+// A block of columns of a wider row-major matrix.
+template <class T>
+using StridedMap = Eigen::Map<RowMajor<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
+template <class T>
+using ConstStridedMap = Eigen::Map<const RowMajor<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+struct ConvGeometry {
+  int64_t n, c, h, w;         // input
+  int64_t o, kh, kw;          // weight
+  int64_t oh, ow;             // output
+  int64_t sh, sw, ph, pw, dh, dw, groups;
+};
+
+// First and one-past-last output index o with 0 <= o*stride - pad + tap < size, clamped to
+// [0, out).
+inline void valid_range(int64_t size, int64_t out, int64_t stride, int64_t pad, int64_t tap,
+                        int64_t& lo, int64_t& hi) {
+  const int64_t off = tap - pad;  // input index = o*stride + off
+  lo = off >= 0 ? 0 : ceil_div(-off, stride);
+  hi = size - off <= 0 ? 0 : ceil_div(size - off, stride);
+  lo = std::min(lo, out);
+  hi = std::clamp(hi, lo, out);
+}
+
+// Unfolds input channels [c0, c0+cn) of one image into col [cn*kh*kw, p1-p0] for output
+// positions [p0, p1) (row-major over oh, ow); taps in the padding read zero.
+template <class T>
+void im2col(const T* img, const ConvGeometry& g, int64_t c0, int64_t cn, int64_t p0, int64_t p1,
+            T* col) {
+  const int64_t width = p1 - p0;
+  for (int64_t ci = 0; ci < cn; ++ci) {
+    const T* plane = img + (c0 + ci) * g.h * g.w;
+    for (int64_t i = 0; i < g.kh; ++i) {
+      int64_t ylo, yhi;
+      valid_range(g.h, g.oh, g.sh, g.ph, i * g.dh, ylo, yhi);
+      for (int64_t j = 0; j < g.kw; ++j) {
+        int64_t xlo, xhi;
+        valid_range(g.w, g.ow, g.sw, g.pw, j * g.dw, xlo, xhi);
+        T* dst = col + ((ci * g.kh + i) * g.kw + j) * width;
+        std::fill(dst, dst + width, T(0));
+        // Output rows that overlap [p0, p1), each clipped to the valid columns.
+        for (int64_t oy = std::max(ylo, p0 / g.ow); oy < yhi && oy * g.ow < p1; ++oy) {
+          const int64_t base = (oy * g.sh - g.ph + i * g.dh) * g.w - g.pw + j * g.dw;
+          const int64_t x0 = std::max(xlo, p0 - oy * g.ow), x1 = std::min(xhi, p1 - oy * g.ow);
+          T* d = dst + oy * g.ow - p0;
+          for (int64_t ox = x0; ox < x1; ++ox) d[ox] = plane[base + ox * g.sw];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace loom::runtime
