@@ -200,9 +200,9 @@ class AvgPool2d : public Module {
   Pool2dOptions options;
 };
 
-// Averages [N, C, H, W] down to [N, C, oh, ow]. Output 1x1 is a mean over H and W; other
-// sizes need H % oh == 0 and W % ow == 0 (then PyTorch's windows are uniform) and throw
-// loom::Error otherwise.
+// Averages [N, C, H, W] down to [N, C, oh, ow] over PyTorch's adaptive windows
+// [floor(i·H/oh), ceil((i+1)·H/oh)). Output 1x1 is one mean over H and W; sizes that divide
+// H and W are one reshape and mean per axis; other sizes take a slice per output row/column.
 class AdaptiveAvgPool2d : public Module {
  public:
   explicit AdaptiveAvgPool2d(IntPair output_size);

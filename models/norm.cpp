@@ -1,0 +1,111 @@
+// Normalisation layers: BatchNorm2d, LayerNorm, RMSNorm.
+#include <loom/nn/init.h>
+#include <loom/nn/layers.h>
+
+#include <loom/autograd.h>
+#include <loom/error.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+namespace loom::nn {
+namespace {
+
+void check_input(const char* layer, const Tensor& x) {
+  if (!x.defined()) throw Error(std::string(layer) + ": expected a defined input, got an empty handle");
+  if (!is_floating(x.dtype()))
+    throw Error(std::string(layer) + ": expected a floating-point input, got " + dtype_name(x.dtype()));
+}
+
+}  // namespace
+
+BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum)
+    : num_features(num_features), eps(eps), momentum(momentum) {
+  if (num_features <= 0)
+    throw Error("BatchNorm2d: expected num_features > 0, got " + std::to_string(num_features));
+  if (eps < 0) throw Error("BatchNorm2d: expected eps >= 0, got " + std::to_string(eps));
+  if (momentum < 0 || momentum > 1)
+    throw Error("BatchNorm2d: expected momentum in [0, 1], got " + std::to_string(momentum));
+  weight = register_parameter("weight", ones({num_features}, default_dtype()));
+  bias = register_parameter("bias", zeros({num_features}, default_dtype()));
+  running_mean = register_buffer("running_mean", zeros({num_features}, default_dtype()));
+  running_var = register_buffer("running_var", ones({num_features}, default_dtype()));
+  num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, DType::Int64));
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  check_input("BatchNorm2d", x);
+  if (x.dim() != 4 || x.size(1) != num_features)
+    throw Error("BatchNorm2d: expected a 4-D input [N," + std::to_string(num_features) + ",H,W], got " +
+                shape_str(x.shape()));
+  const Shape per_channel{1, num_features, 1, 1};
+  if (!is_training()) {
+    auto scale = rsqrt(running_var.reshape(per_channel) + eps);
+    return (x - running_mean.reshape(per_channel)) * scale * weight.reshape(per_channel) +
+           bias.reshape(per_channel);
+  }
+  const int64_t n = x.size(0) * x.size(2) * x.size(3);
+  if (n <= 1)
+    throw Error("BatchNorm2d: expected more than 1 value per channel when training, got input " +
+                shape_str(x.shape()));
+  auto mean = x.mean({0, 2, 3}, true);
+  auto centered = x - mean;
+  auto var = (centered * centered).mean({0, 2, 3}, true);  // biased: normalisation uses it
+  {
+    // PyTorch's rule: the running variance takes the unbiased batch variance.
+    NoGradGuard no_grad;
+    auto batch_mean = mean.detach().reshape({num_features});
+    auto batch_var = var.detach().reshape({num_features});
+    const double unbias = static_cast<double>(n) / static_cast<double>(n - 1);
+    running_mean.assign(running_mean * (1 - momentum) + batch_mean * momentum);
+    running_var.assign(running_var * (1 - momentum) + batch_var * (momentum * unbias));
+    num_batches_tracked.assign(num_batches_tracked + 1);
+  }
+  return centered * rsqrt(var + eps) * weight.reshape(per_channel) + bias.reshape(per_channel);
+}
+
+LayerNorm::LayerNorm(Shape normalized_shape, double eps, bool elementwise_affine, bool with_bias)
+    : normalized_shape(std::move(normalized_shape)), eps(eps) {
+  if (this->normalized_shape.empty())
+    throw Error("LayerNorm: expected a non-empty normalized_shape, got []");
+  for (auto d : this->normalized_shape)
+    if (d <= 0)
+      throw Error("LayerNorm: expected positive sizes in normalized_shape, got " +
+                  shape_str(this->normalized_shape));
+  if (elementwise_affine) {
+    weight = register_parameter("weight", ones(this->normalized_shape, default_dtype()));
+    if (with_bias) bias = register_parameter("bias", zeros(this->normalized_shape, default_dtype()));
+  }
+}
+
+Tensor LayerNorm::forward(const Tensor& x) {
+  check_input("LayerNorm", x);
+  const auto k = static_cast<int64_t>(normalized_shape.size());
+  if (x.dim() < k || !std::equal(normalized_shape.begin(), normalized_shape.end(), x.shape().end() - k))
+    throw Error("LayerNorm: expected an input [..., " + shape_str(normalized_shape).substr(1) + ", got " +
+                shape_str(x.shape()));
+  std::vector<int64_t> axes;
+  for (int64_t d = x.dim() - k; d < x.dim(); ++d) axes.push_back(d);
+  auto mean = x.mean(axes, true);
+  auto centered = x - mean;
+  auto var = (centered * centered).mean(axes, true);
+  auto y = centered * rsqrt(var + eps);
+  if (weight.defined()) y = y * weight;
+  if (bias.defined()) y = y + bias;
+  return y;
+}
+
+RMSNorm::RMSNorm(int64_t dim, double eps) : dim(dim), eps(eps) {
+  if (dim <= 0) throw Error("RMSNorm: expected dim > 0, got " + std::to_string(dim));
+  weight = register_parameter("weight", ones({dim}, default_dtype()));
+}
+
+Tensor RMSNorm::forward(const Tensor& x) {
+  check_input("RMSNorm", x);
+  if (x.dim() == 0 || x.size(-1) != dim)
+    throw Error("RMSNorm: expected an input [..., " + std::to_string(dim) + "], got " + shape_str(x.shape()));
+  return x * rsqrt((x * x).mean({-1}, true) + eps) * weight;
+}
+
+}  // namespace loom::nn
