@@ -2,15 +2,22 @@
 
 #include "compiler/pipeline.h"
 #include "ir/graph.h"
+#include "lazy/debug.h"
 #include "runtime/backend.h"
 
 #include <loom/lazy.h>
 #include <loom/metrics.h>
+#include <loom/profiler.h>
 #include <loom/testing.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <exception>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
 #include <mutex>
 #include <unordered_map>
 
@@ -35,14 +42,61 @@ double since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
 }
 
+std::string program_text(const compiler::Program& p) {
+  std::ostringstream os;
+  os << "program " << std::hex << p.hash << std::dec << " (" << p.inputs.size() << " inputs, "
+     << p.instrs.size() << " instructions)\n";
+  for (std::size_t i = 0; i < p.inputs.size(); ++i)
+    os << "  $" << i << " = input " << dtype_name(p.inputs[i].dtype) << shape_str(p.inputs[i].shape) << '\n';
+  for (std::size_t i = 0; i < p.instrs.size(); ++i) {
+    const auto& in = p.instrs[i];
+    os << "  $" << p.inputs.size() + i << " = " << ir::op_name(in.op) << ' ' << dtype_name(in.dtype)
+       << shape_str(in.shape) << '(';
+    for (std::size_t k = 0; k < in.args.size(); ++k) os << (k ? ", $" : "$") << in.args[k];
+    os << ')';
+    if (!in.free_after.empty()) {
+      os << "  free";
+      for (auto s : in.free_after) os << " $" << s;
+    }
+    os << '\n';
+  }
+  os << "  outputs:";
+  for (auto o : p.outputs) os << " $" << o;
+  os << '\n';
+  return os.str();
+}
+
+// LOOM_DUMP_GRAPHS=dir: every compiled graph as text and Graphviz dot, named by its hash,
+// before the compiler passes, and the Program they produce.
+void dump(const ir::Graph& g, const compiler::Program& p) {
+  const char* dir = std::getenv("LOOM_DUMP_GRAPHS");
+  if (!dir || !*dir) return;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  std::ostringstream name;
+  name << dir << "/graph_" << std::hex << g.hash;
+  auto write = [](const std::string& path, const std::string& text) {
+    std::ofstream f(path);
+    if (!(f << text)) std::cerr << "loom: warning: cannot write graph dump '" << path << "'\n";
+  };
+  write(name.str() + ".before.txt", ir::to_text(g));
+  write(name.str() + ".before.dot", ir::to_dot(g));
+  write(name.str() + ".after.txt", program_text(p));
+}
+
 std::shared_ptr<const runtime::Executable> lookup_or_compile(Executor& ex, const ir::Graph& g,
-                                                             runtime::Backend& be, RunKind kind) {
+                                                             runtime::Backend& be, RunKind kind,
+                                                             const std::string& site) {
   if (auto it = ex.cache.find(g.hash); it != ex.cache.end()) {
     if (kind != RunKind::Eager) metrics::increment("CachedCompile");
     return it->second;
   }
+  profiler::Trace span("compile");
+  if (kind != RunKind::Eager) debug::note_compile(g, site);
   auto start = std::chrono::steady_clock::now();
-  auto exe = be.compile(compiler::compile(g));
+  auto program = compiler::compile(g);
+  dump(g, program);
+  auto exe = be.compile(std::move(program));
   metrics::increment(kind == RunKind::Eager ? "EagerOpCompile" : "UncachedCompile");
   metrics::record("CompileTime", since(start));
   metrics::record("GraphSize", static_cast<double>(g.nodes.size()));
@@ -62,7 +116,8 @@ void rethrow_closure_error() {
 
 }  // namespace
 
-void run_graph(const std::vector<std::shared_ptr<TensorImpl>>& tensors, RunKind kind) {
+void run_graph(const std::vector<std::shared_ptr<TensorImpl>>& tensors, RunKind kind,
+               const std::string& site) {
   auto& ex = executor();
   std::lock_guard lock(ex.mutex);
   std::vector<std::shared_ptr<TensorImpl>> owed;
@@ -78,9 +133,12 @@ void run_graph(const std::vector<std::shared_ptr<TensorImpl>>& tensors, RunKind 
   auto& be = runtime::backend(device);
 
   auto trace_start = std::chrono::steady_clock::now();
-  ir::Graph g = ir::build_graph(roots);
+  ir::Graph g = [&] {
+    profiler::Trace span("trace");
+    return ir::build_graph(roots);
+  }();
   metrics::record("GraphBuildTime", since(trace_start));
-  auto exe = lookup_or_compile(ex, g, be, kind);
+  auto exe = lookup_or_compile(ex, g, be, kind, site);
 
   runtime::BufferList inputs;
   inputs.reserve(g.inputs.size());
@@ -101,6 +159,39 @@ void run_graph(const std::vector<std::shared_ptr<TensorImpl>>& tensors, RunKind 
   if (kind == RunKind::Eager) metrics::increment("EagerOpExecute");
 }
 
+namespace {
+std::atomic<int64_t> traced_ops{0};
+
+int64_t max_graph_nodes() {
+  const char* v = std::getenv("LOOM_MAX_GRAPH_NODES");
+  if (!v || !*v) return 1'000'000;
+  char* end = nullptr;
+  long long n = std::strtoll(v, &end, 10);
+  if (*end || n <= 0) throw Error(std::string("LOOM_MAX_GRAPH_NODES: expected a positive integer, got '") + v + "'");
+  return n;
+}
+}  // namespace
+
+void reset_traced_ops() { traced_ops = 0; }
+
+void note_traced_op() {
+  static thread_local bool cutting = false;
+  if (cutting) return;
+  if (++traced_ops <= max_graph_nodes()) return;
+  cutting = true;
+  std::cerr << "loom: warning: " << traced_ops.load() << " ops were traced without a step barrier "
+            << "(LOOM_MAX_GRAPH_NODES=" << max_graph_nodes() << "); cutting the graph with a mark_step(). "
+            << "Call loom::mark_step() in your loop.\n";
+  metrics::increment("GraphCut");
+  try {
+    mark_step();
+  } catch (...) {
+    cutting = false;
+    throw;
+  }
+  cutting = false;
+}
+
 void clear_compile_cache() {
   auto& ex = executor();
   std::lock_guard lock(ex.mutex);
@@ -115,12 +206,14 @@ std::size_t compile_cache_size() {
 
 }  // namespace lazy
 
-void mark_step() {
+void mark_step(std::source_location site) {
   lazy::rethrow_closure_error();
   metrics::increment("MarkStep");
+  lazy::reset_traced_ops();
   Device device{};
   auto live = lazy::live_pending(device);
-  if (!live.empty()) lazy::run_graph(live, lazy::RunKind::Step);
+  if (!live.empty()) lazy::run_graph(live, lazy::RunKind::Step, debug::site_of(site));
+  debug::note_step();
 
   auto& ex = lazy::executor();
   std::vector<std::function<void()>> closures;
@@ -130,8 +223,10 @@ void mark_step() {
   }
   if (closures.empty()) return;
   runtime::backend(device).enqueue_callback([closures = std::move(closures)] {
+    debug::set_in_closure(true);
     for (const auto& fn : closures) {
       try {
+        profiler::Trace span("step_closure");
         fn();
       } catch (...) {
         auto& e = lazy::executor();
@@ -139,6 +234,7 @@ void mark_step() {
         if (!e.closure_error) e.closure_error = std::current_exception();
       }
     }
+    debug::set_in_closure(false);
   });
 }
 

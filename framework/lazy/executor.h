@@ -14,7 +14,13 @@ enum class RunKind { Step, Read, Eager };
 // Compiles (or finds) the graph of the tensors' pending values, gives each tensor its device
 // buffer and queues the program; returns without waiting. Tensors no longer pending are
 // skipped.
-void run_graph(const std::vector<std::shared_ptr<TensorImpl>>& tensors, RunKind kind);
+// `site` names the caller in recompile causes.
+void run_graph(const std::vector<std::shared_ptr<TensorImpl>>& tensors, RunKind kind,
+               const std::string& site);
+// Counts a traced op; past LOOM_MAX_GRAPH_NODES ops without a barrier, cuts the graph with a
+// warning (an automatic mark_step) so a loop with no barrier cannot grow a huge graph.
+void note_traced_op();
+void reset_traced_ops();
 
 // Removes every cached program (for tests of compile counts).
 void clear_compile_cache();

@@ -3,6 +3,7 @@
 #include "lazy/ops_util.h"
 
 #include "autograd/grad_node.h"
+#include "lazy/executor.h"
 
 #include <cstdlib>
 
@@ -20,6 +21,8 @@ ir::NodePtr node_of(const Tensor& t, const char* op) {
 
 Tensor apply(ir::Op op, const std::vector<Tensor>& operands, ir::Attr attr) {
   const char* name = ir::op_name(op);
+  // Before reading the operands' IR: a cut materializes them, and the op must build on that.
+  note_traced_op();
   std::vector<ir::NodePtr> nodes;
   nodes.reserve(operands.size());
   for (const auto& t : operands) nodes.push_back(node_of(t, name));

@@ -41,7 +41,7 @@ Tensor Tensor::to(DType dtype) const {
   return lazy::apply(ir::Op::Cast, {*this}, {{static_cast<int64_t>(dtype)}, 0});
 }
 
-HostTensor Tensor::to_host() const { return lazy::read(*this, "to_host"); }
+HostTensor Tensor::to_host(std::source_location site) const { return lazy::read(*this, "to_host", site); }
 
 namespace {
 template <class T>
@@ -58,11 +58,11 @@ constexpr DType dtype_of() {
 }  // namespace
 
 template <class T>
-std::vector<T> Tensor::to_vector() const {
+std::vector<T> Tensor::to_vector(std::source_location site) const {
   if (dtype() != dtype_of<T>())
     throw Error(std::string("to_vector: expected a tensor of dtype ") + dtype_name(dtype_of<T>()) +
                 ", got " + dtype_name(dtype()));
-  auto h = lazy::read(*this, "to_vector");
+  auto h = lazy::read(*this, "to_vector", site);
   if constexpr (std::is_same_v<T, bool>) {
     return std::vector<bool>(h.bytes.begin(), h.bytes.end());
   } else {
@@ -73,18 +73,18 @@ std::vector<T> Tensor::to_vector() const {
 }
 
 template <class T>
-T Tensor::item() const {
+T Tensor::item(std::source_location site) const {
   if (numel() != 1)
     throw Error("item: expected a tensor with one element, got shape " + shape_str(shape()));
-  auto h = lazy::read(*this, "item");
+  auto h = lazy::read(*this, "item", site);
   double v = h.at(0);
   if constexpr (std::is_same_v<T, bool>) return v != 0;
   else return static_cast<T>(v);
 }
 
 #define LOOM_INSTANTIATE_READS(T)                        \
-  template std::vector<T> Tensor::to_vector<T>() const; \
-  template T Tensor::item<T>() const;
+  template std::vector<T> Tensor::to_vector<T>(std::source_location) const; \
+  template T Tensor::item<T>(std::source_location) const;
 LOOM_INSTANTIATE_READS(float)
 LOOM_INSTANTIATE_READS(double)
 LOOM_INSTANTIATE_READS(int64_t)
@@ -141,7 +141,7 @@ void print_values(std::ostream& os, const HostTensor& h, std::size_t dim, int64_
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   if (!t.defined()) return os << "tensor(undefined)";
-  auto h = lazy::read(t, "print");
+  auto h = lazy::read(t, "print", std::source_location::current());
   std::ostringstream body;
   int64_t offset = 0;
   print_values(body, h, 0, offset, 7);

@@ -1,10 +1,12 @@
 #include "lazy/tensor_impl.h"
 
+#include "lazy/debug.h"
 #include "lazy/executor.h"
 #include "runtime/backend.h"
 
 #include <loom/lazy.h>
 #include <loom/metrics.h>
+#include <loom/profiler.h>
 
 #include <atomic>
 #include <chrono>
@@ -154,13 +156,14 @@ Tensor make_tensor(ir::NodePtr node, Device device) {
         std::static_pointer_cast<runtime::DeviceBuffer>(node->payload()), device, node));
   auto impl = std::make_shared<TensorImpl>(std::move(node), device);
   register_live(impl);
-  if (is_eager_mode()) run_graph({impl}, RunKind::Eager);
+  if (is_eager_mode()) run_graph({impl}, RunKind::Eager, "eager");
   return Tensor(std::move(impl));
 }
 
 Tensor make_device_tensor(const void* data, DType dtype, const Shape& shape, Device device) {
   for (auto d : shape)
     if (d <= 0) throw Error("from_host: expected positive sizes, got " + shape_str(shape));
+  profiler::Trace span("transfer_to_device");
   auto start = std::chrono::steady_clock::now();
   auto& be = runtime::backend(device);
   auto bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
@@ -186,18 +189,25 @@ std::vector<std::shared_ptr<TensorImpl>> live_pending(Device device) {
   return out;
 }
 
-HostTensor read(const Tensor& t, const char* reader) {
+HostTensor read(const Tensor& t, const char* reader, const std::source_location& site) {
   if (!t.defined()) throw Error(std::string(reader) + ": got an undefined tensor");
   const auto& impl = t.impl();
-  if (impl->pending()) run_graph({impl}, RunKind::Read);
+  auto where = debug::site_of(site);
+  if (impl->pending()) run_graph({impl}, RunKind::Read, where);
   auto buf = impl->data();
-  const auto& storage = buf->wait(reader);
+  const runtime::Storage* storage;
+  {
+    profiler::Trace span("wait");
+    storage = &buf->wait(reader);
+  }
+  profiler::Trace span("transfer_from_device");
+  debug::note_transfer(where);
   auto start = std::chrono::steady_clock::now();
   HostTensor h;
   h.dtype = impl->dtype();
   h.shape = impl->shape();
   h.bytes.resize(static_cast<std::size_t>(h.numel()) * dtype_size(h.dtype));
-  runtime::backend(impl->device()).copy_out(storage, h.bytes.data(), h.bytes.size());
+  runtime::backend(impl->device()).copy_out(*storage, h.bytes.data(), h.bytes.size());
   metrics::increment("TransferFromDevice");
   metrics::record("TransferFromDeviceTime", std::chrono::duration<double, std::nano>(
                                                 std::chrono::steady_clock::now() - start).count());

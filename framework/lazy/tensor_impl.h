@@ -11,6 +11,7 @@
 
 #include <memory>
 #include <mutex>
+#include <source_location>
 
 namespace loom {
 
@@ -80,7 +81,7 @@ std::vector<std::shared_ptr<TensorImpl>> live_pending(Device device);
 
 // Runs the subgraph of `t` (if pending) and waits for its buffer; counts one
 // TransferFromDevice. `reader` names the caller in errors.
-HostTensor read(const Tensor& t, const char* reader);
+HostTensor read(const Tensor& t, const char* reader, const std::source_location& site);
 
 }  // namespace lazy
 }  // namespace loom

@@ -7,6 +7,7 @@
 
 #include <loom/error.h>
 #include <loom/metrics.h>
+#include <loom/profiler.h>
 
 #include <chrono>
 #include <cstring>
@@ -75,6 +76,7 @@ class CpuBackend final : public Backend {
     queue_.enqueue([exe = std::move(exe), inputs = std::move(inputs),
                     outputs = std::move(outputs)] {
       const auto& program = static_cast<const CpuExecutable&>(*exe).program;
+      profiler::Trace span("execute");
       auto start = std::chrono::steady_clock::now();
       try {
         run_program(program, inputs, outputs);

@@ -1,5 +1,7 @@
 #include "runtime/device_queue.h"
 
+#include <loom/profiler.h>
+
 namespace loom::runtime {
 
 DeviceQueue::DeviceQueue() : thread_([this] { loop(); }) {}
@@ -27,6 +29,7 @@ void DeviceQueue::enqueue(std::function<void()> task) {
 }
 
 void DeviceQueue::loop() {
+  profiler::set_thread_name("device");
   std::unique_lock lock(mutex_);
   for (;;) {
     cv_.wait(lock, [&] { return (!tasks_.empty() && holds_ == 0) || stop_; });

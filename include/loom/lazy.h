@@ -12,13 +12,15 @@
 
 #include <exception>
 #include <functional>
+#include <source_location>
 #include <utility>
 
 namespace loom {
 
 // Compiles (or finds in the cache) the graph of every live pending tensor, gives each its
 // device buffer, queues the program on the device thread and returns without waiting.
-void mark_step();
+// `site` (the caller's line) is what recompile causes and warnings name.
+void mark_step(std::source_location site = std::source_location::current());
 // Waits until everything queued on the device has run.
 void wait_device_ops();
 

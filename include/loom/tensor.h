@@ -20,6 +20,7 @@
 #include <iosfwd>
 #include <memory>
 #include <optional>
+#include <source_location>
 #include <string>
 #include <vector>
 
@@ -60,11 +61,12 @@ class Tensor {
 
   // Synchronous reads: run only the subgraph this tensor needs, count one
   // TransferFromDevice, and wait for the value.
-  HostTensor to_host() const;
+  // `site` (the caller's line) is what transfer warnings name.
+  HostTensor to_host(std::source_location site = std::source_location::current()) const;
   template <class T>
-  std::vector<T> to_vector() const;
+  std::vector<T> to_vector(std::source_location site = std::source_location::current()) const;
   template <class T>
-  T item() const;
+  T item(std::source_location site = std::source_location::current()) const;
 
   // True when the value is pending IR (not yet given a device buffer).
   bool is_pending() const;

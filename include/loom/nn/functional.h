@@ -2,7 +2,7 @@
 // semantics of torch.nn.functional (and Hugging Face's Llama for the rotary helpers).
 //
 //   namespace F = loom::nn::functional;
-//   auto loss = F::cross_entropy(logits, targets, {.label_smoothing = 0.1});
+//   auto loss = F::cross_entropy(logits, targets, /*label_smoothing=*/0.1);
 //   auto acc = F::accuracy(logits, targets);                 // 0-d, pending
 //
 //   auto [cos, sin] = F::rotary_cos_sin(T, head_dim, 10000.0, q.dtype());
@@ -24,18 +24,13 @@ namespace loom::nn::functional {
 
 enum class Reduction { None, Mean, Sum };
 
-struct CrossEntropyOptions {
-  double label_smoothing = 0;
-  int64_t ignore_index = -100;
-  Reduction reduction = Reduction::Mean;
-};
-
 // torch.nn.functional.cross_entropy for logits [N, C] and int64 class targets [N]:
 //   loss_i = (1 - ε)·(-log p_i[y_i]) + (ε / C)·Σ_c (-log p_i[c]),   ε = label_smoothing,
 // loss_i = 0 where y_i == ignore_index; Mean divides the sum by the number of targets that
 // are not ignored (NaN when all are, as in PyTorch); None returns [N].
 // Targets outside [0, C) other than ignore_index are not checked (that needs a device read).
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options = {});
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_smoothing = 0,
+                     int64_t ignore_index = -100, Reduction reduction = Reduction::Mean);
 
 // torch.nn.functional.mse_loss: (input - target)², reduced; shapes must match.
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);

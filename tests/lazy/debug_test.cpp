@@ -1,0 +1,231 @@
+// Recompile causes, per-step transfer warnings, graph dumps, the graph-size cap and the
+// profiler's Chrome trace.
+#include "test_util.h"
+
+#include <loom/debug.h>
+#include <loom/profiler.h>
+
+#include <gmock/gmock.h>
+
+#include <cctype>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace loom {
+namespace {
+
+using ::testing::HasSubstr;
+
+void fresh() {
+  test::fresh_engine();
+  debug::reset();
+}
+
+TEST(RecompileCause, NamesTheInputAndBothShapes) {
+  fresh();
+  auto w = from_vector<float>(std::vector<float>(28 * 28, 0.01f), {784, 1});
+  for (int64_t batch : {128, 128, 96}) {
+    auto x = rand({batch, 1, 28, 28}, 7);
+    auto y = matmul(reshape(x, {batch, 784}), w);
+    mark_step();
+  }
+  auto causes = debug::recompile_causes();
+  // rand's seed is an input, the batch shape changes the random op: the first difference is
+  // reported in terms of the node whose shape changed.
+  ASSERT_EQ(causes.size(), 2u);
+  EXPECT_EQ(causes[0].cause, "first compile at this call site");
+  EXPECT_THAT(causes[1].cause, HasSubstr("[128,1,28,28]"));
+  EXPECT_THAT(causes[1].cause, HasSubstr("[96,1,28,28]"));
+  EXPECT_THAT(causes[1].site, HasSubstr("debug_test.cpp:"));
+}
+
+TEST(RecompileCause, AnInputShapeChangeNamesTheInput) {
+  fresh();
+  for (int64_t batch : {128, 96}) {
+    auto x = from_vector(std::vector<float>(batch * 784, 1.0f), {batch, 1, 28, 28});
+    auto y = sum(x * x, {1, 2, 3});
+    mark_step();
+  }
+  auto causes = debug::recompile_causes();
+  ASSERT_EQ(causes.size(), 2u);
+  EXPECT_EQ(causes[1].cause, "input 0 changed from float32[128,1,28,28] to float32[96,1,28,28]");
+}
+
+TEST(RecompileCause, AScalarThatBecomesAConstant) {
+  fresh();
+  auto x = from_vector<float>({1, 2, 3}, {3});
+  for (double s : {0.5, 1.0}) {
+    auto y = x * s;
+    mark_step();
+  }
+  auto causes = debug::recompile_causes();
+  ASSERT_EQ(causes.size(), 2u);
+  EXPECT_THAT(causes[1].cause, HasSubstr("a scalar became a constant"));
+}
+
+TEST(StepAnalysis, AnItemEveryStepIsReportedWithItsCallSite) {
+  fresh();
+  auto w = from_vector<float>({1, 2, 3}, {3});
+  int item_line = 0;
+  for (int step = 0; step < 12; ++step) {
+    w = w * 0.5 + 1.0;
+    mark_step();
+    item_line = __LINE__ + 1;
+    float v = sum(w).item<float>();  // a logging line that syncs every step
+    EXPECT_GT(v, 0);
+  }
+  auto warnings = debug::warnings();
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_THAT(warnings[0], HasSubstr("TransferFromDevice"));
+  EXPECT_THAT(warnings[0], HasSubstr("debug_test.cpp:" + std::to_string(item_line)));
+}
+
+TEST(StepAnalysis, AStepClosureDoesNotWarn) {
+  fresh();
+  auto w = from_vector<float>({1, 2, 3}, {3});
+  float seen = 0;
+  for (int step = 0; step < 12; ++step) {
+    w = w * 0.5 + 1.0;
+    auto total = sum(w);
+    add_step_closure([total, &seen] { seen = total.item<float>(); });
+    mark_step();
+  }
+  wait_device_ops();
+  EXPECT_GT(seen, 0);
+  EXPECT_TRUE(debug::warnings().empty()) << debug::warnings()[0];
+}
+
+TEST(GraphCap, ALoopWithoutABarrierIsCutAndStaysCorrect) {
+  fresh();
+  setenv("LOOM_MAX_GRAPH_NODES", "100", 1);
+  auto z = from_vector<double>({0, 0}, {2});
+  auto x = from_vector<double>({1, 2}, {2});
+  for (int i = 0; i < 1000; ++i) z = z + x;  // no barrier
+  unsetenv("LOOM_MAX_GRAPH_NODES");
+  EXPECT_GE(metrics::counter("GraphCut"), 9);
+  EXPECT_LE(metrics::stat("GraphSize").max, 110);
+  EXPECT_EQ(z.to_vector<double>(), (std::vector<double>{1000, 2000}));
+}
+
+TEST(GraphDumps, EachCompiledGraphIsWrittenBeforeAndAfterThePasses) {
+  fresh();
+  auto dir = std::filesystem::temp_directory_path() / ("loom_dumps_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  setenv("LOOM_DUMP_GRAPHS", dir.c_str(), 1);
+  auto x = from_vector<float>({1, 2}, {2});
+  (exp(x) + x).to_vector<float>();
+  unsetenv("LOOM_DUMP_GRAPHS");
+  std::vector<std::string> names;
+  for (auto& e : std::filesystem::directory_iterator(dir)) names.push_back(e.path().filename());
+  std::sort(names.begin(), names.end());
+  ASSERT_EQ(names.size(), 3u);
+  EXPECT_THAT(names[0], ::testing::EndsWith(".after.txt"));
+  EXPECT_THAT(names[1], ::testing::EndsWith(".before.dot"));
+  EXPECT_THAT(names[2], ::testing::EndsWith(".before.txt"));
+  std::ifstream f(dir / names[2]);
+  std::stringstream text;
+  text << f.rdbuf();
+  EXPECT_THAT(text.str(), HasSubstr("exp float32[2]"));
+  std::filesystem::remove_all(dir);
+}
+
+// A strict JSON syntax check (enough to know Perfetto and chrome://tracing can parse it).
+class JsonChecker {
+ public:
+  explicit JsonChecker(const std::string& s) : s_(s) {}
+  bool valid() {
+    ws();
+    if (!value()) return false;
+    ws();
+    return i_ == s_.size();
+  }
+
+ private:
+  void ws() { while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) ++i_; }
+  bool lit(const char* w) {
+    std::string x(w);
+    if (s_.compare(i_, x.size(), x) != 0) return false;
+    i_ += x.size();
+    return true;
+  }
+  bool str() {
+    if (s_[i_] != '"') return false;
+    for (++i_; i_ < s_.size(); ++i_) {
+      if (s_[i_] == '\\') { ++i_; continue; }
+      if (s_[i_] == '"') { ++i_; return true; }
+      if (static_cast<unsigned char>(s_[i_]) < 0x20) return false;
+    }
+    return false;
+  }
+  bool num() {
+    std::size_t start = i_;
+    if (s_[i_] == '-') ++i_;
+    while (i_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[i_])) || s_[i_] == '.' || s_[i_] == 'e' || s_[i_] == 'E' || s_[i_] == '+' || s_[i_] == '-')) ++i_;
+    return i_ > start;
+  }
+  bool seq(char close, bool object) {
+    ++i_;
+    ws();
+    if (s_[i_] == close) { ++i_; return true; }
+    for (;;) {
+      ws();
+      if (object) {
+        if (!str()) return false;
+        ws();
+        if (s_[i_++] != ':') return false;
+        ws();
+      }
+      if (!value()) return false;
+      ws();
+      if (s_[i_] == ',') { ++i_; continue; }
+      if (s_[i_] == close) { ++i_; return true; }
+      return false;
+    }
+  }
+  bool value() {
+    if (i_ >= s_.size()) return false;
+    switch (s_[i_]) {
+      case '{': return seq('}', true);
+      case '[': return seq(']', false);
+      case '"': return str();
+      case 't': return lit("true");
+      case 'f': return lit("false");
+      case 'n': return lit("null");
+      default: return num();
+    }
+  }
+  const std::string& s_;
+  std::size_t i_ = 0;
+};
+
+TEST(Profiler, ChromeTraceWithHostAndDeviceSpans) {
+  fresh();
+  profiler::clear();
+  profiler::start();
+  auto w = from_vector<float>({1, 2, 3}, {3});
+  for (int i = 0; i < 3; ++i) {
+    profiler::Trace span("user_step");
+    w = tanh(w) * 2.0;
+    mark_step();
+  }
+  w.to_vector<float>();
+  wait_device_ops();
+  profiler::stop();
+  auto path = std::filesystem::temp_directory_path() / ("loom_trace_" + std::to_string(::getpid()) + ".json");
+  profiler::save(path);
+  std::ifstream f(path);
+  std::stringstream json;
+  json << f.rdbuf();
+  std::filesystem::remove(path);
+  EXPECT_TRUE(JsonChecker(json.str()).valid()) << json.str();
+  for (const char* needle : {"\"traceEvents\"", "\"name\":\"host\"", "\"name\":\"device\"",
+                             "\"name\":\"user_step\"", "\"name\":\"execute\"", "\"name\":\"compile\"",
+                             "\"name\":\"trace\"", "\"name\":\"transfer_from_device\"", "\"ph\":\"X\""})
+    EXPECT_THAT(json.str(), HasSubstr(needle));
+  EXPECT_FALSE(JsonChecker(std::string("{\"a\":[1,2,}")).valid());  // the checker can fail
+}
+
+}  // namespace
+}  // namespace loom
