@@ -1,5 +1,4 @@
 // Normalisation layers: BatchNorm2d, LayerNorm, RMSNorm.
-#include <loom/nn/init.h>
 #include <loom/nn/layers.h>
 
 #include <loom/autograd.h>

@@ -1,0 +1,43 @@
+// Checkpoints: a model's state_dict, the optimizer's state and the training position, in one
+// HDF5 file. Written to "<path>.tmp" and renamed, so a crash never leaves a broken checkpoint.
+//
+//   loom::Checkpoint ck;
+//   ck.model = model->state_dict();
+//   ck.optimizer = opt.state();
+//   ck.step = 1000;
+//   loom::save_checkpoint("run.ckpt.h5", ck);
+//   auto back = loom::load_checkpoint("run.ckpt.h5");   // tensors are on the device
+//   model->load_state_dict(back.model);
+//
+// Layout: every tensor is an HDF5 dataset (`model/<key>`, `optimizer/<key>`); `meta/counters`
+// holds [format version, step, epoch, batch_in_epoch, seed, optimizer_steps] as int64 and
+// `meta/index`, `meta/model_name`, `meta/options` are text stored as uint8; `h5dump` shows
+// it all.
+#pragma once
+
+#include <loom/tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace loom {
+
+struct Checkpoint {
+  std::vector<std::pair<std::string, Tensor>> model;      // state_dict
+  std::vector<std::pair<std::string, Tensor>> optimizer;  // Optimizer::state()
+  int64_t optimizer_steps = 0;
+  int64_t step = 0;            // optimizer steps taken
+  int64_t epoch = 0;           // the epoch in progress
+  int64_t batch_in_epoch = 0;  // batches of that epoch already trained on
+  int64_t seed = 0;
+  std::string model_name;      // e.g. "resnet20": a resume checks it
+  std::string options;         // the run's options, as text
+};
+
+void save_checkpoint(const std::string& path, const Checkpoint& checkpoint);
+// Throws loom::Error naming the file for a missing, truncated or foreign file.
+Checkpoint load_checkpoint(const std::string& path);
+
+}  // namespace loom

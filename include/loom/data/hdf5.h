@@ -1,0 +1,121 @@
+// HDF5 datasets: read named arrays of an HDF5 file as examples, and write such files.
+//
+//   // Fashion-MNIST as prepare_data writes it: train/images uint8 [60000,1,28,28],
+//   // train/labels int64 [60000].
+//   auto train = std::make_shared<loom::data::HDF5Dataset>(
+//       "fashion_mnist.h5", loom::data::HDF5Fields{{"train/images", "input"},
+//                                                 {"train/labels", "target"}});
+//   train->size();                   // 60000
+//   auto e = train->get(0);          // e.at("input"): uint8 [1,28,28], e.at("target"): int64 []
+//
+//   // Byte-level tokens for a TokenWindowDataset:
+//   auto tokens = loom::data::read_hdf5("fortunes.h5", "train/tokens");
+//
+// Every HDF5 dataset named in the mapping must have at least one dimension, the same first
+// dimension (the sample axis), and an element type among uint8, int32, int64, float32 and
+// float64 (any byte order); chunked or contiguous, compressed or not. Sample i is row i of
+// each. get_batch() reads a whole batch with one H5Dread per field: the distinct indices,
+// sorted, become one union of hyperslabs, and rows are then copied into the requested order.
+//
+// Threads: Debian builds HDF5 without its thread-safety option, so no two HDF5 calls may run
+// at once anywhere in the process. Every HDF5 call in loom takes hdf5_mutex() for its whole
+// duration; the DeviceLoader's parallel stage therefore reads under that lock and does all
+// transforms on host memory after it. Code that calls the HDF5 library itself while a loader
+// runs must hold hdf5_mutex() too.
+//
+// Errors: every negative HDF5 status becomes a loom::Error naming the file, the HDF5 dataset
+// and what failed, with HDF5's own innermost message; HDF5's automatic error printing to
+// stderr is turned off by the first loom HDF5 call.
+#pragma once
+
+#include <loom/data/dataset.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace loom::data {
+
+// The lock around every HDF5 call in the process (see above).
+std::mutex& hdf5_mutex();
+
+// HDF5 dataset path → example field name, e.g. {"train/images", "input"}.
+using HDF5Fields = std::vector<std::pair<std::string, std::string>>;
+
+struct HDF5DatasetOptions {
+  // Raw-data chunk cache per chunked HDF5 dataset (HDF5's default is 1 MiB). A dataset that
+  // fits is decompressed once and then served from memory, which shuffled reads need.
+  int64_t chunk_cache_bytes = int64_t{256} << 20;
+};
+
+class HDF5Dataset : public Dataset {
+ public:
+  // Opens the file read-only and checks every mapped dataset (throws loom::Error).
+  HDF5Dataset(std::string file, HDF5Fields fields, HDF5DatasetOptions options = {});
+  ~HDF5Dataset() override;
+  HDF5Dataset(const HDF5Dataset&) = delete;
+  HDF5Dataset& operator=(const HDF5Dataset&) = delete;
+
+  int64_t size() const override;
+  Example get(int64_t index) const override;
+  std::vector<Example> get_batch(std::span<const int64_t> indices) const override;
+  std::string source() const override { return file_; }
+
+  const std::string& file() const { return file_; }
+  // Per-sample shape and element type of a field.
+  Shape sample_shape(const std::string& field) const;
+  HostDType dtype(const std::string& field) const;
+
+ private:
+  struct Impl;
+  std::string file_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Reads a whole HDF5 dataset (same dtypes as HDF5Dataset).
+HostArray read_hdf5(const std::string& file, const std::string& path);
+
+// Writes HDF5 files (prepare_data, tests). Intermediate groups are created as needed.
+//
+//   loom::data::HDF5Writer w("out.h5.tmp");
+//   w.create("train/images", loom::data::HostDType::UInt8, {60000, 1, 28, 28},
+//            {.chunk_rows = 1024, .deflate = 4});
+//   w.write_rows("train/images", 0, first_rows);   // any number of rows at any offset
+//   w.set_attribute("/", "num_classes", 10);
+//   w.close();
+struct HDF5WriteOptions {
+  int64_t chunk_rows = 0;  // rows per chunk along the first dimension; 0 = contiguous
+  int deflate = 0;         // gzip level 1-9; 0 = none (needs chunk_rows > 0)
+};
+
+class HDF5Writer {
+ public:
+  // Creates `file`, replacing an existing one.
+  explicit HDF5Writer(std::string file);
+  ~HDF5Writer();
+  HDF5Writer(const HDF5Writer&) = delete;
+  HDF5Writer& operator=(const HDF5Writer&) = delete;
+
+  // A new dataset of the full `shape` (uint8 or the loom dtypes except bool).
+  void create(const std::string& path, HostDType dtype, const Shape& shape,
+              HDF5WriteOptions options = {});
+  // Writes rows [first_row, first_row + rows.shape[0]) of a created dataset.
+  void write_rows(const std::string& path, int64_t first_row, const HostArray& rows);
+  // create() and write_rows() of the whole array.
+  void write(const std::string& path, const HostArray& array, HDF5WriteOptions options = {});
+  // An int64 attribute on a group or dataset ("/" for the file).
+  void set_attribute(const std::string& object, const std::string& name, int64_t value);
+  // Closes the file (the destructor does it too, ignoring errors); throws on failure.
+  void close();
+
+ private:
+  struct Impl;
+  std::string file_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace loom::data

@@ -1,0 +1,393 @@
+// DeviceLoader: one epoch = one tbb::parallel_pipeline run on a background thread, inside a
+// task_arena of the configured thread count, feeding a bounded queue that the consumer's
+// iterator pops.
+//
+//   indices (serial_in_order) → read + transform + collate (parallel) → to device
+//   (serial_in_order) → BoundedQueue → Iterator
+//
+// Order: the serial_in_order stages see batches in the order the first stage made them, and a
+// batch's content depends only on (dataset, seed, epoch, its indices), so output never depends
+// on the thread count. Errors travel inside the token to the last stage, which delivers every
+// earlier batch first, then the error, then stops the input stage.
+#include "bounded_queue.h"
+
+#include <loom/data/loader.h>
+#include <loom/lazy.h>
+#include <loom/metrics.h>
+
+#include <tbb/info.h>
+#include <tbb/parallel_for.h>
+#include <tbb/parallel_pipeline.h>
+#include <tbb/task_arena.h>
+#include <tbb/task_group.h>
+
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <optional>
+#include <thread>
+#include <variant>
+
+namespace loom::data {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// The message of the exception being handled.
+std::string current_what() {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+// The exception being handled, as a loom::Error prefixed with `where`, the original nested.
+std::exception_ptr wrap_current(const std::string& where) {
+  const std::string what = current_what();
+  try {
+    std::throw_with_nested(Error(where + ": " + what));
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+std::exception_ptr wrap(std::exception_ptr error, const std::string& where) {
+  try {
+    std::rethrow_exception(error);
+  } catch (...) {
+    return wrap_current(where);
+  }
+}
+
+std::string index_list(const std::vector<int64_t>& indices) {
+  std::string s;
+  for (std::size_t i = 0; i < indices.size() && i < 8; ++i) s += (i ? ", " : "") + std::to_string(indices[i]);
+  if (indices.size() > 8) s += ", ... (" + std::to_string(indices.size()) + " samples)";
+  return s;
+}
+
+// One batch travelling through the pipeline.
+struct Work {
+  int64_t number = 0;
+  std::vector<int64_t> indices;
+  int64_t valid = 0;
+  Example host;  // collated
+  std::exception_ptr error;
+};
+using WorkPtr = std::shared_ptr<Work>;
+using Item = std::variant<Batch, std::exception_ptr>;
+
+// One epoch in progress.
+struct Run {
+  int64_t epoch;
+  uint64_t id;
+  std::vector<std::vector<int64_t>> batches;
+  int64_t valid_last;  // rows of the last batch that are not padding
+  detail::BoundedQueue<Item> queue;
+  tbb::task_group_context context{tbb::task_group_context::isolated};
+  std::atomic<bool> stop{false};
+  std::thread thread;
+  Clock::time_point start = Clock::now();
+  bool accounted = false;  // iterate time added to the stats
+
+  Run(int64_t epoch, uint64_t id, std::vector<std::vector<int64_t>> batches, int64_t valid_last, int prefetch)
+      : epoch(epoch), id(id), batches(std::move(batches)), valid_last(valid_last),
+        queue(static_cast<std::size_t>(prefetch)) {}
+
+  // Stops the pipeline at once and joins its thread; queued batches are dropped.
+  void cancel() {
+    stop = true;
+    context.cancel_group_execution();
+    queue.cancel();
+    if (thread.joinable()) thread.join();
+  }
+  ~Run() { cancel(); }
+};
+
+}  // namespace
+
+const Tensor& Batch::operator[](const std::string& field) const {
+  auto it = tensors.find(field);
+  if (it == tensors.end()) {
+    std::string names;
+    for (const auto& [name, t] : tensors) names += (names.empty() ? "" : ", ") + name;
+    throw Error("Batch: no field '" + field + "' (fields: " + (names.empty() ? "none" : names) + ")");
+  }
+  return it->second;
+}
+
+struct DeviceLoader::Iterator::State {
+  std::shared_ptr<Dataset> dataset;
+  DeviceLoaderOptions options;
+  std::vector<Transform> transforms;
+  std::shared_ptr<const Sampler> sampler;
+  int threads = 1;
+  std::unique_ptr<tbb::task_arena> arena;
+  int64_t next_epoch = 0;
+  uint64_t next_run = 1;
+  std::unique_ptr<Run> run;
+  LoaderStats stats;
+
+  ~State() { end_run(); }
+
+  void end_run() {
+    if (!run) return;
+    run->cancel();
+    account(*run);
+    run.reset();
+  }
+
+  void account(Run& r) {
+    if (r.accounted) return;
+    r.accounted = true;
+    stats.iterate_seconds += seconds_since(r.start);
+  }
+
+  void start_run();
+  void produce(Run& r);
+  void prepare(Run& r, Work& w) const;
+  void deliver(Run& r, Work& w) const;
+  // Pops the next batch of run `id`; nullptr at its end. Rethrows a worker's error.
+  std::unique_ptr<Batch> next(uint64_t id);
+};
+
+void DeviceLoader::Iterator::State::start_run() {
+  end_run();
+  const int64_t epoch = next_epoch++;
+  dataset->set_epoch(epoch);
+  auto order = sampler->indices(epoch);
+  auto batches = make_batches(order, options.batch_size, options.last_batch);
+  const auto n = static_cast<int64_t>(order.size());
+  const int64_t rem = n % options.batch_size;
+  const int64_t valid_last = rem == 0 || options.last_batch != LastBatch::Pad ? -1 : rem;
+  run = std::make_unique<Run>(epoch, next_run++, std::move(batches), valid_last, options.prefetch);
+  Run* r = run.get();
+  r->thread = std::thread([this, r] { produce(*r); });
+}
+
+void DeviceLoader::Iterator::State::produce(Run& r) {
+  std::size_t next = 0;
+  try {
+    arena->execute([&] {
+      tbb::parallel_pipeline(
+          static_cast<std::size_t>(options.prefetch),
+          tbb::make_filter<void, WorkPtr>(
+              tbb::filter_mode::serial_in_order,
+              [&](tbb::flow_control& fc) -> WorkPtr {
+                if (r.stop || next == r.batches.size()) {
+                  fc.stop();
+                  return nullptr;
+                }
+                auto w = std::make_shared<Work>();
+                w->number = static_cast<int64_t>(next);
+                w->indices = std::move(r.batches[next]);
+                const bool last = next + 1 == r.batches.size();
+                w->valid = last && r.valid_last >= 0 ? r.valid_last : static_cast<int64_t>(w->indices.size());
+                ++next;
+                return w;
+              }) &
+              tbb::make_filter<WorkPtr, WorkPtr>(tbb::filter_mode::parallel,
+                                                 [&](WorkPtr w) {
+                                                   if (!r.stop) prepare(r, *w);
+                                                   return w;
+                                                 }) &
+              tbb::make_filter<WorkPtr, void>(tbb::filter_mode::serial_in_order,
+                                              [&](WorkPtr w) { deliver(r, *w); }),
+          r.context);
+    });
+  } catch (...) {
+    // Stage bodies catch their own errors; this is the pipeline itself failing.
+    if (!r.stop) r.queue.push(wrap_current("DeviceLoader: epoch " + std::to_string(r.epoch)));
+  }
+  r.queue.finish();
+}
+
+void DeviceLoader::Iterator::State::prepare(Run& r, Work& w) const {
+  const auto start = Clock::now();
+  const std::string where = "epoch " + std::to_string(r.epoch) + ", batch " + std::to_string(w.number);
+  std::vector<Example> examples;
+  try {
+    examples = dataset->get_batch(w.indices);
+    if (examples.size() != w.indices.size())
+      throw Error("get_batch returned " + std::to_string(examples.size()) + " examples for " +
+                  std::to_string(w.indices.size()) + " indices");
+  } catch (...) {
+    w.error = wrap_current("DeviceLoader: reading samples " + index_list(w.indices) + " of '" +
+                           dataset->source() + "' (" + where + ")");
+    return;
+  }
+  if (!transforms.empty()) {
+    std::vector<std::exception_ptr> errors(examples.size());
+    tbb::parallel_for(std::size_t{0}, examples.size(), [&](std::size_t i) {
+      try {
+        const SampleContext ctx{options.seed, r.epoch, w.indices[i]};
+        for (const auto& t : transforms) t(examples[i], ctx);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    });
+    for (std::size_t i = 0; i < errors.size(); ++i)
+      if (errors[i]) {
+        w.error = wrap(errors[i], "DeviceLoader: sample " + std::to_string(w.indices[i]) + " of '" +
+                                      dataset->source() + "' (" + where + "): transform failed");
+        return;
+      }
+  }
+  try {
+    w.host = collate(examples);
+    for (const auto& [name, a] : w.host)
+      if (!device_dtype(a.dtype))
+        throw Error("field '" + name + "' is " + a.str() +
+                    ", which loom tensors do not hold; convert it with to_float(\"" + name +
+                    "\") or cast(\"" + name + "\", HostDType::Int64)");
+  } catch (...) {
+    w.error = wrap_current("DeviceLoader: samples " + index_list(w.indices) + " of '" + dataset->source() +
+                           "' (" + where + ")");
+    return;
+  }
+  metrics::record("LoaderPrepareTime", std::chrono::duration<double, std::nano>(Clock::now() - start).count());
+}
+
+void DeviceLoader::Iterator::State::deliver(Run& r, Work& w) const {
+  if (r.stop) return;
+  if (w.error) {
+    r.stop = true;  // the input stage makes nothing more; in-flight batches are dropped here
+    r.queue.push(w.error);
+    return;
+  }
+  Batch b;
+  try {
+    for (const auto& [name, a] : w.host) {
+      if (a.numel() == 0)
+        throw Error("field '" + name + "' is empty (" + a.str() + "); loom tensors need positive sizes");
+      b.tensors.emplace(name, from_host(a.bytes.data(), *device_dtype(a.dtype), a.shape, options.device));
+    }
+  } catch (...) {
+    r.stop = true;
+    r.queue.push(wrap_current("DeviceLoader: transferring samples " + index_list(w.indices) + " of '" +
+                              dataset->source() + "' (epoch " + std::to_string(r.epoch) + ", batch " +
+                              std::to_string(w.number) + ")"));
+    return;
+  }
+  b.indices = std::move(w.indices);
+  b.valid = w.valid;
+  b.index = w.number;
+  b.epoch = r.epoch;
+  w.host = {};
+  if (!r.queue.push(std::move(b))) r.stop = true;
+}
+
+std::unique_ptr<Batch> DeviceLoader::Iterator::State::next(uint64_t id) {
+  if (!run || run->id != id) return nullptr;  // a newer begin() ended this iteration
+  const auto start = Clock::now();
+  std::optional<Item> item = run->queue.pop();
+  const double waited = std::chrono::duration<double, std::nano>(Clock::now() - start).count();
+  metrics::record("LoaderWaitTime", waited);
+  stats.wait_seconds += waited * 1e-9;
+  if (!item) {
+    if (run->thread.joinable()) run->thread.join();
+    account(*run);
+    return nullptr;
+  }
+  if (auto* error = std::get_if<std::exception_ptr>(&*item)) {
+    std::exception_ptr e = *error;
+    end_run();
+    std::rethrow_exception(e);
+  }
+  auto batch = std::make_unique<Batch>(std::move(std::get<Batch>(*item)));
+  metrics::increment("LoaderBatches");
+  metrics::increment("LoaderSamples", batch->size());
+  ++stats.batches;
+  stats.samples += batch->size();
+  return batch;
+}
+
+DeviceLoader::Iterator::Iterator(State* state, uint64_t run) : state_(state), run_(run) {}
+
+DeviceLoader::Iterator& DeviceLoader::Iterator::operator++() {
+  if (!batch_) return *this;
+  if (state_->options.mark_step) mark_step();
+  batch_.reset();
+  batch_ = state_->next(run_);
+  return *this;
+}
+
+DeviceLoader::DeviceLoader(std::shared_ptr<Dataset> dataset, DeviceLoaderOptions options,
+                           std::vector<Transform> transforms)
+    : state_(std::make_unique<Iterator::State>()) {
+  auto& st = *state_;
+  if (!dataset) throw Error("DeviceLoader: expected a dataset, got nullptr");
+  const std::string who = "DeviceLoader ('" + dataset->source() + "')";
+  if (options.batch_size < 1) throw Error(who + ": expected batch_size >= 1, got " + std::to_string(options.batch_size));
+  if (options.threads < 0) throw Error(who + ": expected threads >= 0, got " + std::to_string(options.threads));
+  if (options.prefetch < 1) throw Error(who + ": expected prefetch >= 1, got " + std::to_string(options.prefetch));
+  for (const auto& t : transforms)
+    if (!t) throw Error(who + ": got an empty transform");
+  st.sampler = options.sampler;
+  if (!st.sampler) {
+    const int64_t n = dataset->size();
+    if (options.world_size > 1 || options.rank != 0)
+      st.sampler = std::make_shared<DistributedSampler>(
+          n, options.rank, options.world_size,
+          DistributedSamplerOptions{.shuffle = options.shuffle, .seed = options.seed, .drop_last = false});
+    else if (options.shuffle)
+      st.sampler = std::make_shared<RandomSampler>(n, options.seed);
+    else
+      st.sampler = std::make_shared<SequentialSampler>(n);
+  }
+  st.threads = options.threads > 0 ? options.threads : tbb::info::default_concurrency();
+  st.arena = std::make_unique<tbb::task_arena>(st.threads);
+  st.dataset = std::move(dataset);
+  st.options = std::move(options);
+  st.transforms = std::move(transforms);
+  if (batches_per_epoch() == 0)
+    throw Error(who + ": " + std::to_string(st.sampler->size()) + " samples per epoch make no batch of " +
+                std::to_string(st.options.batch_size) + " with LastBatch::Drop");
+}
+
+DeviceLoader::~DeviceLoader() = default;
+DeviceLoader::DeviceLoader(DeviceLoader&&) noexcept = default;
+DeviceLoader& DeviceLoader::operator=(DeviceLoader&&) noexcept = default;
+
+DeviceLoader::Iterator DeviceLoader::begin() {
+  state_->start_run();
+  Iterator it(state_.get(), state_->run->id);
+  it.batch_ = state_->next(it.run_);
+  return it;
+}
+
+int64_t DeviceLoader::epoch() const { return state_->next_epoch; }
+
+void DeviceLoader::set_epoch(int64_t epoch) {
+  if (epoch < 0) throw Error("DeviceLoader::set_epoch: expected epoch >= 0, got " + std::to_string(epoch));
+  state_->next_epoch = epoch;
+}
+
+int64_t DeviceLoader::batches_per_epoch() const {
+  const int64_t n = state_->sampler->size();
+  const int64_t b = state_->options.batch_size;
+  return state_->options.last_batch == LastBatch::Drop ? n / b : (n + b - 1) / b;
+}
+
+const Dataset& DeviceLoader::dataset() const { return *state_->dataset; }
+
+LoaderStats DeviceLoader::stats() const {
+  LoaderStats s = state_->stats;
+  if (state_->run && !state_->run->accounted) s.iterate_seconds += seconds_since(state_->run->start);
+  return s;
+}
+
+void DeviceLoader::reset_stats() {
+  state_->stats = {};
+  if (state_->run) {
+    state_->run->start = Clock::now();
+    state_->run->accounted = false;
+  }
+}
+
+}  // namespace loom::data

@@ -1,0 +1,118 @@
+// HDF5Writer: creates datasets (chunked, optionally shuffled + deflated) and writes rows.
+#include "hdf5_util.h"
+
+#include <loom/data/hdf5.h>
+
+#include <map>
+
+namespace loom::data {
+
+using detail::check;
+using detail::Handle;
+using detail::Hdf5Lock;
+
+struct HDF5Writer::Impl {
+  Handle file;
+  std::map<std::string, Handle> datasets;
+  std::map<std::string, std::pair<HostDType, Shape>> layouts;
+};
+
+HDF5Writer::HDF5Writer(std::string file) : file_(std::move(file)), impl_(std::make_unique<Impl>()) {
+  Hdf5Lock lock;
+  impl_->file = Handle(check(H5Fcreate(file_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
+                             "HDF5Writer: '" + file_ + "'", "cannot create"));
+}
+
+HDF5Writer::~HDF5Writer() {
+  if (!impl_) return;
+  Hdf5Lock lock;
+  impl_.reset();
+}
+
+void HDF5Writer::create(const std::string& path, HostDType dtype, const Shape& shape, HDF5WriteOptions options) {
+  const std::string context = "HDF5Writer: '" + file_ + "' dataset '" + path + "'";
+  if (!impl_ || !impl_->file) throw Error(context + ": the file is closed");
+  if (shape.empty()) throw Error(context + ": expected at least one dimension, got " + shape_str(shape));
+  if (dtype == HostDType::Bool) throw Error(context + ": bool is not written (use uint8)");
+  if (options.deflate < 0 || options.deflate > 9)
+    throw Error(context + ": expected a deflate level 0-9, got " + std::to_string(options.deflate));
+  if (impl_->datasets.count(path)) throw Error(context + ": already created");
+  Hdf5Lock lock;
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  Handle space(check(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), context,
+                     "cannot create the dataspace"));
+  Handle lcpl(check(H5Pcreate(H5P_LINK_CREATE), context, "cannot create a link list"));
+  check(H5Pset_create_intermediate_group(lcpl.get(), 1), context, "cannot set intermediate groups");
+  Handle dcpl(check(H5Pcreate(H5P_DATASET_CREATE), context, "cannot create a creation list"));
+  bool empty = false;
+  for (auto d : shape) empty |= d == 0;
+  if (options.chunk_rows > 0 && !empty) {
+    std::vector<hsize_t> chunk = dims;
+    chunk[0] = std::min<hsize_t>(dims[0], static_cast<hsize_t>(options.chunk_rows));
+    check(H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()), context, "cannot set chunks");
+    if (options.deflate > 0) {
+      if (host_dtype_size(dtype) > 1) check(H5Pset_shuffle(dcpl.get()), context, "cannot set the shuffle filter");
+      check(H5Pset_deflate(dcpl.get(), static_cast<unsigned>(options.deflate)), context, "cannot set deflate");
+    }
+  } else if (options.deflate > 0 && !empty) {
+    throw Error(context + ": compression needs chunk_rows > 0");
+  }
+  Handle dset(check(H5Dcreate2(impl_->file.get(), path.c_str(), detail::file_h5_type(dtype), space.get(),
+                               lcpl.get(), dcpl.get(), H5P_DEFAULT),
+                    context, "cannot create"));
+  impl_->datasets.emplace(path, std::move(dset));
+  impl_->layouts.emplace(path, std::make_pair(dtype, shape));
+}
+
+void HDF5Writer::write_rows(const std::string& path, int64_t first_row, const HostArray& rows) {
+  const std::string context = "HDF5Writer: '" + file_ + "' dataset '" + path + "'";
+  if (!impl_ || !impl_->file) throw Error(context + ": the file is closed");
+  auto it = impl_->datasets.find(path);
+  if (it == impl_->datasets.end()) throw Error(context + ": not created");
+  const auto& [dtype, shape] = impl_->layouts.at(path);
+  if (rows.dtype != dtype || rows.shape.size() != shape.size() ||
+      !std::equal(rows.shape.begin() + 1, rows.shape.end(), shape.begin() + 1) || first_row < 0 ||
+      first_row + rows.shape[0] > shape[0])
+    throw Error(context + ": cannot write " + rows.str() + " at row " + std::to_string(first_row) + " of " +
+                host_dtype_name(dtype) + shape_str(shape));
+  if (rows.numel() == 0) return;
+  Hdf5Lock lock;
+  Handle fspace(check(H5Dget_space(it->second.get()), context, "cannot read the dataspace"));
+  std::vector<hsize_t> start(shape.size(), 0), count(rows.shape.begin(), rows.shape.end());
+  start[0] = static_cast<hsize_t>(first_row);
+  check(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr), context,
+        "cannot select rows");
+  Handle mspace(check(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), context,
+                      "cannot create a memory dataspace"));
+  check(H5Dwrite(it->second.get(), detail::native_h5_type(dtype), mspace.get(), fspace.get(), H5P_DEFAULT,
+                 rows.bytes.data()),
+        context, "cannot write");
+}
+
+void HDF5Writer::write(const std::string& path, const HostArray& array, HDF5WriteOptions options) {
+  create(path, array.dtype, array.shape, options);
+  write_rows(path, 0, array);
+}
+
+void HDF5Writer::set_attribute(const std::string& object, const std::string& name, int64_t value) {
+  const std::string context = "HDF5Writer: '" + file_ + "' attribute '" + name + "' of '" + object + "'";
+  if (!impl_ || !impl_->file) throw Error(context + ": the file is closed");
+  Hdf5Lock lock;
+  Handle space(check(H5Screate(H5S_SCALAR), context, "cannot create the dataspace"));
+  Handle attr(check(H5Acreate_by_name(impl_->file.get(), object.c_str(), name.c_str(), H5T_STD_I64LE, space.get(),
+                                      H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                    context, "cannot create"));
+  check(H5Awrite(attr.get(), H5T_NATIVE_INT64, &value), context, "cannot write");
+}
+
+void HDF5Writer::close() {
+  if (!impl_ || !impl_->file) return;
+  const std::string context = "HDF5Writer: '" + file_ + "'";
+  Hdf5Lock lock;
+  for (auto& [path, dset] : impl_->datasets)
+    if (dset.close() < 0) detail::throw_hdf5(context + " dataset '" + path + "'", "cannot close");
+  impl_->datasets.clear();
+  if (impl_->file.close() < 0) detail::throw_hdf5(context, "cannot close (flush)");
+}
+
+}  // namespace loom::data

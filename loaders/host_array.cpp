@@ -1,0 +1,140 @@
+// HostArray, Example and collate: the host-side data model of the loaders.
+#include <loom/data/dataset.h>
+
+#include <cassert>
+
+namespace loom::data {
+
+const char* host_dtype_name(HostDType t) {
+  switch (t) {
+    case HostDType::UInt8: return "uint8";
+    case HostDType::Int32: return "int32";
+    case HostDType::Int64: return "int64";
+    case HostDType::Float32: return "float32";
+    case HostDType::Float64: return "float64";
+    case HostDType::Bool: return "bool";
+  }
+  return "?";
+}
+
+std::size_t host_dtype_size(HostDType t) {
+  switch (t) {
+    case HostDType::UInt8: return 1;
+    case HostDType::Int32: return 4;
+    case HostDType::Int64: return 8;
+    case HostDType::Float32: return 4;
+    case HostDType::Float64: return 8;
+    case HostDType::Bool: return 1;
+  }
+  return 0;
+}
+
+bool is_floating(HostDType t) { return t == HostDType::Float32 || t == HostDType::Float64; }
+
+std::optional<DType> device_dtype(HostDType t) {
+  switch (t) {
+    case HostDType::UInt8: return std::nullopt;
+    case HostDType::Int32: return DType::Int32;
+    case HostDType::Int64: return DType::Int64;
+    case HostDType::Float32: return DType::Float32;
+    case HostDType::Float64: return DType::Float64;
+    case HostDType::Bool: return DType::Bool;
+  }
+  return std::nullopt;
+}
+
+HostDType host_dtype(DType t) {
+  switch (t) {
+    case DType::Float32: return HostDType::Float32;
+    case DType::Float64: return HostDType::Float64;
+    case DType::Int64: return HostDType::Int64;
+    case DType::Int32: return HostDType::Int32;
+    case DType::Bool: return HostDType::Bool;
+  }
+  return HostDType::Float32;
+}
+
+HostArray::HostArray(HostDType dtype, Shape shape) : dtype(dtype), shape(std::move(shape)) {
+  for (auto d : this->shape)
+    if (d < 0) throw Error("HostArray: expected non-negative sizes, got " + shape_str(this->shape));
+  bytes.assign(static_cast<std::size_t>(numel()) * host_dtype_size(dtype), 0);
+}
+
+void HostArray::check_type(HostDType requested) const {
+  if (requested != dtype)
+    throw Error(std::string("HostArray::data: requested ") + host_dtype_name(requested) +
+                " elements from a " + host_dtype_name(dtype) + " array");
+}
+
+double HostArray::at(int64_t i) const {
+  const unsigned char* p = bytes.data() + static_cast<std::size_t>(i) * element_size();
+  switch (dtype) {
+    case HostDType::UInt8: return *p;
+    case HostDType::Int32: { int32_t v; std::memcpy(&v, p, 4); return v; }
+    case HostDType::Int64: { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
+    case HostDType::Float32: { float v; std::memcpy(&v, p, 4); return v; }
+    case HostDType::Float64: { double v; std::memcpy(&v, p, 8); return v; }
+    case HostDType::Bool: return *p ? 1 : 0;
+  }
+  return 0;
+}
+
+std::string HostArray::str() const { return host_dtype_name(dtype) + shape_str(shape); }
+
+namespace {
+
+std::string field_list(const Example& e) {
+  std::string s;
+  for (const auto& [name, a] : e) s += (s.empty() ? "" : ", ") + name;
+  return s.empty() ? "none" : s;
+}
+
+}  // namespace
+
+HostArray& Example::at(const std::string& name) {
+  auto it = fields_.find(name);
+  if (it == fields_.end())
+    throw Error("example has no field '" + name + "' (fields: " + field_list(*this) + ")");
+  return it->second;
+}
+
+const HostArray& Example::at(const std::string& name) const {
+  return const_cast<Example*>(this)->at(name);
+}
+
+std::vector<std::string> Example::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, a] : fields_) out.push_back(name);
+  return out;
+}
+
+Example collate(const std::vector<Example>& examples) {
+  if (examples.empty()) throw Error("collate: expected at least one example, got none");
+  const Example& first = examples.front();
+  const auto n = static_cast<int64_t>(examples.size());
+  Example out;
+  for (const auto& [name, a] : first) {
+    Shape shape{n};
+    shape.insert(shape.end(), a.shape.begin(), a.shape.end());
+    out[name] = HostArray(a.dtype, std::move(shape));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const Example& e = examples[static_cast<std::size_t>(i)];
+    if (e.size() != first.size() || e.names() != first.names())
+      throw Error("collate: sample " + std::to_string(i) + " has fields (" + field_list(e) +
+                  "), expected (" + field_list(first) + ") as sample 0");
+    for (const auto& [name, a] : e) {
+      const HostArray& ref = first.at(name);
+      if (a.dtype != ref.dtype || a.shape != ref.shape)
+        throw Error("collate: sample " + std::to_string(i) + " field '" + name + "' is " +
+                    a.str() + ", expected " + ref.str() + " as sample 0");
+      assert(a.bytes.size() == ref.bytes.size());
+      if (!a.bytes.empty())
+        std::memcpy(out.at(name).bytes.data() + static_cast<std::size_t>(i) * a.bytes.size(),
+                    a.bytes.data(), a.bytes.size());
+    }
+  }
+  return out;
+}
+
+}  // namespace loom::data

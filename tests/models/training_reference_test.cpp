@@ -1,0 +1,242 @@
+// Three training steps of ResNet-20 and the decoder against PyTorch, in float64 and float32
+// (fixtures from tests/reference/make_training_fixtures.py). Weights and data are closed-form
+// functions of (state_dict index, element index), computed here exactly as the script does.
+// The optimizers (SGD with momentum and weight decay, AdamW) are written out here with
+// PyTorch's update rules, so this test checks the models alone.
+#include "models/models_test_util.h"
+
+#include <loom/autograd.h>
+#include <loom/models/decoder.h>
+#include <loom/models/resnet.h>
+#include <loom/nn/functional.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace loom {
+namespace {
+
+namespace F = nn::functional;
+
+struct ReferenceRun {
+  std::vector<double> losses;
+  std::vector<std::pair<std::string, std::vector<double>>> grads, states;  // 7 numbers per key
+};
+
+std::map<std::string, ReferenceRun> load_runs() {
+  std::ifstream f(std::string(LOOM_TEST_DATA_DIR) + "/models/fixtures/training_reference.txt");
+  std::map<std::string, ReferenceRun> runs;
+  ReferenceRun* run = nullptr;
+  std::string line;
+  while (std::getline(f, line)) {
+    std::istringstream in(line);
+    std::string tag, key;
+    in >> tag;
+    if (tag == "run") {
+      std::string model, dtype;
+      in >> model >> dtype;
+      run = &runs[model + " " + dtype];
+    } else if (tag == "loss") {
+      int step;
+      double v;
+      in >> step >> v;
+      run->losses.push_back(v);
+    } else if (tag == "grad" || tag == "state") {
+      in >> key;
+      std::vector<double> v(7);
+      for (auto& x : v) in >> x;
+      (tag == "grad" ? run->grads : run->states).emplace_back(key, v);
+    }
+  }
+  return runs;
+}
+
+double det_value(int64_t i, int64_t k, double scale, double offset = 0) {
+  return offset + scale * std::sin(0.7 * static_cast<double>(i) + 1.9 * static_cast<double>(k) + 0.3);
+}
+
+// det_values(n, k, scale, offset) of the script, rounded to `dtype`.
+Tensor det_tensor(const Shape& shape, int64_t k, double scale, double offset, DType dtype) {
+  std::vector<double> v(static_cast<std::size_t>(shape_numel(shape)));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = det_value(static_cast<int64_t>(i), k, scale, offset);
+  if (dtype == DType::Float64) return from_vector(v, shape);
+  std::vector<float> f(v.begin(), v.end());
+  return from_vector(f, shape);
+}
+
+// The script's det_init, by kind of state_dict entry.
+void det_init(nn::Module& m, DType dtype) {
+  nn::NamedTensors state;
+  int64_t k = 0;
+  for (const auto& [name, t] : m.state_dict()) {
+    auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
+    const Shape& s = t.shape();
+    if (name.ends_with("num_batches_tracked")) {
+      state.emplace_back(name, zeros({}, DType::Int64));
+    } else if (name.ends_with("running_mean")) {
+      state.emplace_back(name, det_tensor(s, k, 0.1, 0, dtype));
+    } else if (name.ends_with("running_var")) {
+      state.emplace_back(name, det_tensor(s, k, 0.2, 1, dtype));
+    } else if (s.size() == 1 && (has("bn") || has("downsample.1") || has("norm"))) {
+      state.emplace_back(name, det_tensor(s, k, 0.1, name.ends_with("weight") ? 1 : 0, dtype));
+    } else if (s.size() == 1) {
+      state.emplace_back(name, det_tensor(s, k, 0.05, 0, dtype));
+    } else {
+      int64_t fan_in = shape_numel(s) / s[0];
+      state.emplace_back(name, det_tensor(s, k, 1 / std::sqrt(static_cast<double>(fan_in)), 0, dtype));
+    }
+    ++k;
+  }
+  m.load_state_dict(state);
+}
+
+// p1 s1 p2 s2 e0 e1 e2 as the script's summarize.
+std::vector<double> summarize(int64_t k, const Tensor& t) {
+  auto v = test::values(t);
+  std::vector<double> out;
+  for (int j = 0; j < 2; ++j) {
+    double p = 0, s = 0;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      double proj = std::cos(0.37 * static_cast<double>(i) + 1.3 * j + 0.11 * static_cast<double>(k));
+      p += v[i] * proj;
+      s += std::abs(v[i] * proj);
+    }
+    out.push_back(p);
+    out.push_back(s);
+  }
+  for (std::size_t m = 0; m < 3; ++m) out.push_back(m < v.size() ? v[m] : 0.0);
+  return out;
+}
+
+void expect_summary(const std::string& what, const std::vector<double>& got, const std::vector<double>& want,
+                    int64_t numel, double tol) {
+  for (int j = 0; j < 2; ++j)
+    EXPECT_NEAR(got[2 * j], want[2 * j], tol * want[2 * j + 1] + 1e-300) << what << " projection " << j;
+  const double scale = want[1] / static_cast<double>(numel);  // typical magnitude of an element
+  for (int m = 0; m < 3; ++m)
+    EXPECT_NEAR(got[4 + m], want[4 + m], tol * (std::abs(want[4 + m]) + scale)) << what << " element " << m;
+}
+
+// PyTorch's SGD(momentum, weight_decay) and AdamW(betas 0.9/0.999, eps 1e-8) updates.
+class Optimizer {
+ public:
+  Optimizer(std::vector<Tensor> params, bool adamw) : params_(std::move(params)), adamw_(adamw) {
+    m_.resize(params_.size());
+    v_.resize(params_.size());
+  }
+
+  void step() {
+    NoGradGuard no_grad;
+    ++t_;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      auto& p = params_[i];
+      Tensor g = p.grad();
+      if (!adamw_) {
+        auto d = g + p * 5e-4;
+        m_[i] = t_ == 1 ? d : m_[i] * 0.9 + d;
+        p.assign(p - m_[i] * 0.1);
+      } else {
+        const double lr = 1e-2;
+        auto decayed = p * (1 - lr * 0.1);
+        m_[i] = t_ == 1 ? g * 0.1 : m_[i] * 0.9 + g * 0.1;
+        v_[i] = t_ == 1 ? g * g * 0.001 : v_[i] * 0.999 + g * g * 0.001;
+        const double bc1 = 1 - std::pow(0.9, t_), bc2 = 1 - std::pow(0.999, t_);
+        auto denom = sqrt(v_[i]) / std::sqrt(bc2) + 1e-8;
+        p.assign(decayed - m_[i] / denom * (lr / bc1));
+      }
+      p.set_grad({});
+    }
+  }
+
+ private:
+  std::vector<Tensor> params_, m_, v_;
+  bool adamw_;
+  int t_ = 0;
+};
+
+struct Case {
+  std::string model;
+  DType dtype;
+};
+
+class TrainingReference : public ::testing::TestWithParam<Case> {};
+
+TEST_P(TrainingReference, MatchesPyTorch) {
+  const auto& c = GetParam();
+  const bool f64 = c.dtype == DType::Float64;
+  auto runs = load_runs();
+  const std::string run_name = c.model + (f64 ? " float64" : " float32");
+  ASSERT_TRUE(runs.count(run_name)) << "fixture has no run " << run_name;
+  const ReferenceRun& ref = runs.at(run_name);
+  test::DefaultDTypeGuard dtype(c.dtype);
+
+  std::shared_ptr<nn::Module> model;
+  std::function<Tensor()> loss_fn;
+  Tensor x, y, inp, tgt;
+  if (c.model == "resnet20") {
+    auto net = models::resnet("resnet20", 3, 10);
+    model = net;
+    x = det_tensor({4, 3, 16, 16}, 101, 1.0, 0, c.dtype);
+    std::vector<int64_t> labels;
+    for (int i = 0; i < 4; ++i) labels.push_back((7 * i + 3) % 10);
+    y = from_vector(labels, {4});
+    loss_fn = [&, net] { return F::cross_entropy(net->forward(x), y); };
+  } else {
+    models::DecoderConfig cfg{.vocab_size = 64, .hidden_size = 32, .num_layers = 2, .num_heads = 4,
+                              .num_kv_heads = 2, .intermediate_size = 64, .max_seq_len = 16};
+    auto lm = std::make_shared<models::Decoder>(cfg);
+    model = lm;
+    std::vector<int64_t> a, b;
+    for (int r = 0; r < 2; ++r)
+      for (int t = 0; t < 16; ++t) {
+        a.push_back((13 * (r * 17 + t) + 5) % 64);
+        b.push_back((13 * (r * 17 + t + 1) + 5) % 64);
+      }
+    inp = from_vector(a, {2, 16});
+    tgt = from_vector(b, {2, 16});
+    loss_fn = [&, lm] { return F::cross_entropy(lm->forward(inp).reshape({-1, 64}), tgt.reshape({-1})); };
+  }
+  det_init(*model, c.dtype);
+  model->train();
+  Optimizer opt(model->parameters(), c.model != "resnet20");
+
+  const double tol = f64 ? 1e-10 : 1e-4;  // float64 agrees to ~1e-12 here
+  auto state = model->state_dict();
+  for (int step = 0; step < 3; ++step) {
+    auto loss = loss_fn();
+    loss.backward();
+    mark_step();
+    EXPECT_NEAR(test::values(loss)[0], ref.losses[step], tol * std::abs(ref.losses[step])) << "step " << step;
+    if (step == 0) {
+      std::map<std::string, std::vector<double>> want(ref.grads.begin(), ref.grads.end());
+      ASSERT_EQ(want.size(), model->named_parameters().size());
+      for (std::size_t k = 0; k < state.size(); ++k) {
+        const auto& [name, t] = state[k];
+        if (!want.count(name)) continue;
+        ASSERT_TRUE(t.grad().defined()) << name;
+        expect_summary("grad " + name, summarize(static_cast<int64_t>(k), t.grad()), want.at(name), t.numel(), tol);
+      }
+    }
+    opt.step();
+    mark_step();
+  }
+  ASSERT_EQ(ref.states.size(), state.size());
+  for (std::size_t k = 0; k < state.size(); ++k) {
+    const auto& [name, t] = state[k];
+    ASSERT_EQ(ref.states[k].first, name);
+    expect_summary("state " + name, summarize(static_cast<int64_t>(k), t), ref.states[k].second, t.numel(),
+                   name.ends_with("num_batches_tracked") ? 0 : tol);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, TrainingReference,
+                         ::testing::Values(Case{"resnet20", DType::Float64}, Case{"resnet20", DType::Float32},
+                                           Case{"decoder", DType::Float64}, Case{"decoder", DType::Float32}),
+                         [](const auto& info) {
+                           return info.param.model + (info.param.dtype == DType::Float64 ? "_float64" : "_float32");
+                         });
+
+}  // namespace
+}  // namespace loom
