@@ -57,9 +57,8 @@ class Progress {
   Progress(std::string what, int64_t total) : what_(std::move(what)), total_(total) {}
   void update(int64_t done) {
     const int64_t tenth = total_ > 0 ? done * 10 / total_ : 10;
-    if (tenth <= shown_ && done != total_) return;
-    if (done == total_ && shown_ == 11) return;
-    shown_ = done == total_ ? 11 : tenth;
+    if (tenth <= shown_) return;
+    shown_ = tenth;
     spdlog::info("{}: {}/{} ({}%)", what_, done, total_, total_ > 0 ? done * 100 / total_ : 100);
   }
 
@@ -183,7 +182,10 @@ int64_t convert_split(loom::data::HDF5Writer& out, const fs::path& dir, const st
     progress.update(first + k);
   }
   std::string hist;
-  for (std::size_t c = 0; c < counts.size(); ++c) hist += (c ? " " : "") + std::to_string(counts[c]);
+  for (std::size_t c = 0; c < counts.size(); ++c) {
+    if (c) hist += ' ';
+    hist += std::to_string(counts[c]);
+  }
   spdlog::info("{}/labels: {} classes, counts per class: {}", split, counts.size(), hist);
   return max_label;
 }
@@ -293,7 +295,7 @@ int run(int argc, char** argv) {
     ("output,o", po::value<std::string>(&s.output)->value_name("FILE"),
      "the HDF5 file to write (required); written as FILE.tmp, renamed when complete")
     ("force,f", po::bool_switch(&s.force), "overwrite FILE if it exists")
-    ("val-fraction", po::value<double>(&s.val_fraction)->default_value(0.1)->value_name("F"),
+    ("val-fraction", po::value<double>(&s.val_fraction)->default_value(0.1, "0.1")->value_name("F"),
      "--text: share of the tokens (the end of the text) kept for validation, in [0, 1)")
     ("token-dtype", po::value<std::string>(&token_dtype)->default_value("uint8")->value_name("uint8|int64"),
      "--text: element type of the token datasets")

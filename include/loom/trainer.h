@@ -1,0 +1,128 @@
+// Trainer: the training loop, written once. Subclass it, say how a batch becomes a loss (and,
+// optionally, evaluation metrics), and fit() does the rest: the DeviceLoader loop, lazy /
+// compiled / eager execution, backward, gradient clipping, the optimizer and its LR schedule,
+// periodic evaluation, logging through step closures (printing the loss never stalls the
+// step), checkpoints (atomic, resumable exactly) and a metrics summary at the end.
+//
+//   class MnistTrainer : public loom::Trainer {
+//    public:
+//     using loom::Trainer::Trainer;
+//     loom::Tensor train_step(const loom::data::Batch& b) override {
+//       return F::cross_entropy(net->forward(b["input"]), b["target"]);
+//     }
+//     std::map<std::string, loom::Tensor> eval_step(const loom::data::Batch& b) override {
+//       auto logits = net->forward(b["input"]);
+//       return {{"accuracy", loom::sum(loom::eq(loom::argmax(logits, 1), b["target"]).to(loom::DType::Float32))}};
+//     }
+//     std::shared_ptr<Net> net;
+//   };
+//   MnistTrainer trainer(net, std::make_shared<loom::optim::SGD>(net->parameters(), opts),
+//                        {.epochs = 5, .checkpoint = "run.ckpt.h5"});
+//   trainer.net = net;
+//   trainer.fit(train_loader, &test_loader);
+//
+// SIGINT/SIGTERM during fit() finish the current step, write the checkpoint (when a path is
+// set) and return with interrupted() true; fit() with resume = true then continues exactly
+// where it stopped: the same batches, the same losses as a run that never stopped.
+#pragma once
+
+#include <loom/data/loader.h>
+#include <loom/nn/module.h>
+#include <loom/optim.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace loom {
+
+enum class ExecutionMode { Lazy, Eager, Compiled };
+// "lazy", "eager", "compiled"; throws loom::Error naming the valid modes otherwise.
+ExecutionMode parse_mode(const std::string& mode);
+
+struct TrainerOptions {
+  int64_t epochs = 1;
+  int64_t max_steps = 0;          // stop after this many optimizer steps in all (0: no limit)
+  int64_t log_every = 50;         // steps between log lines
+  int64_t eval_every = 0;         // steps between evaluations (0: at the end of each epoch)
+  std::string checkpoint;         // checkpoint file ("" : none)
+  int64_t checkpoint_every = 0;   // steps between checkpoints (0: at each epoch's end)
+  bool resume = false;            // continue from `checkpoint` if it exists
+  ExecutionMode mode = ExecutionMode::Lazy;
+  double clip_grad_norm = 0;      // clip gradients to this global norm (0: off)
+  std::string profile;            // write a Chrome trace of the run here ("" : off)
+  std::string model_name;         // stored in checkpoints; a resume must match it
+  std::string run_options;        // stored in checkpoints (the command line, say)
+  int64_t seed = 0;               // stored in checkpoints
+  std::string unit = "samples";   // what the throughput counts ("samples", "tokens", ...)
+  int64_t units_per_sample = 1;   // e.g. the sequence length for tokens/s
+  bool quiet = false;             // no log output (tests)
+};
+
+class Trainer {
+ public:
+  Trainer(std::shared_ptr<nn::Module> model, std::shared_ptr<optim::Optimizer> optimizer,
+          TrainerOptions options);
+  virtual ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  void set_schedule(std::shared_ptr<optim::Schedule> schedule) { schedule_ = std::move(schedule); }
+
+  // Trains for options.epochs epochs (or max_steps steps); evaluates on `eval` if given.
+  void fit(data::DeviceLoader& train, data::DeviceLoader* eval = nullptr);
+  // Sums of eval_step() over the loader, divided by the number of real (unpadded) samples.
+  std::map<std::string, double> evaluate(data::DeviceLoader& eval);
+
+  // Every training step's loss so far, in order (complete once the device has caught up:
+  // after fit() returns).
+  std::vector<double> losses() const;
+  int64_t step() const { return step_; }
+  bool interrupted() const { return interrupted_; }
+  const std::map<std::string, double>& last_eval() const { return last_eval_; }
+
+  // Saves / restores model, optimizer and position (used by fit; public for tools).
+  void save_checkpoint(const std::string& path) const;
+  void load_checkpoint(const std::string& path);
+
+ protected:
+  // The loss of one batch (forward only: fit() runs backward and the optimizer). Runs inside
+  // the traced (or compiled, or eager) step, so keep host work and reads out of it.
+  virtual Tensor train_step(const data::Batch& batch) = 0;
+  // Per-batch sums of metrics over the batch's real rows (batch.valid of batch.size()), e.g.
+  // {"loss": sum of losses, "accuracy": number correct}. The default returns none.
+  virtual std::map<std::string, Tensor> eval_step(const data::Batch& batch);
+  virtual void on_epoch_end(int64_t /*epoch*/) {}
+
+  nn::Module& model() { return *model_; }
+  optim::Optimizer& optimizer() { return *optimizer_; }
+  const TrainerOptions& options() const { return options_; }
+
+ private:
+  void run_step(const data::Batch& batch);
+  void log_step(int64_t step, double loss, double lr);
+  void log_summary(double seconds) const;
+
+  std::shared_ptr<nn::Module> model_;
+  std::shared_ptr<optim::Optimizer> optimizer_;
+  std::shared_ptr<optim::Schedule> schedule_;
+  TrainerOptions options_;
+  int64_t step_ = 0;
+  int64_t epoch_ = 0;
+  int64_t batch_in_epoch_ = 0;
+  bool interrupted_ = false;
+  std::map<std::string, double> last_eval_;
+
+  mutable std::mutex loss_mutex_;  // losses_ is filled by step closures on the device thread
+  std::vector<double> losses_;
+  double interval_loss_ = 0;
+  int64_t interval_steps_ = 0;
+  double interval_start_ = 0;
+  double fit_start_ = 0;
+  int64_t total_steps_ = 0;
+  int64_t units_per_step_ = 0;
+};
+
+}  // namespace loom

@@ -1,0 +1,78 @@
+#include "recipe_util.h"
+
+#include <spdlog/spdlog.h>
+#include <tbb/global_control.h>
+
+#include <iostream>
+
+namespace loom::recipes {
+
+bool parse_options(int argc, char** argv, const po::options_description& options, po::variables_map& vm,
+                   const std::string& usage) {
+  try {
+    po::store(po::parse_command_line(argc, argv, options), vm);
+  } catch (const po::error& e) {
+    throw Error(std::string(e.what()) + " (see --help)");
+  }
+  if (vm.count("help")) {
+    std::cout << usage << "\n\n" << options << '\n';
+    return false;
+  }
+  try {
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw Error(std::string(e.what()) + " (see --help)");
+  }
+  return true;
+}
+
+std::string command_line(int argc, char** argv) {
+  std::string s;
+  for (int i = 0; i < argc; ++i) {
+    if (i) s += ' ';
+    s += argv[i];
+  }
+  return s;
+}
+
+void require_positive(const char* option, double value, bool allow_zero) {
+  if (value > 0 || (allow_zero && value == 0)) return;
+  std::string msg = "--";
+  msg += option;
+  msg += allow_zero ? ": expected a non-negative value, got " : ": expected a positive value, got ";
+  msg += std::to_string(value);
+  throw Error(msg);
+}
+
+void set_threads(int threads) {
+  if (threads < 0) throw Error("--threads: expected 0 (all cores) or a positive count, got " + std::to_string(threads));
+  if (threads == 0) return;
+  static std::unique_ptr<tbb::global_control> control;
+  control = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, threads);
+}
+
+std::shared_ptr<optim::Schedule> make_schedule(const std::string& name, optim::Optimizer& opt, double lr,
+                                               int64_t warmup, int64_t total_steps) {
+  if (name == "cosine")
+    return std::make_shared<optim::CosineSchedule>(
+        opt, optim::CosineOptions{.base_lr = lr, .warmup_steps = std::min(warmup, total_steps - 1),
+                                  .total_steps = std::max<int64_t>(total_steps, 1)});
+  if (name == "step")
+    return std::make_shared<optim::StepSchedule>(
+        opt, optim::StepOptions{.base_lr = lr, .step_size = std::max<int64_t>(total_steps / 3, 1), .gamma = 0.1});
+  if (name == "constant")
+    return std::make_shared<optim::WarmupSchedule>(
+        opt, optim::WarmupOptions{.base_lr = lr, .warmup_steps = std::max<int64_t>(warmup, 1)});
+  throw Error("--schedule: expected cosine, step or constant, got '" + name + "'");
+}
+
+int run_main(const char* program, int (*body)(int, char**), int argc, char** argv) {
+  try {
+    return body(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << program << ": error: " << e.what() << '\n';
+    return 1;
+  }
+}
+
+}  // namespace loom::recipes

@@ -1,0 +1,39 @@
+// Shared by the recipe binaries: option parsing conventions, logging set-up and the
+// one-line error exit.
+#pragma once
+
+#include <loom/error.h>
+#include <loom/optim.h>
+
+#include <boost/program_options.hpp>
+
+#include <memory>
+#include <string>
+
+namespace loom::recipes {
+
+namespace po = boost::program_options;
+
+// Parses argv; prints --help (with every option documented) and returns false when asked.
+// Throws loom::Error with the option's name for a malformed or unknown option.
+bool parse_options(int argc, char** argv, const po::options_description& options, po::variables_map& vm,
+                   const std::string& usage);
+
+// The command line as one string (stored in checkpoints).
+std::string command_line(int argc, char** argv);
+
+// Checks `value > 0` (or >= 0 when allow_zero), naming the option in the error.
+void require_positive(const char* option, double value, bool allow_zero = false);
+
+// Limits loom's intra-op parallelism to `threads` (0: all cores) for the program's lifetime.
+void set_threads(int threads);
+
+// LR schedule by name: "cosine" (with linear warm-up), "step" (x0.1 after each third), "constant"
+// (with linear warm-up).
+std::shared_ptr<optim::Schedule> make_schedule(const std::string& name, optim::Optimizer& opt, double lr,
+                                               int64_t warmup, int64_t total_steps);
+
+// Runs `body`, turning any exception into one "error: ..." line and exit code 1.
+int run_main(const char* program, int (*body)(int, char**), int argc, char** argv);
+
+}  // namespace loom::recipes

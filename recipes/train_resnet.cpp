@@ -1,0 +1,179 @@
+// train_resnet: trains a ResNet on an image HDF5 file (Fashion-MNIST by default, as written
+// by prepare_data) and reports test accuracy. See --help for every option.
+#include "recipe_util.h"
+
+#include <loom/autograd.h>
+#include <loom/data/hdf5.h>
+#include <loom/data/loader.h>
+#include <loom/lazy.h>
+#include <loom/models/resnet.h>
+#include <loom/nn/functional.h>
+#include <loom/nn/init.h>
+#include <loom/trainer.h>
+
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+
+namespace {
+
+using namespace loom;
+namespace F = nn::functional;
+namespace po = boost::program_options;
+
+class ResNetTrainer : public Trainer {
+ public:
+  ResNetTrainer(std::shared_ptr<models::ResNet> net, std::shared_ptr<optim::Optimizer> opt, TrainerOptions o,
+                double label_smoothing)
+      : Trainer(net, std::move(opt), std::move(o)), net_(std::move(net)), label_smoothing_(label_smoothing) {}
+
+  Tensor train_step(const data::Batch& b) override {
+    return F::cross_entropy(net_->forward(b["input"]), b["target"], label_smoothing_);
+  }
+
+  // Sums over the batch's real rows (the padded tail of the last batch is masked out).
+  std::map<std::string, Tensor> eval_step(const data::Batch& b) override {
+    auto logits = net_->forward(b["input"]);
+    auto n = b.size();
+    auto real = lt(iota({n}, 0), full({n}, static_cast<double>(b.valid), DType::Int64)).to(logits.dtype());
+    auto correct = eq(argmax(logits, 1), b["target"]).to(logits.dtype());
+    auto losses = F::cross_entropy(logits, b["target"], 0, -100, F::Reduction::None);
+    return {{"accuracy", sum(correct * real)}, {"loss", sum(losses * real)}};
+  }
+
+ private:
+  std::shared_ptr<models::ResNet> net_;
+  double label_smoothing_;
+};
+
+int train(int argc, char** argv) {
+  po::options_description o("train_resnet options");
+  // clang-format off
+  o.add_options()
+    ("help,h", "show this help")
+    ("data", po::value<std::string>()->default_value("data/fashion_mnist.h5"),
+     "HDF5 file with train/images (uint8 [N,C,H,W]), train/labels (int64 [N]) and test/... (from prepare_data)")
+    ("model", po::value<std::string>()->default_value("resnet20"), "resnet20, resnet32, resnet44, resnet56, resnet110 (CIFAR layout) or resnet18, resnet34, resnet50, ... (ImageNet layout)")
+    ("epochs", po::value<int64_t>()->default_value(3), "passes over the training set")
+    ("max-steps", po::value<int64_t>()->default_value(0), "stop after this many steps (0: no limit)")
+    ("batch-size", po::value<int64_t>()->default_value(128), "images per step")
+    ("lr", po::value<double>()->default_value(0.1, "0.1"), "peak learning rate")
+    ("momentum", po::value<double>()->default_value(0.9, "0.9"), "SGD momentum")
+    ("weight-decay", po::value<double>()->default_value(5e-4, "5e-4"), "SGD weight decay")
+    ("label-smoothing", po::value<double>()->default_value(0.0, "0"), "cross-entropy label smoothing")
+    ("schedule", po::value<std::string>()->default_value("cosine"), "learning-rate schedule: cosine, step or constant")
+    ("warmup", po::value<int64_t>()->default_value(200), "linear warm-up steps")
+    ("augment", po::value<bool>()->default_value(true), "random crop (padding 2) and horizontal flip of training images")
+    ("mode", po::value<std::string>()->default_value("lazy"), "execution: lazy (mark_step per batch), compiled (compile(step)) or eager")
+    ("threads", po::value<int>()->default_value(0), "intra-op threads (0: all cores)")
+    ("loader-threads", po::value<int>()->default_value(2), "data loader worker threads")
+    ("prefetch", po::value<int>()->default_value(4), "batches prepared ahead of the device")
+    ("eval-every", po::value<int64_t>()->default_value(0), "steps between test evaluations (0: after each epoch)")
+    ("log-every", po::value<int64_t>()->default_value(50), "steps between log lines")
+    ("checkpoint", po::value<std::string>()->default_value(""), "checkpoint file, written after each epoch, on --checkpoint-every and on SIGINT/SIGTERM")
+    ("checkpoint-every", po::value<int64_t>()->default_value(0), "steps between checkpoints (0: after each epoch)")
+    ("resume", po::bool_switch(), "continue from --checkpoint if it exists")
+    ("seed", po::value<int64_t>()->default_value(0), "seed of initialisation, shuffling and augmentation")
+    ("synthetic", po::bool_switch(), "train on fake data of Fashion-MNIST's shape (benchmarking; no --data needed)")
+    ("profile", po::value<std::string>()->default_value(""), "write a Chrome trace of the run to this file");
+  // clang-format on
+  po::variables_map vm;
+  if (!recipes::parse_options(argc, argv, o, vm, "usage: train_resnet [options]\n\nTrains a ResNet and reports test accuracy."))
+    return 0;
+
+  auto batch_size = vm["batch-size"].as<int64_t>();
+  recipes::require_positive("batch-size", static_cast<double>(batch_size));
+  recipes::require_positive("epochs", static_cast<double>(vm["epochs"].as<int64_t>()));
+  recipes::require_positive("max-steps", static_cast<double>(vm["max-steps"].as<int64_t>()), true);
+  recipes::require_positive("lr", vm["lr"].as<double>());
+  recipes::require_positive("momentum", vm["momentum"].as<double>(), true);
+  recipes::require_positive("weight-decay", vm["weight-decay"].as<double>(), true);
+  recipes::require_positive("loader-threads", vm["loader-threads"].as<int>());
+  recipes::require_positive("prefetch", vm["prefetch"].as<int>());
+  recipes::require_positive("log-every", static_cast<double>(vm["log-every"].as<int64_t>()), true);
+  recipes::require_positive("warmup", static_cast<double>(vm["warmup"].as<int64_t>()), true);
+  recipes::set_threads(vm["threads"].as<int>());
+  auto mode = parse_mode(vm["mode"].as<std::string>());
+  auto model_name = vm["model"].as<std::string>();
+  auto seed = vm["seed"].as<int64_t>();
+  bool synthetic = vm["synthetic"].as<bool>();
+
+  std::shared_ptr<data::Dataset> train_set, test_set;
+  int64_t channels = 1, classes = 10;
+  std::vector<double> mean{0.2860}, stddev{0.3530};  // Fashion-MNIST
+  if (synthetic) {
+    std::map<std::string, data::FieldSpec> f{{"input", {data::HostDType::UInt8, {1, 28, 28}, 0, 256}},
+                                             {"target", {data::HostDType::Int64, {}, 0, 10}}};
+    train_set = std::make_shared<data::SyntheticDataset>(60000, f, seed);
+    test_set = std::make_shared<data::SyntheticDataset>(10000, f, seed + 1);
+  } else {
+    auto path = vm["data"].as<std::string>();
+    if (!std::filesystem::exists(path))
+      throw Error("--data: no such file '" + path + "'; create it with: prepare_data --fashion-mnist --output " + path);
+    auto train_h5 = std::make_shared<data::HDF5Dataset>(path, data::HDF5Fields{{"train/images", "input"}, {"train/labels", "target"}});
+    test_set = std::make_shared<data::HDF5Dataset>(path, data::HDF5Fields{{"test/images", "input"}, {"test/labels", "target"}});
+    auto shape = train_h5->sample_shape("input");
+    if (shape.size() != 3) throw Error("--data: '" + path + "' train/images must be [N,C,H,W], got samples of " + shape_str(shape));
+    channels = shape[0];
+    if (channels != 1) {
+      mean.assign(channels, 0.5);
+      stddev.assign(channels, 0.25);
+    }
+    train_set = train_h5;
+  }
+
+  std::vector<data::Transform> train_tf{data::to_float(), data::normalize(mean, stddev)};
+  if (vm["augment"].as<bool>()) {
+    train_tf.push_back(data::random_crop({28, 28}, 2));
+    train_tf.push_back(data::random_horizontal_flip());
+  }
+  data::DeviceLoader train_loader(train_set,
+                                  {.batch_size = batch_size, .shuffle = true, .seed = static_cast<uint64_t>(seed),
+                                   .last_batch = data::LastBatch::Drop, .threads = vm["loader-threads"].as<int>(),
+                                   .prefetch = vm["prefetch"].as<int>()},
+                                  train_tf);
+  data::DeviceLoader test_loader(test_set,
+                                 {.batch_size = 500, .last_batch = data::LastBatch::Pad,
+                                  .threads = vm["loader-threads"].as<int>(), .prefetch = vm["prefetch"].as<int>()},
+                                 {data::to_float(), data::normalize(mean, stddev)});
+
+  nn::manual_seed(static_cast<uint64_t>(seed));
+  auto net = models::resnet(model_name, channels, classes);
+  auto opt = std::make_shared<optim::SGD>(
+      net->parameters(), optim::SGDOptions{.lr = vm["lr"].as<double>(), .momentum = vm["momentum"].as<double>(),
+                                           .weight_decay = vm["weight-decay"].as<double>()});
+  int64_t steps = vm["epochs"].as<int64_t>() * train_loader.batches_per_epoch();
+  if (vm["max-steps"].as<int64_t>() > 0) steps = std::min(steps, vm["max-steps"].as<int64_t>());
+
+  TrainerOptions to{.epochs = vm["epochs"].as<int64_t>(),
+                    .max_steps = vm["max-steps"].as<int64_t>(),
+                    .log_every = vm["log-every"].as<int64_t>(),
+                    .eval_every = vm["eval-every"].as<int64_t>(),
+                    .checkpoint = vm["checkpoint"].as<std::string>(),
+                    .checkpoint_every = vm["checkpoint-every"].as<int64_t>(),
+                    .resume = vm["resume"].as<bool>(),
+                    .mode = mode,
+                    .profile = vm["profile"].as<std::string>(),
+                    .model_name = model_name,
+                    .run_options = recipes::command_line(argc, argv),
+                    .seed = seed,
+                    .unit = "images"};
+  ResNetTrainer trainer(net, opt, to, vm["label-smoothing"].as<double>());
+  trainer.set_schedule(recipes::make_schedule(vm["schedule"].as<std::string>(), *opt, vm["lr"].as<double>(),
+                                              vm["warmup"].as<int64_t>(), steps));
+  spdlog::info("{}: {} parameters, {} steps of {} images ({} per epoch), mode {}", model_name, net->num_parameters(),
+               steps, batch_size, train_loader.batches_per_epoch(), vm["mode"].as<std::string>());
+  trainer.fit(train_loader, &test_loader);
+  if (trainer.interrupted()) return 130;
+  const auto& ev = trainer.last_eval();
+  if (ev.count("accuracy"))
+    spdlog::info("test accuracy {:.2f}%  (test loss {:.4f})", 100 * ev.at("accuracy"), ev.at("loss"));
+  auto stats = train_loader.stats();
+  spdlog::info("loader: {:.0f} images/s delivered, consumer waited {:.1f}% of the time", stats.samples_per_second(),
+               100 * stats.wait_fraction());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return loom::recipes::run_main("train_resnet", train, argc, argv); }

@@ -1,0 +1,268 @@
+#include <loom/autograd.h>
+#include <loom/checkpoint.h>
+#include <loom/lazy.h>
+#include <loom/metrics.h>
+#include <loom/profiler.h>
+#include <loom/trainer.h>
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <unistd.h>
+
+namespace loom {
+namespace {
+
+std::atomic<bool> g_stop{false};
+extern "C" void on_stop_signal(int) { g_stop = true; }
+
+// Installs SIGINT/SIGTERM handlers for the duration of fit() and restores the old ones.
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop = false;
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~StopSignals() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+
+ private:
+  struct sigaction old_int_ {};
+  struct sigaction old_term_ {};
+};
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string format_duration(double s) {
+  char buf[32];
+  auto t = static_cast<long long>(s);
+  if (t >= 3600) std::snprintf(buf, sizeof buf, "%lldh%02lldm", t / 3600, t / 60 % 60);
+  else std::snprintf(buf, sizeof buf, "%lldm%02llds", t / 60, t % 60);
+  return buf;
+}
+
+}  // namespace
+
+ExecutionMode parse_mode(const std::string& mode) {
+  if (mode == "lazy") return ExecutionMode::Lazy;
+  if (mode == "eager") return ExecutionMode::Eager;
+  if (mode == "compiled") return ExecutionMode::Compiled;
+  throw Error("--mode: expected lazy, eager or compiled, got '" + mode + "'");
+}
+
+Trainer::Trainer(std::shared_ptr<nn::Module> model, std::shared_ptr<optim::Optimizer> optimizer,
+                 TrainerOptions options)
+    : model_(std::move(model)), optimizer_(std::move(optimizer)), options_(std::move(options)) {
+  if (!model_ || !optimizer_) throw Error("Trainer: expected a model and an optimizer");
+  if (options_.epochs <= 0) throw Error("Trainer: expected epochs >= 1, got " + std::to_string(options_.epochs));
+  if (options_.max_steps < 0 || options_.log_every < 0 || options_.eval_every < 0 || options_.checkpoint_every < 0)
+    throw Error("Trainer: expected non-negative max_steps, log_every, eval_every and checkpoint_every");
+  if (options_.resume && options_.checkpoint.empty())
+    throw Error("Trainer: --resume needs a --checkpoint file");
+}
+
+Trainer::~Trainer() = default;
+
+std::map<std::string, Tensor> Trainer::eval_step(const data::Batch&) { return {}; }
+
+std::vector<double> Trainer::losses() const {
+  std::lock_guard lock(loss_mutex_);
+  return losses_;
+}
+
+void Trainer::save_checkpoint(const std::string& path) const {
+  Checkpoint ck;
+  ck.model = model_->state_dict();
+  ck.optimizer = optimizer_->state();
+  ck.optimizer_steps = optimizer_->steps();
+  ck.step = step_;
+  ck.epoch = epoch_;
+  ck.batch_in_epoch = batch_in_epoch_;
+  ck.seed = options_.seed;
+  ck.model_name = options_.model_name;
+  ck.options = options_.run_options;
+  loom::save_checkpoint(path, ck);
+}
+
+void Trainer::load_checkpoint(const std::string& path) {
+  auto ck = loom::load_checkpoint(path);
+  if (ck.model_name != options_.model_name)
+    throw Error("--resume: checkpoint '" + path + "' is of model '" + ck.model_name + "', this run trains '" +
+                options_.model_name + "'");
+  try {
+    model_->load_state_dict(ck.model);
+  } catch (const Error& e) {
+    throw Error("--resume: checkpoint '" + path + "' does not fit this model: " + e.what());
+  }
+  optimizer_->load_state(ck.optimizer, ck.optimizer_steps);
+  step_ = ck.step;
+  epoch_ = ck.epoch;
+  batch_in_epoch_ = ck.batch_in_epoch;
+  if (schedule_) schedule_->set_step(step_);
+  mark_step();
+}
+
+void Trainer::run_step(const data::Batch& batch) {
+  optimizer_->zero_grad();
+  auto loss = train_step(batch);
+  if (!loss.defined() || loss.numel() != 1)
+    throw Error("Trainer: train_step must return a one-element loss, got shape " +
+                (loss.defined() ? shape_str(loss.shape()) : std::string("(undefined)")));
+  loss.backward();
+  if (options_.clip_grad_norm > 0) optim::clip_grad_norm(optimizer_->params(), options_.clip_grad_norm);
+  optim::optimizer_step(*optimizer_, /*barrier=*/false);  // the loader's increment marks the step
+  int64_t step = step_ + 1;
+  double lr = optimizer_->lr();
+  // Read the loss once it exists, on the device thread: no transfer in the middle of the step.
+  add_step_closure([this, loss, step, lr] { log_step(step, loss.item<double>(), lr); });
+}
+
+void Trainer::log_step(int64_t step, double loss, double lr) {
+  std::lock_guard lock(loss_mutex_);
+  losses_.push_back(loss);
+  interval_loss_ += loss;
+  ++interval_steps_;
+  if (options_.quiet || options_.log_every == 0 || step % options_.log_every != 0) return;
+  double t = now_seconds();
+  double rate = interval_steps_ * static_cast<double>(units_per_step_) / std::max(t - interval_start_, 1e-9);
+  double eta = total_steps_ > step ? (total_steps_ - step) * (t - interval_start_) / interval_steps_ : 0;
+  char line[256];
+  std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  lr %.3g  %.0f %s/s  eta %s",
+                static_cast<long long>(step), static_cast<long long>(total_steps_), interval_loss_ / interval_steps_,
+                lr, rate, options_.unit.c_str(), format_duration(eta).c_str());
+  static const bool tty = isatty(fileno(stderr));
+  if (tty) std::fprintf(stderr, "\r\033[K%s", line);  // one progress line, rewritten
+  else spdlog::info("{}", line);
+  interval_loss_ = 0;
+  interval_steps_ = 0;
+  interval_start_ = t;
+}
+
+std::map<std::string, double> Trainer::evaluate(data::DeviceLoader& eval) {
+  model_->eval();
+  std::map<std::string, Tensor> sums;
+  int64_t count = 0;
+  {
+    NoGradGuard no_grad;
+    for (auto& batch : eval) {
+      for (auto& [name, value] : eval_step(batch)) {
+        auto v = value.to(DType::Float64);
+        sums[name] = sums.count(name) ? sums[name] + v : v;
+      }
+      count += batch.valid;
+    }
+  }
+  model_->train();
+  std::map<std::string, double> out;
+  for (auto& [name, total] : sums) out[name] = total.item<double>() / static_cast<double>(std::max<int64_t>(count, 1));
+  return out;
+}
+
+void Trainer::fit(data::DeviceLoader& train, data::DeviceLoader* eval) {
+  StopSignals signals;
+  interrupted_ = false;
+  if (options_.resume && std::filesystem::exists(options_.checkpoint)) {
+    load_checkpoint(options_.checkpoint);
+    if (!options_.quiet)
+      spdlog::info("resumed from {} at step {} (epoch {}, batch {})", options_.checkpoint, step_, epoch_ + 1,
+                   batch_in_epoch_);
+  }
+  if (!options_.profile.empty()) profiler::start();
+  int64_t per_epoch = train.batches_per_epoch();
+  total_steps_ = options_.epochs * per_epoch;
+  if (options_.max_steps > 0) total_steps_ = std::min(total_steps_, options_.max_steps);
+  units_per_step_ = 0;
+  fit_start_ = interval_start_ = now_seconds();
+  model_->train();
+
+  // Compiled mode traces the step inside compile(), which marks the step at its exit.
+  const data::Batch* current = nullptr;
+  auto compiled = compile([&] { run_step(*current); });
+  int64_t evaluated_at = -1;
+  auto run_eval = [&] {
+    mark_step();
+    last_eval_ = evaluate(*eval);
+    evaluated_at = step_;
+    if (options_.quiet) return;
+    if (isatty(fileno(stderr))) std::fprintf(stderr, "\n");
+    std::string line;
+    for (auto& [k, v] : last_eval_) line += fmt::format("  {} {:.4f}", k, v);
+    spdlog::info("step {} (epoch {}) evaluation:{}", step_, epoch_ + 1, line);
+  };
+  bool done = step_ >= total_steps_;
+  while (epoch_ < options_.epochs && !done) {
+    train.set_epoch(epoch_);
+    int64_t b = 0;
+    for (auto& batch : train) {
+      // Resuming mid-epoch: batches are a pure function of (seed, epoch, index), so skipping
+      // the ones already trained on gives exactly the uninterrupted sequence.
+      if (b++ < batch_in_epoch_) continue;
+      units_per_step_ = batch.valid * options_.units_per_sample;
+      profiler::Trace span("train_step");
+      switch (options_.mode) {
+        case ExecutionMode::Lazy: run_step(batch); break;
+        case ExecutionMode::Compiled: current = &batch; compiled(); break;
+        case ExecutionMode::Eager: {
+          EagerModeGuard eager(true);
+          run_step(batch);
+          break;
+        }
+      }
+      ++step_;
+      if (schedule_) schedule_->step();  // the next step's LR: a new scalar, not a new graph
+      batch_in_epoch_ = b;
+      done = step_ >= total_steps_;
+      if (options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0 && !options_.checkpoint.empty()) {
+        mark_step();
+        save_checkpoint(options_.checkpoint);
+      }
+      if (eval && options_.eval_every > 0 && step_ % options_.eval_every == 0) run_eval();
+      if (g_stop) interrupted_ = true;
+      if (interrupted_ || done) break;
+    }
+    mark_step();
+    if (batch_in_epoch_ < per_epoch) break;  // stopped inside the epoch
+    // The epoch is complete: a checkpoint from here starts the next one.
+    int64_t finished = epoch_++;
+    batch_in_epoch_ = 0;
+    if (eval && options_.eval_every == 0) run_eval();
+    on_epoch_end(finished);
+    if (!options_.checkpoint.empty()) save_checkpoint(options_.checkpoint);
+    if (interrupted_) break;
+  }
+  if (eval && evaluated_at != step_ && !interrupted_) run_eval();
+  wait_device_ops();
+  if (!options_.checkpoint.empty() && (interrupted_ || done)) save_checkpoint(options_.checkpoint);
+  if (interrupted_ && !options_.quiet)
+    spdlog::warn("interrupted at step {}; {}", step_,
+                 options_.checkpoint.empty() ? std::string("no --checkpoint was given, nothing saved")
+                                             : "checkpoint written to " + options_.checkpoint + " (resume with --resume)");
+  if (!options_.profile.empty()) {
+    profiler::stop();
+    profiler::save(options_.profile);
+    if (!options_.quiet) spdlog::info("profile written to {}", options_.profile);
+  }
+  if (!options_.quiet) log_summary(now_seconds() - fit_start_);
+}
+
+void Trainer::log_summary(double seconds) const {
+  if (isatty(fileno(stderr))) std::fprintf(stderr, "\n");
+  spdlog::info("trained {} steps in {}", step_, format_duration(seconds));
+  spdlog::info("compiles {} (cache hits {}), transfers from the device {}, data wait {:.1f}s",
+               metrics::counter("UncachedCompile"), metrics::counter("CachedCompile"),
+               metrics::counter("TransferFromDevice"), metrics::stat("LoaderWaitTime").total / 1e9);
+}
+
+}  // namespace loom
