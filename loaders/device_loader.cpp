@@ -21,6 +21,7 @@
 #include <tbb/task_arena.h>
 #include <tbb/task_group.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <exception>
@@ -340,7 +341,9 @@ DeviceLoader::DeviceLoader(std::shared_ptr<Dataset> dataset, DeviceLoaderOptions
     else
       st.sampler = std::make_shared<SequentialSampler>(n);
   }
-  st.threads = options.threads > 0 ? options.threads : tbb::info::default_concurrency();
+  // More threads than cores only oversubscribes (and TBB refuses the extra workers anyway).
+  const int cores = tbb::info::default_concurrency();
+  st.threads = options.threads > 0 ? std::min(options.threads, cores) : cores;
   st.arena = std::make_unique<tbb::task_arena>(st.threads);
   st.dataset = std::move(dataset);
   st.options = std::move(options);

@@ -55,7 +55,7 @@ struct DeviceLoaderOptions {
   bool shuffle = false;     // RandomSampler(seed) instead of SequentialSampler
   uint64_t seed = 0;        // shuffling and random transforms
   LastBatch last_batch = LastBatch::Drop;
-  int threads = 0;          // worker threads; 0 = all cores
+  int threads = 0;          // worker threads; 0 (or more than the cores) = all cores
   int prefetch = 2;         // batches in flight in the pipeline, and ready batches queued
   int64_t rank = 0;         // world_size > 1: DistributedSampler(rank, world_size)
   int64_t world_size = 1;

@@ -1,0 +1,344 @@
+// DeviceLoader: batches equal a serial reference for any thread count, one MarkStep per
+// iteration, errors rethrown on the consumer thread, and no hang or thread leak on early exit.
+#include "loaders_test_util.h"
+#include "test_util.h"
+
+#include <loom/data/hdf5.h>
+#include <loom/data/loader.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <dirent.h>
+#include <fstream>
+#include <thread>
+
+namespace loom::data {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using test::TempDir;
+
+std::vector<Transform> augmentation() {
+  return {to_float("input"), normalize({0.5}, {0.25}, "input"), random_crop({8, 8}, 2, "input"),
+          random_horizontal_flip(0.5, "input")};
+}
+
+// The plain serial reference: sampler → get → transforms → stack, one sample at a time.
+std::vector<Example> reference_epoch(Dataset& ds, const std::vector<Transform>& transforms, int64_t batch_size,
+                                     bool shuffle, uint64_t seed, int64_t epoch) {
+  ds.set_epoch(epoch);
+  std::vector<int64_t> order = shuffle ? RandomSampler(ds.size(), seed).indices(epoch)
+                                       : SequentialSampler(ds.size()).indices(epoch);
+  std::vector<Example> batches;
+  for (std::size_t start = 0; start + static_cast<std::size_t>(batch_size) <= order.size();
+       start += static_cast<std::size_t>(batch_size)) {
+    Example stacked;
+    for (int64_t k = 0; k < batch_size; ++k) {
+      const int64_t index = order[start + static_cast<std::size_t>(k)];
+      Example e = ds.get(index);
+      for (const auto& t : transforms) t(e, SampleContext{seed, epoch, index});
+      for (auto& [name, a] : e) {
+        if (!stacked.contains(name)) {
+          Shape shape{batch_size};
+          shape.insert(shape.end(), a.shape.begin(), a.shape.end());
+          stacked[name] = HostArray(a.dtype, shape);
+        }
+        std::copy(a.bytes.begin(), a.bytes.end(),
+                  stacked.at(name).bytes.begin() + static_cast<std::ptrdiff_t>(k * a.bytes.size()));
+      }
+    }
+    batches.push_back(std::move(stacked));
+  }
+  return batches;
+}
+
+void expect_equal(const Batch& got, const Example& want, const std::string& where) {
+  ASSERT_EQ(got.tensors.size(), want.size()) << where;
+  for (const auto& [name, a] : want) {
+    HostTensor h = got[name].to_host();
+    ASSERT_EQ(h.shape, a.shape) << where << " field " << name;
+    ASSERT_EQ(h.dtype, *device_dtype(a.dtype)) << where << " field " << name;
+    ASSERT_TRUE(h.bytes == a.bytes) << where << " field " << name;
+  }
+}
+
+TEST(DeviceLoader, BatchesEqualTheSerialReferenceForAnyThreadCount) {
+  TempDir dir;
+  const std::string file = dir.file("images.h5");
+  test::write_image_file(file, 100, 8, 8);
+  auto ds = std::make_shared<HDF5Dataset>(file, HDF5Fields{{"train/images", "input"}, {"train/labels", "target"}});
+  const uint64_t seed = 1234;
+  std::vector<std::vector<Example>> reference;
+  for (int64_t epoch = 0; epoch < 2; ++epoch) reference.push_back(reference_epoch(*ds, augmentation(), 16, true, seed, epoch));
+  ASSERT_EQ(reference[0].size(), 6u);
+  ASSERT_NE(reference[0][0].at("target").bytes, reference[1][0].at("target").bytes) << "epochs reshuffle";
+
+  for (int threads : {1, 2, 4}) {
+    for (int prefetch : {1, 3}) {
+      DeviceLoader loader(ds, {.batch_size = 16, .shuffle = true, .seed = seed, .threads = threads, .prefetch = prefetch,
+                               .mark_step = false},
+                          augmentation());
+      EXPECT_EQ(loader.batches_per_epoch(), 6);
+      for (int64_t epoch = 0; epoch < 2; ++epoch) {
+        EXPECT_EQ(loader.epoch(), epoch);
+        std::size_t k = 0;
+        for (auto& batch : loader) {
+          const std::string where = "threads " + std::to_string(threads) + " prefetch " + std::to_string(prefetch) +
+                                    " epoch " + std::to_string(epoch) + " batch " + std::to_string(k);
+          ASSERT_LT(k, reference[static_cast<std::size_t>(epoch)].size()) << where;
+          EXPECT_EQ(batch.epoch, epoch);
+          EXPECT_EQ(batch.index, static_cast<int64_t>(k));
+          EXPECT_EQ(batch.valid, 16);
+          expect_equal(batch, reference[static_cast<std::size_t>(epoch)][k], where);
+          ++k;
+        }
+        EXPECT_EQ(k, 6u);
+      }
+    }
+  }
+}
+
+TEST(DeviceLoader, SetEpochReplaysAnEpoch) {
+  auto ds = std::make_shared<SyntheticDataset>(
+      64, std::map<std::string, FieldSpec>{{"input", {HostDType::Float32, {3}, 0, 1}}}, 3);
+  DeviceLoader loader(ds, {.batch_size = 8, .shuffle = true, .seed = 5, .threads = 2});
+  std::vector<std::vector<int64_t>> first, again;
+  loader.set_epoch(4);
+  for (auto& b : loader) first.push_back(b.indices);
+  EXPECT_EQ(loader.epoch(), 5);
+  loader.set_epoch(4);
+  for (auto& b : loader) again.push_back(b.indices);
+  EXPECT_EQ(first, again);
+  EXPECT_EQ(first.size(), 8u);
+}
+
+TEST(DeviceLoader, EachIterationIsOneMarkStep) {
+  test::fresh_engine();
+  auto ds = std::make_shared<SyntheticDataset>(
+      40, std::map<std::string, FieldSpec>{{"input", {HostDType::Float32, {4}, 0, 1}},
+                                           {"target", {HostDType::Int64, {}, 0, 10}}});
+  DeviceLoader loader(ds, {.batch_size = 4, .threads = 2});
+  Tensor w = ones({4}, DType::Float32);
+  int64_t iterations = 0;
+  for (auto& batch : loader) {
+    w = w + batch["input"].sum({0});  // traced; the increment runs it
+    ++iterations;
+  }
+  EXPECT_EQ(iterations, 10);
+  EXPECT_EQ(metrics::counter("MarkStep"), iterations);
+  EXPECT_EQ(metrics::counter("LoaderBatches"), iterations);
+  EXPECT_EQ(metrics::counter("LoaderSamples"), 40);
+  EXPECT_EQ(metrics::stat("LoaderWaitTime").count, iterations + 1) << "one wait per batch, plus the end";
+  EXPECT_FALSE(w.is_pending()) << "the last step was run by the last increment";
+  const auto s = loader.stats();
+  EXPECT_EQ(s.batches, 10);
+  EXPECT_EQ(s.samples, 40);
+  EXPECT_GT(s.samples_per_second(), 0);
+  EXPECT_GE(s.wait_fraction(), 0);
+  EXPECT_LE(s.wait_fraction(), 1);
+
+  DeviceLoader quiet(ds, {.batch_size = 4, .threads = 1, .mark_step = false});
+  const int64_t before = metrics::counter("MarkStep");
+  for (auto& batch : quiet) (void)batch;
+  EXPECT_EQ(metrics::counter("MarkStep"), before);
+}
+
+TEST(DeviceLoader, PaddedLastBatchKeepsTheShapeAndCountsValidRows) {
+  auto ds = std::make_shared<InMemoryDataset>(std::map<std::string, HostArray>{
+      {"x", HostArray::from_vector<int64_t>({10, 11, 12, 13, 14, 15, 16}, {7})}});
+  DeviceLoader pad(ds, {.batch_size = 3, .last_batch = LastBatch::Pad, .threads = 2, .mark_step = false});
+  std::vector<std::vector<int64_t>> values;
+  std::vector<int64_t> valid;
+  for (auto& b : pad) {
+    values.push_back(b["x"].to_vector<int64_t>());
+    valid.push_back(b.valid);
+  }
+  EXPECT_EQ(values, (std::vector<std::vector<int64_t>>{{10, 11, 12}, {13, 14, 15}, {16, 10, 11}}));
+  EXPECT_EQ(valid, (std::vector<int64_t>{3, 3, 1}));
+  DeviceLoader keep(ds, {.batch_size = 3, .last_batch = LastBatch::Keep, .mark_step = false});
+  int64_t rows = 0;
+  for (auto& b : keep) rows += b["x"].size(0);
+  EXPECT_EQ(rows, 7);
+  EXPECT_THAT(test::error_of([&] { DeviceLoader(ds, {.batch_size = 8}); }), HasSubstr("make no batch of 8"));
+}
+
+TEST(DeviceLoader, ShardedLoadersCoverTheDatasetOnce) {
+  auto ds = std::make_shared<InMemoryDataset>(std::map<std::string, HostArray>{
+      {"x", HostArray::from_vector<int64_t>(test::fake_labels(48), {48})}});
+  std::vector<int64_t> all;
+  for (int64_t rank = 0; rank < 3; ++rank) {
+    DeviceLoader loader(ds, {.batch_size = 4, .shuffle = true, .seed = 9, .threads = 2, .rank = rank,
+                             .world_size = 3, .mark_step = false});
+    for (auto& b : loader) all.insert(all.end(), b.indices.begin(), b.indices.end());
+  }
+  std::sort(all.begin(), all.end());
+  std::vector<int64_t> iota(48);
+  std::iota(iota.begin(), iota.end(), 0);
+  EXPECT_EQ(all, iota);
+}
+
+TEST(DeviceLoader, TokenWindowsFromHDF5) {
+  TempDir dir;
+  const std::string file = dir.file("tokens.h5");
+  std::vector<uint8_t> text(500);
+  for (std::size_t i = 0; i < text.size(); ++i) text[i] = static_cast<uint8_t>(i % 256);
+  test::write_h5(file, {{"train/tokens", H5T_STD_U8LE, H5T_NATIVE_UINT8, {500}, text.data(), 128, 4}});
+  auto ds = std::make_shared<TokenWindowDataset>(read_hdf5(file, "train/tokens"), 16,
+                                                 TokenWindowOptions{.windows = 32, .seed = 2}, file);
+  DeviceLoader loader(ds, {.batch_size = 8, .shuffle = true, .seed = 1, .threads = 2, .mark_step = false});
+  int batches = 0;
+  for (auto& b : loader) {
+    EXPECT_EQ(b["input"].shape(), (Shape{8, 16}));
+    EXPECT_EQ(b["input"].dtype(), DType::Int64);
+    auto in = b["input"].to_vector<int64_t>(), out = b["target"].to_vector<int64_t>();
+    for (std::size_t i = 0; i < in.size(); ++i) EXPECT_EQ(out[i], (in[i] + 1) % 256);
+    ++batches;
+  }
+  EXPECT_EQ(batches, 4);
+}
+
+// ---- errors and shutdown ----
+
+TEST(DeviceLoader, WorkerExceptionIsRethrownWithTheSampleIndex) {
+  auto ds = std::make_shared<SyntheticDataset>(
+      64, std::map<std::string, FieldSpec>{{"input", {HostDType::Float32, {2}, 0, 1}}});
+  for (int threads : {1, 4}) {
+    Transform bad = [](Example&, const SampleContext& ctx) {
+      if (ctx.index == 37) throw std::runtime_error("bad pixel");
+    };
+    DeviceLoader loader(ds, {.batch_size = 8, .threads = threads, .prefetch = 3}, {bad});
+    int delivered = 0;
+    std::string message;
+    try {
+      for (auto& batch : loader) {
+        (void)batch;
+        ++delivered;
+      }
+    } catch (const Error& e) {
+      message = e.what();
+      try {
+        std::rethrow_if_nested(e);
+        ADD_FAILURE() << "expected the original exception nested";
+      } catch (const std::runtime_error& original) {
+        EXPECT_STREQ(original.what(), "bad pixel");
+      }
+    }
+    EXPECT_EQ(delivered, 4) << "every batch before the failing one arrives, in order";
+    EXPECT_THAT(message, AllOf(HasSubstr("sample 37"), HasSubstr("<memory>"), HasSubstr("bad pixel")));
+    // The loader stays usable: the next epoch fails at the same place, without hanging.
+    EXPECT_THROW(for (auto& b : loader) (void)b, Error);
+  }
+}
+
+TEST(DeviceLoader, Uint8FieldsMustBeConverted) {
+  auto ds = std::make_shared<SyntheticDataset>(
+      16, std::map<std::string, FieldSpec>{{"input", {HostDType::UInt8, {2}, 0, 256}}});
+  DeviceLoader loader(ds, {.batch_size = 4});
+  EXPECT_THAT(test::error_of([&] { for (auto& b : loader) (void)b; }),
+              AllOf(HasSubstr("'input' is uint8"), HasSubstr("to_float")));
+}
+
+TEST(DeviceLoader, CorruptChunkMidEpochNamesFileAndDatasetAndEndsTheLoop) {
+  TempDir dir;
+  const std::string file = dir.file("corrupt.h5");
+  test::write_image_file(file, 128, 8, 8, /*chunk_rows=*/16, /*deflate=*/6);
+  {
+    // Overwrite the compressed bytes of the 5th chunk (rows 64-79) of train/images.
+    std::lock_guard lock(hdf5_mutex());
+    hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t ds = H5Dopen2(f, "train/images", H5P_DEFAULT);
+    hid_t space = H5Dget_space(ds);
+    hsize_t offset[4];
+    unsigned mask = 0;
+    haddr_t addr = 0;
+    hsize_t size = 0;
+    ASSERT_GE(H5Dget_chunk_info(ds, space, 4, offset, &mask, &addr, &size), 0);
+    ASSERT_EQ(offset[0], 64u);
+    H5Sclose(space);
+    H5Dclose(ds);
+    H5Fclose(f);
+    std::fstream io(file, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(static_cast<std::streamoff>(addr));
+    std::string junk(static_cast<std::size_t>(size), '\xA5');
+    io.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+  }
+  auto ds = std::make_shared<HDF5Dataset>(file, HDF5Fields{{"train/images", "input"}, {"train/labels", "target"}});
+  DeviceLoader loader(ds, {.batch_size = 16, .threads = 2}, {to_float("input")});
+  int delivered = 0;
+  const std::string message = test::error_of([&] {
+    for (auto& b : loader) {
+      (void)b;
+      ++delivered;
+    }
+  });
+  EXPECT_EQ(delivered, 4);
+  EXPECT_THAT(message, AllOf(HasSubstr(file), HasSubstr("dataset 'train/images'"), HasSubstr("64")));
+}
+
+int thread_count() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+    closedir(d);
+  }
+  return n;
+}
+
+TEST(DeviceLoader, EarlyBreakAndDestructionNeitherHangNorLeakThreads) {
+  auto ds = std::make_shared<SyntheticDataset>(
+      4096, std::map<std::string, FieldSpec>{{"input", {HostDType::Float32, {16}, 0, 1}}});
+  auto cycle = [&] {
+    DeviceLoader loader(ds, {.batch_size = 8, .threads = 4, .prefetch = 2});
+    int k = 0;
+    for (auto& b : loader) {
+      (void)b;
+      if (++k == 2) break;
+    }
+    EXPECT_EQ(k, 2);
+    // A new iteration after a break starts the next epoch from its first batch.
+    for (auto& b : loader) {
+      EXPECT_EQ(b.index, 0);
+      EXPECT_EQ(b.epoch, 1);
+      break;
+    }
+  };
+  cycle();  // warms TBB's worker pool
+  const int warm = thread_count();
+  for (int i = 0; i < 20; ++i) cycle();
+  EXPECT_LE(thread_count(), warm + 2) << "a loader thread leaked";
+
+  // Destroyed without iterating, and destroyed while a slow transform is running.
+  { DeviceLoader idle(ds, {.batch_size = 8}); }
+  std::atomic<int> started{0};
+  Transform slow = [&](Example&, const SampleContext&) {
+    ++started;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  };
+  {
+    DeviceLoader loader(ds, {.batch_size = 64, .threads = 2, .prefetch = 4}, {slow});
+    auto it = loader.begin();
+    EXPECT_FALSE(it == std::default_sentinel);
+  }
+  EXPECT_GT(started.load(), 0);
+}
+
+TEST(DeviceLoader, ExceptionInTheLoopBodyLeavesTheLoaderUsable) {
+  auto ds = std::make_shared<SyntheticDataset>(
+      64, std::map<std::string, FieldSpec>{{"input", {HostDType::Float32, {2}, 0, 1}}});
+  DeviceLoader loader(ds, {.batch_size = 4, .threads = 2, .prefetch = 1});
+  EXPECT_THROW(
+      for (auto& b : loader) {
+        if (b.index == 3) throw std::runtime_error("step failed");
+      },
+      std::runtime_error);
+  int n = 0;
+  for (auto& b : loader) n += b.epoch == 1;
+  EXPECT_EQ(n, 16);
+}
+
+}  // namespace
+}  // namespace loom::data

@@ -1,0 +1,209 @@
+// HDF5Dataset: layouts and dtypes, whole-batch reads in any order, the writer, and every error
+// naming the file and the dataset.
+#include "loaders_test_util.h"
+#include "test_util.h"
+
+#include <loom/data/hdf5.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace loom::data {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using test::TempDir;
+
+struct Layout {
+  hsize_t chunk_rows;
+  int deflate;
+};
+
+class HDF5Layouts : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(HDF5Layouts, ReadsEveryDtypeAndRankInRequestedOrder) {
+  TempDir dir;
+  const std::string file = dir.file("all.h5");
+  const int64_t n = 37;
+  auto images = test::fake_images(n, 2 * 3 * 4);
+  std::vector<int32_t> i32(n * 2);
+  std::vector<int64_t> i64(n);
+  std::vector<float> f32(n * 5);
+  std::vector<double> f64(n);
+  for (int64_t i = 0; i < n; ++i) {
+    i32[i * 2] = static_cast<int32_t>(-i);
+    i32[i * 2 + 1] = static_cast<int32_t>(i * 100);
+    i64[i] = i * 1'000'000'007LL;
+    for (int k = 0; k < 5; ++k) f32[i * 5 + k] = static_cast<float>(i) + 0.1f * static_cast<float>(k);
+    f64[i] = 1.0 / static_cast<double>(i + 1);
+  }
+  const auto [chunk, deflate] = GetParam();
+  test::write_h5(file, {{"g/images", H5T_STD_U8LE, H5T_NATIVE_UINT8, {n, 2, 3, 4}, images.data(), chunk, deflate},
+                        {"g/i32", H5T_STD_I32BE, H5T_NATIVE_INT32, {n, 2}, i32.data(), chunk, deflate},
+                        {"i64", H5T_STD_I64LE, H5T_NATIVE_INT64, {n}, i64.data(), chunk, deflate},
+                        {"deep/er/f32", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {n, 5}, f32.data(), chunk, deflate},
+                        {"f64", H5T_IEEE_F64BE, H5T_NATIVE_DOUBLE, {n}, f64.data(), chunk, deflate}});
+  for (int64_t cache_bytes : {int64_t{0}, int64_t{1} << 20})
+  for (bool single : {false, true}) {
+  SCOPED_TRACE("cache_bytes " + std::to_string(cache_bytes) + " single_selection " + std::to_string(single));
+  HDF5Dataset ds(file, {{"g/images", "input"}, {"g/i32", "a"}, {"i64", "b"}, {"deep/er/f32", "c"}, {"f64", "d"}},
+                 {.cache_bytes = cache_bytes, .single_selection = single});
+  ASSERT_EQ(ds.size(), n);
+  EXPECT_EQ(ds.sample_shape("input"), (Shape{2, 3, 4}));
+  EXPECT_EQ(ds.dtype("input"), HostDType::UInt8);
+  EXPECT_EQ(ds.dtype("a"), HostDType::Int32);
+  EXPECT_EQ(ds.dtype("d"), HostDType::Float64);
+
+  const std::vector<int64_t> order{36, 3, 4, 5, 0, 3, 20, 19, 36, 1};
+  auto batch = ds.get_batch(order);
+  ASSERT_EQ(batch.size(), order.size());
+  for (std::size_t j = 0; j < order.size(); ++j) {
+    const int64_t i = order[j];
+    const Example& e = batch[j];
+    ASSERT_EQ(e.at("input").shape, (Shape{2, 3, 4}));
+    EXPECT_TRUE(std::equal(e.at("input").bytes.begin(), e.at("input").bytes.end(), images.begin() + i * 24));
+    EXPECT_EQ(e.at("a").data<int32_t>()[0], -i);
+    EXPECT_EQ(e.at("a").data<int32_t>()[1], i * 100);
+    EXPECT_EQ(e.at("b").shape, Shape{});
+    EXPECT_EQ(e.at("b").data<int64_t>()[0], i * 1'000'000'007LL);
+    EXPECT_FLOAT_EQ(e.at("c").data<float>()[4], static_cast<float>(i) + 0.4f);
+    EXPECT_DOUBLE_EQ(e.at("d").data<double>()[0], 1.0 / static_cast<double>(i + 1));
+  }
+  EXPECT_EQ(ds.get(7).at("b").data<int64_t>()[0], 7 * 1'000'000'007LL);
+  EXPECT_THAT(test::error_of([&] { ds.get(n); }), AllOf(HasSubstr(file), HasSubstr("out of range")));
+  EXPECT_EQ(ds.get_batch(order)[3].at("input").bytes, batch[3].at("input").bytes) << "served again (from the cache)";
+  }
+
+  auto whole = read_hdf5(file, "deep/er/f32");
+  EXPECT_EQ(whole.str(), "float32[37,5]");
+  EXPECT_EQ(whole.data<float>()[5 * 3 + 2], f32[5 * 3 + 2]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, HDF5Layouts,
+                         ::testing::Values(Layout{0, 0}, Layout{8, 0}, Layout{5, 6}, Layout{64, 1}),
+                         [](const auto& info) {
+                           return info.param.chunk_rows == 0 ? std::string("contiguous")
+                                                             : "chunk" + std::to_string(info.param.chunk_rows) +
+                                                                   "_deflate" + std::to_string(info.param.deflate);
+                         });
+
+TEST(HDF5Writer, RoundTripsWithLoomsReader) {
+  TempDir dir;
+  const std::string file = dir.file("w.h5");
+  HDF5Writer w(file);
+  w.create("train/images", HostDType::UInt8, {10, 1, 2, 2}, {.chunk_rows = 4, .deflate = 5});
+  auto px = test::fake_images(10, 4);
+  HostArray first(HostDType::UInt8, {6, 1, 2, 2}), rest(HostDType::UInt8, {4, 1, 2, 2});
+  std::copy(px.begin(), px.begin() + 24, first.bytes.begin());
+  std::copy(px.begin() + 24, px.end(), rest.bytes.begin());
+  w.write_rows("train/images", 6, rest);
+  w.write_rows("train/images", 0, first);
+  w.write("train/labels", HostArray::from_vector<int64_t>(test::fake_labels(10), {10}), {.chunk_rows = 4});
+  w.set_attribute("/", "num_classes", 10);
+  EXPECT_THAT(test::error_of([&] { w.write_rows("train/images", 8, rest); }), HasSubstr("cannot write uint8[4,1,2,2] at row 8"));
+  w.close();
+
+  HDF5Dataset ds(file, {{"train/images", "input"}, {"train/labels", "target"}});
+  EXPECT_EQ(ds.size(), 10);
+  EXPECT_EQ(ds.get(9).at("input").bytes, std::vector<unsigned char>(px.begin() + 36, px.end()));
+  EXPECT_EQ(ds.get(9).at("target").data<int64_t>()[0], 7);
+  std::lock_guard lock(hdf5_mutex());
+  hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  hid_t attr = H5Aopen(f, "num_classes", H5P_DEFAULT);
+  ASSERT_GE(attr, 0);
+  int64_t classes = 0;
+  H5Aread(attr, H5T_NATIVE_INT64, &classes);
+  EXPECT_EQ(classes, 10);
+  H5Aclose(attr);
+  H5Fclose(f);
+}
+
+// ---- errors: each names the file and the dataset ----
+
+TEST(HDF5Errors, MissingFile) {
+  TempDir dir;
+  const std::string file = dir.file("nope.h5");
+  EXPECT_THAT(test::error_of([&] { HDF5Dataset(file, {{"train/images", "input"}}); }),
+              AllOf(HasSubstr(file), HasSubstr("train/images"), HasSubstr("no such file")));
+}
+
+TEST(HDF5Errors, NotAnHDF5File) {
+  TempDir dir;
+  const std::string file = dir.file("text.h5");
+  std::ofstream(file) << "just some text, not HDF5\n";
+  EXPECT_THAT(test::error_of([&] { HDF5Dataset(file, {{"train/images", "input"}}); }),
+              AllOf(HasSubstr(file), HasSubstr("train/images"), HasSubstr("not an HDF5 file")));
+}
+
+TEST(HDF5Errors, MissingDatasetPathAndGroupInsteadOfDataset) {
+  TempDir dir;
+  const std::string file = dir.file("d.h5");
+  test::write_image_file(file, 10, 2, 2);
+  EXPECT_THAT(test::error_of([&] { HDF5Dataset(file, {{"train/images", "input"}, {"train/imagez", "x"}}); }),
+              AllOf(HasSubstr(file), HasSubstr("dataset 'train/imagez'"), HasSubstr("no such dataset")));
+  EXPECT_THAT(test::error_of([&] { HDF5Dataset(file, {{"nowhere/images", "input"}}); }),
+              AllOf(HasSubstr(file), HasSubstr("nowhere/images"), HasSubstr("no such dataset")));
+  EXPECT_THAT(test::error_of([&] { HDF5Dataset(file, {{"train", "input"}}); }),
+              AllOf(HasSubstr(file), HasSubstr("dataset 'train'"), HasSubstr("is a group")));
+  EXPECT_THAT(test::error_of([&] { read_hdf5(file, "train/nothing"); }),
+              AllOf(HasSubstr(file), HasSubstr("train/nothing")));
+}
+
+TEST(HDF5Errors, ImagesAndLabelsOfDifferentLengths) {
+  TempDir dir;
+  const std::string file = dir.file("len.h5");
+  auto images = test::fake_images(10, 4);
+  auto labels = test::fake_labels(9);
+  test::write_h5(file, {{"train/images", H5T_STD_U8LE, H5T_NATIVE_UINT8, {10, 1, 2, 2}, images.data()},
+                        {"train/labels", H5T_STD_I64LE, H5T_NATIVE_INT64, {9}, labels.data()}});
+  EXPECT_THAT(test::error_of([&] { HDF5Dataset(file, {{"train/images", "input"}, {"train/labels", "target"}}); }),
+              AllOf(HasSubstr(file), HasSubstr("different lengths"), HasSubstr("'train/images' has 10"),
+                    HasSubstr("'train/labels' has 9")));
+}
+
+TEST(HDF5Errors, UnsupportedDtypeAndRank) {
+  TempDir dir;
+  const std::string file = dir.file("dtype.h5");
+  std::vector<int16_t> shorts(12);
+  std::vector<uint32_t> words(12);
+  int64_t scalar = 5;
+  test::write_h5(file, {{"x/shorts", H5T_STD_I16LE, H5T_NATIVE_INT16, {12}, shorts.data()},
+                        {"x/words", H5T_STD_U32LE, H5T_NATIVE_UINT32, {12}, words.data()}});
+  {
+    // A scalar dataset, which has no sample dimension.
+    std::lock_guard lock(hdf5_mutex());
+    hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t space = H5Screate(H5S_SCALAR);
+    hid_t ds = H5Dcreate2(f, "x/scalar", H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Dwrite(ds, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, &scalar);
+    H5Dclose(ds);
+    H5Sclose(space);
+    H5Fclose(f);
+  }
+  EXPECT_THAT(test::error_of([&] { HDF5Dataset(file, {{"x/shorts", "input"}}); }),
+              AllOf(HasSubstr(file), HasSubstr("x/shorts"), HasSubstr("unsupported dtype int16")));
+  EXPECT_THAT(test::error_of([&] { HDF5Dataset(file, {{"x/words", "input"}}); }),
+              AllOf(HasSubstr(file), HasSubstr("x/words"), HasSubstr("unsupported dtype uint32")));
+  EXPECT_THAT(test::error_of([&] { HDF5Dataset(file, {{"x/scalar", "input"}}); }),
+              AllOf(HasSubstr(file), HasSubstr("x/scalar"), HasSubstr("sample dimension")));
+}
+
+TEST(HDF5Errors, TruncatedFile) {
+  TempDir dir;
+  const std::string file = dir.file("trunc.h5");
+  test::write_image_file(file, 200, 8, 8, /*chunk_rows=*/16, /*deflate=*/0);
+  std::filesystem::resize_file(file, std::filesystem::file_size(file) / 2);
+  EXPECT_THAT(test::error_of([&] { HDF5Dataset(file, {{"train/images", "input"}, {"train/labels", "target"}}); }),
+              AllOf(HasSubstr(file), HasSubstr("train/images")));
+  std::filesystem::resize_file(file, 100);  // not even a whole superblock
+  EXPECT_THAT(test::error_of([&] { HDF5Dataset(file, {{"train/images", "input"}}); }),
+              AllOf(HasSubstr(file), HasSubstr("train/images")));
+}
+
+}  // namespace
+}  // namespace loom::data

@@ -1,0 +1,190 @@
+// The Trainer: subclassing as the README shows, lazy/compiled/eager agreement, and exact
+// resumption after an interruption (SIGINT) or a max-steps stop.
+#include "test_util.h"
+
+#include <loom/data/dataset.h>
+#include <loom/data/loader.h>
+#include <loom/nn/functional.h>
+#include <loom/nn/init.h>
+#include <loom/nn/layers.h>
+#include <loom/trainer.h>
+
+#include <csignal>
+#include <cmath>
+#include <filesystem>
+
+namespace loom {
+namespace {
+
+namespace F = nn::functional;
+
+// Two noisy blobs in 4-D, labels 0/1: learnable in a few steps.
+std::shared_ptr<data::InMemoryDataset> blobs(int64_t n) {
+  std::vector<float> x(n * 4);
+  std::vector<int64_t> y(n);
+  for (int64_t i = 0; i < n; ++i) {
+    y[i] = i % 2;
+    for (int64_t k = 0; k < 4; ++k)
+      x[i * 4 + k] = (y[i] ? 1.0f : -1.0f) + 0.8f * static_cast<float>(std::sin(1.7 * i + 2.3 * k));
+  }
+  return std::make_shared<data::InMemoryDataset>(std::map<std::string, data::HostArray>{
+      {"input", data::HostArray::from_vector(x, {n, 4})}, {"target", data::HostArray::from_vector(y, {n})}});
+}
+
+class Mlp : public nn::Module {
+ public:
+  Mlp() {
+    fc1 = register_module("fc1", std::make_shared<nn::Linear>(4, 16));
+    fc2 = register_module("fc2", std::make_shared<nn::Linear>(16, 2));
+  }
+  Tensor forward(const Tensor& x) override { return fc2->forward(relu(fc1->forward(x))); }
+  std::shared_ptr<nn::Linear> fc1, fc2;
+};
+
+// The README's way: subclass, say how a batch becomes a loss and what to measure.
+class BlobTrainer : public Trainer {
+ public:
+  BlobTrainer(std::shared_ptr<Mlp> net, TrainerOptions o, int64_t interrupt_at = 0)
+      : Trainer(net, std::make_shared<optim::SGD>(net->parameters(), optim::SGDOptions{.lr = 0.2, .momentum = 0.9}),
+                std::move(o)),
+        net_(std::move(net)),
+        interrupt_at_(interrupt_at) {}
+
+  Tensor train_step(const data::Batch& b) override {
+    if (interrupt_at_ && ++calls_ == interrupt_at_) std::raise(SIGINT);  // as if Ctrl-C
+    return F::cross_entropy(net_->forward(b["input"]), b["target"]);
+  }
+  std::map<std::string, Tensor> eval_step(const data::Batch& b) override {
+    auto correct = eq(argmax(net_->forward(b["input"]), 1), b["target"]).to(DType::Float32);
+    return {{"accuracy", sum(correct)}};
+  }
+
+ private:
+  std::shared_ptr<Mlp> net_;
+  int64_t interrupt_at_;
+  int64_t calls_ = 0;
+};
+
+data::DeviceLoader loader(int64_t n = 64) {
+  return data::DeviceLoader(blobs(n), {.batch_size = 8, .shuffle = true, .seed = 3, .threads = 2});
+}
+
+std::shared_ptr<Mlp> fresh_model(uint64_t seed = 7) {
+  nn::manual_seed(seed);
+  return std::make_shared<Mlp>();
+}
+
+TrainerOptions quiet(TrainerOptions o) {
+  o.quiet = true;
+  return o;
+}
+
+TEST(Trainer, ASubclassTrainsATinyModelOnAnInMemoryDataset) {
+  auto train = loader();
+  auto test = data::DeviceLoader(blobs(32), {.batch_size = 8});
+  BlobTrainer t(fresh_model(), quiet({.epochs = 3}));
+  t.fit(train, &test);
+  auto losses = t.losses();
+  ASSERT_EQ(losses.size(), 24u);  // 3 epochs of 8 batches
+  EXPECT_EQ(t.step(), 24);
+  EXPECT_LT(losses.back(), 0.5 * losses.front());
+  EXPECT_GE(t.last_eval().at("accuracy"), 0.9);
+}
+
+std::vector<double> run_mode(ExecutionMode mode) {
+  auto train = loader();
+  BlobTrainer t(fresh_model(), quiet({.epochs = 1, .max_steps = 5, .mode = mode}));
+  t.fit(train);
+  return t.losses();
+}
+
+TEST(Trainer, LazyCompiledAndEagerGiveTheSameLosses) {
+  auto lazy = run_mode(ExecutionMode::Lazy);
+  ASSERT_EQ(lazy.size(), 5u);
+  EXPECT_EQ(run_mode(ExecutionMode::Compiled), lazy);
+  EXPECT_EQ(run_mode(ExecutionMode::Eager), lazy);
+}
+
+std::string temp_checkpoint(const char* name) {
+  auto p = std::filesystem::temp_directory_path() / (std::string(name) + std::to_string(::getpid()) + ".h5");
+  std::filesystem::remove(p);
+  return p;
+}
+
+TEST(Trainer, ResumingAfterSigintGivesTheUninterruptedLosses) {
+  std::vector<double> whole;
+  {
+    auto train = loader();
+    BlobTrainer t(fresh_model(), quiet({.epochs = 2}));
+    t.fit(train);
+    whole = t.losses();
+    ASSERT_EQ(whole.size(), 16u);
+  }
+  auto ck = temp_checkpoint("loom_sigint_");
+  std::vector<double> first, rest;
+  {
+    auto train = loader();
+    BlobTrainer t(fresh_model(), quiet({.epochs = 2, .checkpoint = ck}), /*interrupt_at=*/11);
+    t.fit(train);  // SIGINT during step 11 (epoch 2, batch 3): finish it, checkpoint, stop
+    EXPECT_TRUE(t.interrupted());
+    first = t.losses();
+  }
+  ASSERT_EQ(first.size(), 11u);
+  ASSERT_TRUE(std::filesystem::exists(ck));
+  {
+    auto train = loader();
+    BlobTrainer t(fresh_model(/*a different init, overwritten by the checkpoint*/ 99),
+                  quiet({.epochs = 2, .checkpoint = ck, .resume = true}));
+    t.fit(train);
+    EXPECT_FALSE(t.interrupted());
+    rest = t.losses();
+  }
+  first.insert(first.end(), rest.begin(), rest.end());
+  ASSERT_EQ(first.size(), whole.size());
+  for (std::size_t i = 0; i < whole.size(); ++i) EXPECT_DOUBLE_EQ(first[i], whole[i]) << "step " << i + 1;
+  std::filesystem::remove(ck);
+}
+
+TEST(Trainer, ResumingAfterAMaxStepsStopContinuesExactly) {
+  auto ck = temp_checkpoint("loom_maxsteps_");
+  std::vector<double> whole, a, b;
+  {
+    auto train = loader();
+    BlobTrainer t(fresh_model(), quiet({.epochs = 2}));
+    t.fit(train);
+    whole = t.losses();
+  }
+  {
+    auto train = loader();
+    BlobTrainer t(fresh_model(), quiet({.epochs = 2, .max_steps = 5, .checkpoint = ck}));
+    t.fit(train);
+    a = t.losses();
+  }
+  {
+    auto train = loader();
+    BlobTrainer t(fresh_model(), quiet({.epochs = 2, .checkpoint = ck, .resume = true}));
+    t.fit(train);
+    b = t.losses();
+  }
+  a.insert(a.end(), b.begin(), b.end());
+  ASSERT_EQ(a.size(), whole.size());
+  for (std::size_t i = 0; i < whole.size(); ++i) EXPECT_DOUBLE_EQ(a[i], whole[i]) << "step " << i + 1;
+  std::filesystem::remove(ck);
+}
+
+TEST(Trainer, ACheckpointOfAnotherModelIsAClearError) {
+  auto ck = temp_checkpoint("loom_other_");
+  {
+    auto train = loader();
+    BlobTrainer t(fresh_model(), quiet({.epochs = 1, .max_steps = 2, .checkpoint = ck, .model_name = "mlp"}));
+    t.fit(train);
+  }
+  auto train = loader();
+  BlobTrainer t(fresh_model(), quiet({.epochs = 1, .checkpoint = ck, .resume = true, .model_name = "resnet20"}));
+  auto msg = test::error_of([&] { t.fit(train); });
+  EXPECT_NE(msg.find("is of model 'mlp'"), std::string::npos) << msg;
+  std::filesystem::remove(ck);
+}
+
+}  // namespace
+}  // namespace loom
