@@ -6,6 +6,10 @@
 #   ./setup.sh --build-dir D   build in D (default: build)
 #   ./setup.sh --no-install    never call apt-get (fail if something is missing)
 #   ./setup.sh --jobs N        parallel build jobs (default: the number of cores)
+#   ./setup.sh --no-data       skip preparing the datasets
+#
+# After building, it converts Debian's Fashion-MNIST and fortunes packages into
+# data/fashion_mnist.h5 and data/fortunes.h5 (only when those files are missing).
 #
 # Packages are installed with apt-get (through sudo when not root) only when missing, so a
 # second run goes straight to the build.
@@ -15,6 +19,7 @@ cd "$(dirname "$0")"
 build_dir=build
 build_type=Release
 install=1
+data=1
 jobs=$(nproc 2>/dev/null || echo 2)
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -22,7 +27,8 @@ while [ $# -gt 0 ]; do
     --build-dir) build_dir=${2:?--build-dir needs a directory}; shift ;;
     --no-install) install=0 ;;
     --jobs|-j) jobs=${2:?--jobs needs a number}; shift ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    --no-data) data=0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -59,4 +65,15 @@ echo "setup.sh: configuring ($build_type) in $build_dir"
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE="$build_type"
 echo "setup.sh: building with $jobs jobs"
 cmake --build "$build_dir" -j "$jobs"
+if [ "$data" -eq 1 ]; then
+  mkdir -p data
+  if [ ! -f data/fashion_mnist.h5 ]; then
+    "$build_dir/recipes/prepare_data" --fashion-mnist --output data/fashion_mnist.h5 --quiet
+    echo "setup.sh: wrote data/fashion_mnist.h5"
+  fi
+  if [ ! -f data/fortunes.h5 ]; then
+    "$build_dir/recipes/prepare_data" --text /usr/share/games/fortunes --output data/fortunes.h5 --quiet
+    echo "setup.sh: wrote data/fortunes.h5"
+  fi
+fi
 echo "setup.sh: done"

@@ -1,0 +1,248 @@
+// train_decoder: trains a Llama-style decoder on byte-level tokens (an HDF5 file from
+// prepare_data --text) and reports tokens/s, training and validation loss and bits per byte;
+// --generate "prompt" samples text from a checkpoint instead. See --help.
+#include "recipe_util.h"
+
+#include <loom/autograd.h>
+#include <loom/checkpoint.h>
+#include <loom/data/hdf5.h>
+#include <loom/data/loader.h>
+#include <loom/lazy.h>
+#include <loom/models/decoder.h>
+#include <loom/nn/functional.h>
+#include <loom/nn/init.h>
+#include <loom/trainer.h>
+
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <numbers>
+#include <random>
+
+namespace {
+
+using namespace loom;
+namespace F = nn::functional;
+namespace po = boost::program_options;
+
+class DecoderTrainer : public Trainer {
+ public:
+  DecoderTrainer(std::shared_ptr<models::Decoder> net, std::shared_ptr<optim::Optimizer> opt, TrainerOptions o)
+      : Trainer(net, std::move(opt), std::move(o)), net_(std::move(net)) {}
+
+  Tensor train_step(const data::Batch& b) override { return loss(b); }
+
+  // The sum over real windows of each window's mean token loss; evaluate() divides by the
+  // number of real windows. Padded rows of the last batch are masked out.
+  std::map<std::string, Tensor> eval_step(const data::Batch& b) override {
+    auto logits = net_->forward(b["input"]);
+    int64_t n = b.size(), t = logits.size(1), v = logits.size(-1);
+    auto per_token = F::cross_entropy(reshape(logits, {-1, v}), reshape(b["target"], {-1}), 0, -100, F::Reduction::None);
+    auto per_window = mean(reshape(per_token, {n, t}), {1});
+    auto real = lt(iota({n}, 0), full({n}, static_cast<double>(b.valid), DType::Int64)).to(per_window.dtype());
+    return {{"loss", sum(per_window * real)}};
+  }
+
+ private:
+  Tensor loss(const data::Batch& b) {
+    auto logits = net_->forward(b["input"]);
+    int64_t v = logits.size(-1);
+    return F::cross_entropy(reshape(logits, {-1, v}), reshape(b["target"], {-1}));
+  }
+  std::shared_ptr<models::Decoder> net_;
+};
+
+models::DecoderConfig config_of(const po::variables_map& vm) {
+  models::DecoderConfig c;
+  c.vocab_size = vm["vocab"].as<int64_t>();
+  c.hidden_size = vm["hidden"].as<int64_t>();
+  c.num_layers = vm["layers"].as<int64_t>();
+  c.num_heads = vm["heads"].as<int64_t>();
+  c.num_kv_heads = vm["kv-heads"].as<int64_t>();
+  c.intermediate_size = vm["intermediate"].as<int64_t>();
+  c.max_seq_len = vm["seq-len"].as<int64_t>();
+  c.validate();
+  return c;
+}
+
+std::string model_name(const models::DecoderConfig& c) {
+  return "decoder-v" + std::to_string(c.vocab_size) + "-h" + std::to_string(c.hidden_size) + "-l" +
+         std::to_string(c.num_layers) + "-a" + std::to_string(c.num_heads) + "-kv" + std::to_string(c.num_kv_heads) +
+         "-i" + std::to_string(c.intermediate_size) + "-t" + std::to_string(c.max_seq_len);
+}
+
+// Samples `count` bytes after `prompt`. The context is right-padded to the model's fixed
+// length, so every step runs the same compiled graph (the causal mask keeps the padding out).
+int generate(const std::shared_ptr<models::Decoder>& net, const std::string& prompt, int64_t count, double temperature,
+             uint64_t seed) {
+  NoGradGuard no_grad;
+  net->eval();
+  int64_t t_max = net->config.max_seq_len;
+  std::vector<int64_t> text;
+  for (unsigned char ch : prompt) text.push_back(ch);
+  if (text.empty()) text.push_back('\n');
+  std::mt19937_64 rng(seed);
+  std::cout << prompt << std::flush;
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t start = std::max<int64_t>(0, static_cast<int64_t>(text.size()) - t_max);
+    std::vector<int64_t> window(text.begin() + start, text.end());
+    int64_t last = static_cast<int64_t>(window.size()) - 1;
+    window.resize(t_max, 0);
+    auto logits = net->forward(from_vector(window, {1, t_max}));
+    auto row = reshape(slice(logits, 1, last, last + 1), {net->config.vocab_size}).to(DType::Float64);
+    auto values = row.to_vector<double>();
+    int64_t next = 0;
+    if (temperature <= 0) {
+      next = std::max_element(values.begin(), values.end()) - values.begin();
+    } else {
+      double m = *std::max_element(values.begin(), values.end());
+      std::vector<double> p(values.size());
+      for (std::size_t k = 0; k < p.size(); ++k) p[k] = std::exp((values[k] - m) / temperature);
+      next = std::discrete_distribution<int64_t>(p.begin(), p.end())(rng);
+    }
+    text.push_back(next);
+    std::cout << static_cast<char>(next) << std::flush;
+  }
+  std::cout << '\n';
+  return 0;
+}
+
+int run(int argc, char** argv) {
+  po::options_description o("train_decoder options");
+  // clang-format off
+  o.add_options()
+    ("help,h", "show this help")
+    ("data", po::value<std::string>()->default_value("data/fortunes.h5"),
+     "HDF5 file with train/tokens and val/tokens (1-D byte-level tokens, from prepare_data --text)")
+    ("vocab", po::value<int64_t>()->default_value(256), "vocabulary size (256 for bytes)")
+    ("hidden", po::value<int64_t>()->default_value(256), "hidden size")
+    ("layers", po::value<int64_t>()->default_value(4), "decoder layers")
+    ("heads", po::value<int64_t>()->default_value(8), "attention heads")
+    ("kv-heads", po::value<int64_t>()->default_value(4), "key/value heads (grouped-query attention)")
+    ("intermediate", po::value<int64_t>()->default_value(704), "SwiGLU intermediate size")
+    ("seq-len", po::value<int64_t>()->default_value(128), "tokens per training window")
+    ("batch-size", po::value<int64_t>()->default_value(16), "windows per step")
+    ("steps", po::value<int64_t>()->default_value(2000), "training steps")
+    ("lr", po::value<double>()->default_value(3e-3, "3e-3"), "peak AdamW learning rate")
+    ("weight-decay", po::value<double>()->default_value(0.1, "0.1"), "AdamW weight decay")
+    ("warmup", po::value<int64_t>()->default_value(100), "linear warm-up steps (cosine decay after)")
+    ("clip", po::value<double>()->default_value(1.0, "1.0"), "gradient-norm clipping (0: off)")
+    ("mode", po::value<std::string>()->default_value("lazy"), "execution: lazy, compiled or eager")
+    ("threads", po::value<int>()->default_value(0), "intra-op threads (0: all cores)")
+    ("loader-threads", po::value<int>()->default_value(1), "data loader worker threads")
+    ("prefetch", po::value<int>()->default_value(4), "batches prepared ahead of the device")
+    ("eval-every", po::value<int64_t>()->default_value(500), "steps between validation evaluations")
+    ("eval-windows", po::value<int64_t>()->default_value(256), "validation windows per evaluation")
+    ("log-every", po::value<int64_t>()->default_value(50), "steps between log lines")
+    ("checkpoint", po::value<std::string>()->default_value(""), "checkpoint file (written on --checkpoint-every, at the end and on SIGINT/SIGTERM; read by --generate)")
+    ("checkpoint-every", po::value<int64_t>()->default_value(500), "steps between checkpoints")
+    ("resume", po::bool_switch(), "continue from --checkpoint if it exists")
+    ("seed", po::value<int64_t>()->default_value(0), "seed of initialisation, windows and sampling")
+    ("synthetic", po::bool_switch(), "train on random tokens (benchmarking; no --data needed)")
+    ("profile", po::value<std::string>()->default_value(""), "write a Chrome trace of the run to this file")
+    ("generate", po::value<std::string>(), "sample text after this prompt from --checkpoint instead of training")
+    ("length", po::value<int64_t>()->default_value(300), "--generate: bytes to sample")
+    ("temperature", po::value<double>()->default_value(0.8, "0.8"), "--generate: sampling temperature (0: greedy)");
+  // clang-format on
+  po::variables_map vm;
+  if (!recipes::parse_options(argc, argv, o, vm,
+                              "usage: train_decoder [options]\n       train_decoder --checkpoint FILE --generate \"prompt\" [options]\n\n"
+                              "Trains a Llama-style decoder on byte-level text, or samples from a trained one."))
+    return 0;
+  for (const char* k : {"batch-size", "steps", "seq-len", "eval-windows"})
+    recipes::require_positive(k, static_cast<double>(vm[k].as<int64_t>()));
+  recipes::require_positive("lr", vm["lr"].as<double>());
+  recipes::require_positive("weight-decay", vm["weight-decay"].as<double>(), true);
+  recipes::require_positive("clip", vm["clip"].as<double>(), true);
+  recipes::require_positive("loader-threads", vm["loader-threads"].as<int>());
+  recipes::require_positive("prefetch", vm["prefetch"].as<int>());
+  recipes::set_threads(vm["threads"].as<int>());
+  auto mode = parse_mode(vm["mode"].as<std::string>());
+  auto cfg = config_of(vm);
+  auto seed = vm["seed"].as<int64_t>();
+  nn::manual_seed(static_cast<uint64_t>(seed));
+  auto net = std::make_shared<models::Decoder>(cfg);
+
+  if (vm.count("generate")) {
+    auto path = vm["checkpoint"].as<std::string>();
+    if (path.empty()) throw Error("--generate: needs --checkpoint FILE of a trained model");
+    auto ck = load_checkpoint(path);
+    if (ck.model_name != model_name(cfg))
+      throw Error("--generate: checkpoint '" + path + "' holds " + ck.model_name + ", the options describe " +
+                  model_name(cfg) + " (pass the same model options as for training)");
+    net->load_state_dict(ck.model);
+    return generate(net, vm["generate"].as<std::string>(), vm["length"].as<int64_t>(), vm["temperature"].as<double>(),
+                    static_cast<uint64_t>(seed));
+  }
+
+  int64_t seq = cfg.max_seq_len, batch = vm["batch-size"].as<int64_t>();
+  std::shared_ptr<data::Dataset> train_set, val_set;
+  if (vm["synthetic"].as<bool>()) {
+    std::map<std::string, data::FieldSpec> f{
+        {"input", {data::HostDType::Int64, {seq}, 0, static_cast<double>(cfg.vocab_size)}},
+        {"target", {data::HostDType::Int64, {seq}, 0, static_cast<double>(cfg.vocab_size)}}};
+    train_set = std::make_shared<data::SyntheticDataset>(100000, f, seed);
+    val_set = std::make_shared<data::SyntheticDataset>(vm["eval-windows"].as<int64_t>(), f, seed + 1);
+  } else {
+    auto path = vm["data"].as<std::string>();
+    if (!std::filesystem::exists(path))
+      throw Error("--data: no such file '" + path + "'; create it with: prepare_data --text /usr/share/games/fortunes --output " + path);
+    auto train_tokens = data::read_hdf5(path, "train/tokens");
+    auto val_tokens = data::read_hdf5(path, "val/tokens");
+    if (train_tokens.shape.size() != 1 || val_tokens.shape.size() != 1)
+      throw Error("--data: '" + path + "' train/tokens and val/tokens must be 1-D");
+    spdlog::info("{}: {} training and {} validation tokens", path, train_tokens.numel(), val_tokens.numel());
+    train_set = std::make_shared<data::TokenWindowDataset>(
+        std::move(train_tokens), seq,
+        data::TokenWindowOptions{.windows = vm["steps"].as<int64_t>() * batch, .random = true, .seed = static_cast<uint64_t>(seed)}, path);
+    int64_t fit = (val_tokens.numel() - 1) / seq;
+    val_set = std::make_shared<data::TokenWindowDataset>(
+        std::move(val_tokens), seq,
+        data::TokenWindowOptions{.windows = std::min(fit, vm["eval-windows"].as<int64_t>()), .random = false}, path);
+  }
+  data::DeviceLoader train_loader(train_set, {.batch_size = batch, .shuffle = false, .seed = static_cast<uint64_t>(seed),
+                                              .threads = vm["loader-threads"].as<int>(), .prefetch = vm["prefetch"].as<int>()});
+  data::DeviceLoader val_loader(val_set, {.batch_size = batch, .last_batch = data::LastBatch::Pad,
+                                          .threads = vm["loader-threads"].as<int>(), .prefetch = vm["prefetch"].as<int>()});
+
+  auto opt = std::make_shared<optim::AdamW>(net->parameters(),
+                                            optim::AdamOptions{.lr = vm["lr"].as<double>(), .beta1 = 0.9, .beta2 = 0.95,
+                                                               .weight_decay = vm["weight-decay"].as<double>()});
+  int64_t steps = std::min(vm["steps"].as<int64_t>(), train_loader.batches_per_epoch());
+  TrainerOptions to{.epochs = 1,
+                    .max_steps = steps,
+                    .log_every = vm["log-every"].as<int64_t>(),
+                    .eval_every = vm["eval-every"].as<int64_t>(),
+                    .checkpoint = vm["checkpoint"].as<std::string>(),
+                    .checkpoint_every = vm["checkpoint-every"].as<int64_t>(),
+                    .resume = vm["resume"].as<bool>(),
+                    .mode = mode,
+                    .clip_grad_norm = vm["clip"].as<double>(),
+                    .profile = vm["profile"].as<std::string>(),
+                    .model_name = model_name(cfg),
+                    .run_options = recipes::command_line(argc, argv),
+                    .seed = seed,
+                    .unit = "tokens",
+                    .units_per_sample = seq};
+  DecoderTrainer trainer(net, opt, to);
+  trainer.set_schedule(recipes::make_schedule("cosine", *opt, vm["lr"].as<double>(), vm["warmup"].as<int64_t>(), steps));
+  spdlog::info("{}: {} parameters, {} steps of {}x{} tokens, mode {}", model_name(cfg), net->num_parameters(), steps,
+               batch, seq, vm["mode"].as<std::string>());
+  trainer.fit(train_loader, &val_loader);
+  if (trainer.interrupted()) return 130;
+  auto losses = trainer.losses();
+  int64_t tail = std::min<int64_t>(50, static_cast<int64_t>(losses.size()));
+  double train_loss = 0;
+  for (int64_t i = static_cast<int64_t>(losses.size()) - tail; i < static_cast<int64_t>(losses.size()); ++i) train_loss += losses[i];
+  train_loss /= std::max<int64_t>(tail, 1);
+  double val = trainer.last_eval().count("loss") ? trainer.last_eval().at("loss") : NAN;
+  spdlog::info("training loss {:.4f} (last {} steps), validation loss {:.4f} = {:.3f} bits per byte", train_loss, tail,
+               val, val / std::numbers::ln2);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return loom::recipes::run_main("train_decoder", run, argc, argv); }
