@@ -105,7 +105,7 @@ int train(int argc, char** argv) {
     std::map<std::string, data::FieldSpec> f{{"input", {data::HostDType::UInt8, {1, 28, 28}, 0, 256}},
                                              {"target", {data::HostDType::Int64, {}, 0, 10}}};
     train_set = std::make_shared<data::SyntheticDataset>(60000, f, seed);
-    test_set = std::make_shared<data::SyntheticDataset>(10000, f, seed + 1);
+    test_set = std::make_shared<data::SyntheticDataset>(1000, f, seed + 1);
   } else {
     auto path = vm["data"].as<std::string>();
     if (!std::filesystem::exists(path))

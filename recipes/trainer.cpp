@@ -235,10 +235,10 @@ void Trainer::fit(data::DeviceLoader& train, data::DeviceLoader* eval) {
     mark_step();
     if (batch_in_epoch_ < per_epoch) break;  // stopped inside the epoch
     // The epoch is complete: a checkpoint from here starts the next one.
-    int64_t finished = epoch_++;
-    batch_in_epoch_ = 0;
     if (eval && options_.eval_every == 0) run_eval();
-    on_epoch_end(finished);
+    on_epoch_end(epoch_);
+    ++epoch_;
+    batch_in_epoch_ = 0;
     if (!options_.checkpoint.empty()) save_checkpoint(options_.checkpoint);
     if (interrupted_) break;
   }
