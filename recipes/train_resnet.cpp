@@ -54,7 +54,7 @@ int train(int argc, char** argv) {
     ("data", po::value<std::string>()->default_value("data/fashion_mnist.h5"),
      "HDF5 file with train/images (uint8 [N,C,H,W]), train/labels (int64 [N]) and test/... (from prepare_data)")
     ("model", po::value<std::string>()->default_value("resnet20"), "resnet20, resnet32, resnet44, resnet56, resnet110 (CIFAR layout) or resnet18, resnet34, resnet50, ... (ImageNet layout)")
-    ("epochs", po::value<int64_t>()->default_value(3), "passes over the training set")
+    ("epochs", po::value<int64_t>()->default_value(5), "passes over the training set")
     ("max-steps", po::value<int64_t>()->default_value(0), "stop after this many steps (0: no limit)")
     ("batch-size", po::value<int64_t>()->default_value(128), "images per step")
     ("lr", po::value<double>()->default_value(0.1, "0.1"), "peak learning rate")
