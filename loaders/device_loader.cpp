@@ -14,6 +14,7 @@
 #include <loom/data/loader.h>
 #include <loom/lazy.h>
 #include <loom/metrics.h>
+#include <loom/profiler.h>
 
 #include <tbb/info.h>
 #include <tbb/parallel_for.h>
@@ -27,6 +28,7 @@
 #include <exception>
 #include <optional>
 #include <thread>
+#include <utility>
 #include <variant>
 
 namespace loom::data {
@@ -80,14 +82,20 @@ struct Work {
   Example host;  // collated
   std::exception_ptr error;
 };
-using WorkPtr = std::shared_ptr<Work>;
 using Item = std::variant<Batch, std::exception_ptr>;
+
+// Whether this thread has its name in profiles ("loader", or "loader worker").
+thread_local bool named_for_profiler = false;
 
 // One epoch in progress.
 struct Run {
   int64_t epoch;
   uint64_t id;
   std::vector<std::vector<int64_t>> batches;
+  // The batches in flight, owned here: a cancelled parallel_pipeline drops its tokens without
+  // destroying them, so tokens are plain pointers into this (slot k: batch k, made by the input
+  // stage, freed by the last stage or with the Run).
+  std::vector<std::unique_ptr<Work>> works;
   int64_t valid_last;  // rows of the last batch that are not padding
   detail::BoundedQueue<Item> queue;
   tbb::task_group_context context{tbb::task_group_context::isolated};
@@ -97,7 +105,7 @@ struct Run {
   bool accounted = false;  // iterate time added to the stats
 
   Run(int64_t epoch, uint64_t id, std::vector<std::vector<int64_t>> batches, int64_t valid_last, int prefetch)
-      : epoch(epoch), id(id), batches(std::move(batches)), valid_last(valid_last),
+      : epoch(epoch), id(id), batches(std::move(batches)), works(this->batches.size()), valid_last(valid_last),
         queue(static_cast<std::size_t>(prefetch)) {}
 
   // Stops the pipeline at once and joins its thread; queued batches are dropped.
@@ -168,7 +176,11 @@ void DeviceLoader::Iterator::State::start_run() {
   const int64_t valid_last = rem == 0 || options.last_batch != LastBatch::Pad ? -1 : rem;
   run = std::make_unique<Run>(epoch, next_run++, std::move(batches), valid_last, options.prefetch);
   Run* r = run.get();
-  r->thread = std::thread([this, r] { produce(*r); });
+  r->thread = std::thread([this, r] {
+    profiler::set_thread_name("loader");
+    named_for_profiler = true;
+    produce(*r);
+  });
 }
 
 void DeviceLoader::Iterator::State::produce(Run& r) {
@@ -177,28 +189,32 @@ void DeviceLoader::Iterator::State::produce(Run& r) {
     arena->execute([&] {
       tbb::parallel_pipeline(
           static_cast<std::size_t>(options.prefetch),
-          tbb::make_filter<void, WorkPtr>(
+          tbb::make_filter<void, Work*>(
               tbb::filter_mode::serial_in_order,
-              [&](tbb::flow_control& fc) -> WorkPtr {
+              [&](tbb::flow_control& fc) -> Work* {
                 if (r.stop || next == r.batches.size()) {
                   fc.stop();
                   return nullptr;
                 }
-                auto w = std::make_shared<Work>();
+                auto& w = r.works[next];
+                w = std::make_unique<Work>();
                 w->number = static_cast<int64_t>(next);
                 w->indices = std::move(r.batches[next]);
                 const bool last = next + 1 == r.batches.size();
                 w->valid = last && r.valid_last >= 0 ? r.valid_last : static_cast<int64_t>(w->indices.size());
                 ++next;
-                return w;
+                return w.get();
               }) &
-              tbb::make_filter<WorkPtr, WorkPtr>(tbb::filter_mode::parallel,
-                                                 [&](WorkPtr w) {
-                                                   if (!r.stop) prepare(r, *w);
-                                                   return w;
-                                                 }) &
-              tbb::make_filter<WorkPtr, void>(tbb::filter_mode::serial_in_order,
-                                              [&](WorkPtr w) { deliver(r, *w); }),
+              tbb::make_filter<Work*, Work*>(tbb::filter_mode::parallel,
+                                             [&](Work* w) {
+                                               if (!r.stop) prepare(r, *w);
+                                               return w;
+                                             }) &
+              tbb::make_filter<Work*, void>(tbb::filter_mode::serial_in_order,
+                                            [&](Work* w) {
+                                              deliver(r, *w);
+                                              r.works[static_cast<std::size_t>(w->number)].reset();
+                                            }),
           r.context);
     });
   } catch (...) {
@@ -209,10 +225,15 @@ void DeviceLoader::Iterator::State::produce(Run& r) {
 }
 
 void DeviceLoader::Iterator::State::prepare(Run& r, Work& w) const {
+  if (!named_for_profiler) {  // a TBB worker that joined this arena
+    profiler::set_thread_name("loader worker");
+    named_for_profiler = true;
+  }
   const auto start = Clock::now();
   const std::string where = "epoch " + std::to_string(r.epoch) + ", batch " + std::to_string(w.number);
   std::vector<Example> examples;
   try {
+    profiler::Trace span("loader_read");
     examples = dataset->get_batch(w.indices);
     if (examples.size() != w.indices.size())
       throw Error("get_batch returned " + std::to_string(examples.size()) + " examples for " +
@@ -223,6 +244,7 @@ void DeviceLoader::Iterator::State::prepare(Run& r, Work& w) const {
     return;
   }
   if (!transforms.empty()) {
+    profiler::Trace span("loader_transform");
     std::vector<std::exception_ptr> errors(examples.size());
     tbb::parallel_for(std::size_t{0}, examples.size(), [&](std::size_t i) {
       try {
@@ -240,6 +262,7 @@ void DeviceLoader::Iterator::State::prepare(Run& r, Work& w) const {
       }
   }
   try {
+    profiler::Trace span("loader_collate");
     w.host = collate(examples);
     for (const auto& [name, a] : w.host)
       if (!device_dtype(a.dtype))
@@ -263,6 +286,7 @@ void DeviceLoader::Iterator::State::deliver(Run& r, Work& w) const {
   }
   Batch b;
   try {
+    profiler::Trace span("loader_transfer");
     for (const auto& [name, a] : w.host) {
       if (a.numel() == 0)
         throw Error("field '" + name + "' is empty (" + a.str() + "); loom tensors need positive sizes");
@@ -286,7 +310,11 @@ void DeviceLoader::Iterator::State::deliver(Run& r, Work& w) const {
 std::unique_ptr<Batch> DeviceLoader::Iterator::State::next(uint64_t id) {
   if (!run || run->id != id) return nullptr;  // a newer begin() ended this iteration
   const auto start = Clock::now();
-  std::optional<Item> item = run->queue.pop();
+  std::optional<Item> item;
+  {
+    profiler::Trace span("loader_wait");
+    item = run->queue.pop();
+  }
   const double waited = std::chrono::duration<double, std::nano>(Clock::now() - start).count();
   metrics::record("LoaderWaitTime", waited);
   stats.wait_seconds += waited * 1e-9;
@@ -310,8 +338,25 @@ std::unique_ptr<Batch> DeviceLoader::Iterator::State::next(uint64_t id) {
 
 DeviceLoader::Iterator::Iterator(State* state, uint64_t run) : state_(state), run_(run) {}
 
+DeviceLoader::Iterator::~Iterator() {
+  if (state_ && state_->run && state_->run->id == run_) state_->end_run();
+}
+
+DeviceLoader::Iterator::Iterator(Iterator&& other) noexcept
+    : state_(std::exchange(other.state_, nullptr)), run_(other.run_), batch_(std::move(other.batch_)) {}
+
+DeviceLoader::Iterator& DeviceLoader::Iterator::operator=(Iterator&& other) noexcept {
+  if (this != &other) {
+    if (state_ && state_->run && state_->run->id == run_) state_->end_run();
+    state_ = std::exchange(other.state_, nullptr);
+    run_ = other.run_;
+    batch_ = std::move(other.batch_);
+  }
+  return *this;
+}
+
 DeviceLoader::Iterator& DeviceLoader::Iterator::operator++() {
-  if (!batch_) return *this;
+  if (!batch_ || !state_) return *this;
   if (state_->options.mark_step) mark_step();
   batch_.reset();
   batch_ = state_->next(run_);

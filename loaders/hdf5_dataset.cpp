@@ -190,7 +190,8 @@ HDF5Dataset::HDF5Dataset(std::string file, HDF5Fields fields, HDF5DatasetOptions
         for (std::size_t d = 1; d < f.dims.size(); ++d) f.row_bytes *= f.dims[d];
         const uint64_t bytes = f.dims[0] * f.row_bytes;
         Handle dapl;
-        if (f.row_bytes > 0 && bytes <= static_cast<uint64_t>(std::max<int64_t>(0, options.cache_bytes))) {
+        if (options.block_cache && f.row_bytes > 0 &&
+            bytes <= static_cast<uint64_t>(std::max<int64_t>(0, options.cache_bytes))) {
           f.block_rows = block_rows(probe.get(), f.row_bytes, f.context);
           f.blocks.resize(static_cast<std::size_t>((f.dims[0] + f.block_rows - 1) / f.block_rows));
         } else {

@@ -4,6 +4,7 @@
 
 #include <loom/data/transforms.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -38,6 +39,19 @@ Transform compose(std::vector<Transform> transforms) {
 }
 
 namespace {
+
+// Calls fn(T{}) with the C++ element type of `dtype` (bool as uint8_t).
+template <class Fn>
+void visit_typed(HostDType dtype, Fn&& fn) {
+  switch (dtype) {
+    case HostDType::UInt8: fn(uint8_t{}); break;
+    case HostDType::Int32: fn(int32_t{}); break;
+    case HostDType::Int64: fn(int64_t{}); break;
+    case HostDType::Float32: fn(float{}); break;
+    case HostDType::Float64: fn(double{}); break;
+    case HostDType::Bool: fn(uint8_t{}); break;
+  }
+}
 
 template <class Fn>
 void visit_numeric(const HostArray& a, Fn&& fn) {
@@ -170,7 +184,12 @@ Transform random_crop(std::array<int64_t, 2> size, int64_t padding, std::string 
     HostArray out(a.dtype, shape);
     const std::size_t es = a.element_size();
     // The fill value in this dtype, as bytes.
-    HostArray fill_value = converted(HostArray::from_vector<double>({fill}, {1}), a.dtype, 1.0);
+    unsigned char fill_bytes[8] = {};
+    visit_typed(a.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      const T v = static_cast<T>(fill);
+      std::memcpy(fill_bytes, &v, sizeof v);
+    });
     for (int64_t p = 0; p < planes; ++p) {
       const unsigned char* src = a.bytes.data() + static_cast<std::size_t>(p * h * w) * es;
       unsigned char* dst = out.bytes.data() + static_cast<std::size_t>(p * size[0] * size[1]) * es;
@@ -181,7 +200,7 @@ Transform random_crop(std::array<int64_t, 2> size, int64_t padding, std::string 
         const bool inside = sy >= 0 && sy < h && xs < xe;
         for (int64_t x = 0; x < size[1]; ++x)
           if (!inside || x < xs || x >= xe)
-            std::memcpy(row + static_cast<std::size_t>(x) * es, fill_value.bytes.data(), es);
+            std::memcpy(row + static_cast<std::size_t>(x) * es, fill_bytes, es);
         if (inside)
           std::memcpy(row + static_cast<std::size_t>(xs) * es,
                       src + static_cast<std::size_t>(sy * w + xs + x0) * es,
@@ -203,16 +222,11 @@ Transform random_horizontal_flip(double p, std::string field) {
     if (!(ctx.uniform(stream) < p)) return;
     const int64_t w = a.shape.back();
     const int64_t rows = w > 0 ? a.numel() / w : 0;
-    const std::size_t es = a.element_size();
-    unsigned char tmp[8];
-    for (int64_t r = 0; r < rows; ++r) {
-      unsigned char* row = a.bytes.data() + static_cast<std::size_t>(r * w) * es;
-      for (int64_t i = 0, j = w - 1; i < j; ++i, --j) {
-        std::memcpy(tmp, row + i * es, es);
-        std::memcpy(row + i * es, row + j * es, es);
-        std::memcpy(row + j * es, tmp, es);
-      }
-    }
+    visit_typed(a.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      auto* p = reinterpret_cast<T*>(a.bytes.data());
+      for (int64_t r = 0; r < rows; ++r) std::reverse(p + r * w, p + (r + 1) * w);
+    });
   };
 }
 

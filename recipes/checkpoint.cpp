@@ -11,26 +11,8 @@ namespace {
 using data::HostArray;
 using data::HostDType;
 
-HostDType host_dtype(DType t) {
-  switch (t) {
-    case DType::Float32: return HostDType::Float32;
-    case DType::Float64: return HostDType::Float64;
-    case DType::Int64: return HostDType::Int64;
-    case DType::Int32: return HostDType::Int32;
-    case DType::Bool: return HostDType::Bool;
-  }
-  return HostDType::Float32;
-}
-
 DType loom_dtype(HostDType t, const std::string& where) {
-  switch (t) {
-    case HostDType::Float32: return DType::Float32;
-    case HostDType::Float64: return DType::Float64;
-    case HostDType::Int64: return DType::Int64;
-    case HostDType::Int32: return DType::Int32;
-    case HostDType::Bool: return DType::Bool;
-    case HostDType::UInt8: break;
-  }
+  if (auto d = data::device_dtype(t)) return *d;
   throw Error("load_checkpoint: " + where + " has an element type loom tensors cannot hold");
 }
 
@@ -51,7 +33,7 @@ void write_group(data::HDF5Writer& w, const std::string& group,
                  const std::vector<std::pair<std::string, Tensor>>& tensors, std::ostringstream& index) {
   for (const auto& [name, t] : tensors) {
     auto h = t.to_host();
-    HostArray a(host_dtype(h.dtype), h.shape.empty() ? Shape{1} : h.shape);  // HDF5 needs a rank
+    HostArray a(data::host_dtype(h.dtype), h.shape.empty() ? Shape{1} : h.shape);  // HDF5 needs a rank
     a.bytes = std::move(h.bytes);
     w.write(group + "/" + name, a);
     index << group << ' ' << name << ' ' << h.shape.size();

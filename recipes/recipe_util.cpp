@@ -66,6 +66,43 @@ std::shared_ptr<optim::Schedule> make_schedule(const std::string& name, optim::O
   throw Error("--schedule: expected cosine, step or constant, got '" + name + "'");
 }
 
+void add_run_options(po::options_description& o, RunDefaults d) {
+  // clang-format off
+  o.add_options()
+    ("mode", po::value<std::string>()->default_value("lazy"), "execution: lazy (mark_step per batch), compiled (compile(step)) or eager")
+    ("threads", po::value<int>()->default_value(0), "intra-op threads (0: all cores)")
+    ("loader-threads", po::value<int>()->default_value(d.loader_threads), "data loader worker threads")
+    ("prefetch", po::value<int>()->default_value(4), "batches prepared ahead of the device")
+    ("eval-every", po::value<int64_t>()->default_value(d.eval_every), "steps between evaluations (0: after each epoch)")
+    ("log-every", po::value<int64_t>()->default_value(50), "steps between log lines")
+    ("checkpoint", po::value<std::string>()->default_value(""), "checkpoint file, written after each epoch, on --checkpoint-every, at the end and on SIGINT/SIGTERM")
+    ("checkpoint-every", po::value<int64_t>()->default_value(d.checkpoint_every), "steps between checkpoints (0: after each epoch only)")
+    ("resume", po::bool_switch(), "continue from --checkpoint if it exists")
+    ("seed", po::value<int64_t>()->default_value(0), "seed of initialisation, data order, augmentation and sampling")
+    ("synthetic", po::bool_switch(), "train on fake data of the usual shape (benchmarking; no --data needed)")
+    ("profile", po::value<std::string>()->default_value(""), "write a Chrome trace of the run to this file");
+  // clang-format on
+}
+
+TrainerOptions run_options(const po::variables_map& vm, int argc, char** argv) {
+  require_positive("loader-threads", vm["loader-threads"].as<int>());
+  require_positive("prefetch", vm["prefetch"].as<int>());
+  for (const char* k : {"eval-every", "log-every", "checkpoint-every"})
+    require_positive(k, static_cast<double>(vm[k].as<int64_t>()), true);
+  set_threads(vm["threads"].as<int>());
+  TrainerOptions t;
+  t.mode = parse_mode(vm["mode"].as<std::string>());
+  t.log_every = vm["log-every"].as<int64_t>();
+  t.eval_every = vm["eval-every"].as<int64_t>();
+  t.checkpoint = vm["checkpoint"].as<std::string>();
+  t.checkpoint_every = vm["checkpoint-every"].as<int64_t>();
+  t.resume = vm["resume"].as<bool>();
+  t.profile = vm["profile"].as<std::string>();
+  t.seed = vm["seed"].as<int64_t>();
+  t.run_options = command_line(argc, argv);
+  return t;
+}
+
 int run_main(const char* program, int (*body)(int, char**), int argc, char** argv) {
   try {
     return body(argc, argv);

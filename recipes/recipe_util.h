@@ -4,6 +4,7 @@
 
 #include <loom/error.h>
 #include <loom/optim.h>
+#include <loom/trainer.h>
 
 #include <boost/program_options.hpp>
 
@@ -18,6 +19,21 @@ namespace po = boost::program_options;
 // Throws loom::Error with the option's name for a malformed or unknown option.
 bool parse_options(int argc, char** argv, const po::options_description& options, po::variables_map& vm,
                    const std::string& usage);
+
+// Defaults that differ between recipes.
+struct RunDefaults {
+  int loader_threads = 2;
+  int64_t eval_every = 0;
+  int64_t checkpoint_every = 0;
+};
+
+// The options every training recipe shares: --mode, --threads, --loader-threads,
+// --prefetch, --eval-every, --log-every, --checkpoint, --checkpoint-every, --resume, --seed,
+// --synthetic, --profile.
+void add_run_options(po::options_description& options, RunDefaults defaults);
+// Validates them (throws loom::Error naming the option), applies --threads and fills the
+// Trainer's options from them.
+TrainerOptions run_options(const po::variables_map& vm, int argc, char** argv);
 
 // The command line as one string (stored in checkpoints).
 std::string command_line(int argc, char** argv);

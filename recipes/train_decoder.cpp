@@ -129,23 +129,12 @@ int run(int argc, char** argv) {
     ("weight-decay", po::value<double>()->default_value(0.1, "0.1"), "AdamW weight decay")
     ("warmup", po::value<int64_t>()->default_value(100), "linear warm-up steps (cosine decay after)")
     ("clip", po::value<double>()->default_value(1.0, "1.0"), "gradient-norm clipping (0: off)")
-    ("mode", po::value<std::string>()->default_value("lazy"), "execution: lazy, compiled or eager")
-    ("threads", po::value<int>()->default_value(0), "intra-op threads (0: all cores)")
-    ("loader-threads", po::value<int>()->default_value(1), "data loader worker threads")
-    ("prefetch", po::value<int>()->default_value(4), "batches prepared ahead of the device")
-    ("eval-every", po::value<int64_t>()->default_value(500), "steps between validation evaluations")
     ("eval-windows", po::value<int64_t>()->default_value(256), "validation windows per evaluation")
-    ("log-every", po::value<int64_t>()->default_value(50), "steps between log lines")
-    ("checkpoint", po::value<std::string>()->default_value(""), "checkpoint file (written on --checkpoint-every, at the end and on SIGINT/SIGTERM; read by --generate)")
-    ("checkpoint-every", po::value<int64_t>()->default_value(500), "steps between checkpoints")
-    ("resume", po::bool_switch(), "continue from --checkpoint if it exists")
-    ("seed", po::value<int64_t>()->default_value(0), "seed of initialisation, windows and sampling")
-    ("synthetic", po::bool_switch(), "train on random tokens (benchmarking; no --data needed)")
-    ("profile", po::value<std::string>()->default_value(""), "write a Chrome trace of the run to this file")
     ("generate", po::value<std::string>(), "sample text after this prompt from --checkpoint instead of training")
     ("length", po::value<int64_t>()->default_value(300), "--generate: bytes to sample")
     ("temperature", po::value<double>()->default_value(0.8, "0.8"), "--generate: sampling temperature (0: greedy)");
   // clang-format on
+  recipes::add_run_options(o, {.loader_threads = 1, .eval_every = 500, .checkpoint_every = 500});
   po::variables_map vm;
   if (!recipes::parse_options(argc, argv, o, vm,
                               "usage: train_decoder [options]\n       train_decoder --checkpoint FILE --generate \"prompt\" [options]\n\n"
@@ -156,10 +145,7 @@ int run(int argc, char** argv) {
   recipes::require_positive("lr", vm["lr"].as<double>());
   recipes::require_positive("weight-decay", vm["weight-decay"].as<double>(), true);
   recipes::require_positive("clip", vm["clip"].as<double>(), true);
-  recipes::require_positive("loader-threads", vm["loader-threads"].as<int>());
-  recipes::require_positive("prefetch", vm["prefetch"].as<int>());
-  recipes::set_threads(vm["threads"].as<int>());
-  auto mode = parse_mode(vm["mode"].as<std::string>());
+  TrainerOptions to = recipes::run_options(vm, argc, argv);
   auto cfg = config_of(vm);
   auto seed = vm["seed"].as<int64_t>();
   nn::manual_seed(static_cast<uint64_t>(seed));
@@ -211,21 +197,12 @@ int run(int argc, char** argv) {
                                             optim::AdamOptions{.lr = vm["lr"].as<double>(), .beta1 = 0.9, .beta2 = 0.95,
                                                                .weight_decay = vm["weight-decay"].as<double>()});
   int64_t steps = std::min(vm["steps"].as<int64_t>(), train_loader.batches_per_epoch());
-  TrainerOptions to{.epochs = 1,
-                    .max_steps = steps,
-                    .log_every = vm["log-every"].as<int64_t>(),
-                    .eval_every = vm["eval-every"].as<int64_t>(),
-                    .checkpoint = vm["checkpoint"].as<std::string>(),
-                    .checkpoint_every = vm["checkpoint-every"].as<int64_t>(),
-                    .resume = vm["resume"].as<bool>(),
-                    .mode = mode,
-                    .clip_grad_norm = vm["clip"].as<double>(),
-                    .profile = vm["profile"].as<std::string>(),
-                    .model_name = model_name(cfg),
-                    .run_options = recipes::command_line(argc, argv),
-                    .seed = seed,
-                    .unit = "tokens",
-                    .units_per_sample = seq};
+  to.epochs = 1;
+  to.max_steps = steps;
+  to.clip_grad_norm = vm["clip"].as<double>();
+  to.model_name = model_name(cfg);
+  to.unit = "tokens";
+  to.units_per_sample = seq;
   DecoderTrainer trainer(net, opt, to);
   trainer.set_schedule(recipes::make_schedule("cosine", *opt, vm["lr"].as<double>(), vm["warmup"].as<int64_t>(), steps));
   spdlog::info("{}: {} parameters, {} steps of {}x{} tokens, mode {}", model_name(cfg), net->num_parameters(), steps,

@@ -64,19 +64,9 @@ int train(int argc, char** argv) {
     ("schedule", po::value<std::string>()->default_value("cosine"), "learning-rate schedule: cosine, step or constant")
     ("warmup", po::value<int64_t>()->default_value(200), "linear warm-up steps")
     ("augment", po::value<bool>()->default_value(true), "random crop (padding 2) and horizontal flip of training images")
-    ("mode", po::value<std::string>()->default_value("lazy"), "execution: lazy (mark_step per batch), compiled (compile(step)) or eager")
-    ("threads", po::value<int>()->default_value(0), "intra-op threads (0: all cores)")
-    ("loader-threads", po::value<int>()->default_value(2), "data loader worker threads")
-    ("prefetch", po::value<int>()->default_value(4), "batches prepared ahead of the device")
-    ("eval-every", po::value<int64_t>()->default_value(0), "steps between test evaluations (0: after each epoch)")
-    ("log-every", po::value<int64_t>()->default_value(50), "steps between log lines")
-    ("checkpoint", po::value<std::string>()->default_value(""), "checkpoint file, written after each epoch, on --checkpoint-every and on SIGINT/SIGTERM")
-    ("checkpoint-every", po::value<int64_t>()->default_value(0), "steps between checkpoints (0: after each epoch)")
-    ("resume", po::bool_switch(), "continue from --checkpoint if it exists")
-    ("seed", po::value<int64_t>()->default_value(0), "seed of initialisation, shuffling and augmentation")
-    ("synthetic", po::bool_switch(), "train on fake data of Fashion-MNIST's shape (benchmarking; no --data needed)")
-    ("profile", po::value<std::string>()->default_value(""), "write a Chrome trace of the run to this file");
+    ("eval-batch-size", po::value<int64_t>()->default_value(500), "test images per evaluation batch");
   // clang-format on
+  recipes::add_run_options(o, {.loader_threads = 2, .eval_every = 0, .checkpoint_every = 0});
   po::variables_map vm;
   if (!recipes::parse_options(argc, argv, o, vm, "usage: train_resnet [options]\n\nTrains a ResNet and reports test accuracy."))
     return 0;
@@ -88,12 +78,9 @@ int train(int argc, char** argv) {
   recipes::require_positive("lr", vm["lr"].as<double>());
   recipes::require_positive("momentum", vm["momentum"].as<double>(), true);
   recipes::require_positive("weight-decay", vm["weight-decay"].as<double>(), true);
-  recipes::require_positive("loader-threads", vm["loader-threads"].as<int>());
-  recipes::require_positive("prefetch", vm["prefetch"].as<int>());
-  recipes::require_positive("log-every", static_cast<double>(vm["log-every"].as<int64_t>()), true);
   recipes::require_positive("warmup", static_cast<double>(vm["warmup"].as<int64_t>()), true);
-  recipes::set_threads(vm["threads"].as<int>());
-  auto mode = parse_mode(vm["mode"].as<std::string>());
+  recipes::require_positive("eval-batch-size", static_cast<double>(vm["eval-batch-size"].as<int64_t>()));
+  TrainerOptions to = recipes::run_options(vm, argc, argv);
   auto model_name = vm["model"].as<std::string>();
   auto seed = vm["seed"].as<int64_t>();
   bool synthetic = vm["synthetic"].as<bool>();
@@ -133,7 +120,7 @@ int train(int argc, char** argv) {
                                    .prefetch = vm["prefetch"].as<int>()},
                                   train_tf);
   data::DeviceLoader test_loader(test_set,
-                                 {.batch_size = 500, .last_batch = data::LastBatch::Pad,
+                                 {.batch_size = vm["eval-batch-size"].as<int64_t>(), .last_batch = data::LastBatch::Pad,
                                   .threads = vm["loader-threads"].as<int>(), .prefetch = vm["prefetch"].as<int>()},
                                  {data::to_float(), data::normalize(mean, stddev)});
 
@@ -145,19 +132,10 @@ int train(int argc, char** argv) {
   int64_t steps = vm["epochs"].as<int64_t>() * train_loader.batches_per_epoch();
   if (vm["max-steps"].as<int64_t>() > 0) steps = std::min(steps, vm["max-steps"].as<int64_t>());
 
-  TrainerOptions to{.epochs = vm["epochs"].as<int64_t>(),
-                    .max_steps = vm["max-steps"].as<int64_t>(),
-                    .log_every = vm["log-every"].as<int64_t>(),
-                    .eval_every = vm["eval-every"].as<int64_t>(),
-                    .checkpoint = vm["checkpoint"].as<std::string>(),
-                    .checkpoint_every = vm["checkpoint-every"].as<int64_t>(),
-                    .resume = vm["resume"].as<bool>(),
-                    .mode = mode,
-                    .profile = vm["profile"].as<std::string>(),
-                    .model_name = model_name,
-                    .run_options = recipes::command_line(argc, argv),
-                    .seed = seed,
-                    .unit = "images"};
+  to.epochs = vm["epochs"].as<int64_t>();
+  to.max_steps = vm["max-steps"].as<int64_t>();
+  to.model_name = model_name;
+  to.unit = "images";
   ResNetTrainer trainer(net, opt, to, vm["label-smoothing"].as<double>());
   trainer.set_schedule(recipes::make_schedule(vm["schedule"].as<std::string>(), *opt, vm["lr"].as<double>(),
                                               vm["warmup"].as<int64_t>(), steps));

@@ -47,35 +47,40 @@ TEST_P(HDF5Layouts, ReadsEveryDtypeAndRankInRequestedOrder) {
                         {"i64", H5T_STD_I64LE, H5T_NATIVE_INT64, {n}, i64.data(), chunk, deflate},
                         {"deep/er/f32", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {n, 5}, f32.data(), chunk, deflate},
                         {"f64", H5T_IEEE_F64BE, H5T_NATIVE_DOUBLE, {n}, f64.data(), chunk, deflate}});
-  for (int64_t cache_bytes : {int64_t{0}, int64_t{1} << 20})
-  for (bool single : {false, true}) {
-  SCOPED_TRACE("cache_bytes " + std::to_string(cache_bytes) + " single_selection " + std::to_string(single));
-  HDF5Dataset ds(file, {{"g/images", "input"}, {"g/i32", "a"}, {"i64", "b"}, {"deep/er/f32", "c"}, {"f64", "d"}},
-                 {.cache_bytes = cache_bytes, .single_selection = single});
-  ASSERT_EQ(ds.size(), n);
-  EXPECT_EQ(ds.sample_shape("input"), (Shape{2, 3, 4}));
-  EXPECT_EQ(ds.dtype("input"), HostDType::UInt8);
-  EXPECT_EQ(ds.dtype("a"), HostDType::Int32);
-  EXPECT_EQ(ds.dtype("d"), HostDType::Float64);
+  const std::vector<HDF5DatasetOptions> variants{{},
+                                                 {.single_selection = true},
+                                                 {.block_cache = false},
+                                                 {.block_cache = false, .single_selection = true},
+                                                 {.cache_bytes = 0}};
+  for (const auto& options : variants) {
+    SCOPED_TRACE("cache_bytes " + std::to_string(options.cache_bytes) + " block_cache " +
+                 std::to_string(options.block_cache) + " single_selection " + std::to_string(options.single_selection));
+    HDF5Dataset ds(file, {{"g/images", "input"}, {"g/i32", "a"}, {"i64", "b"}, {"deep/er/f32", "c"}, {"f64", "d"}},
+                   options);
+    ASSERT_EQ(ds.size(), n);
+    EXPECT_EQ(ds.sample_shape("input"), (Shape{2, 3, 4}));
+    EXPECT_EQ(ds.dtype("input"), HostDType::UInt8);
+    EXPECT_EQ(ds.dtype("a"), HostDType::Int32);
+    EXPECT_EQ(ds.dtype("d"), HostDType::Float64);
 
-  const std::vector<int64_t> order{36, 3, 4, 5, 0, 3, 20, 19, 36, 1};
-  auto batch = ds.get_batch(order);
-  ASSERT_EQ(batch.size(), order.size());
-  for (std::size_t j = 0; j < order.size(); ++j) {
-    const int64_t i = order[j];
-    const Example& e = batch[j];
-    ASSERT_EQ(e.at("input").shape, (Shape{2, 3, 4}));
-    EXPECT_TRUE(std::equal(e.at("input").bytes.begin(), e.at("input").bytes.end(), images.begin() + i * 24));
-    EXPECT_EQ(e.at("a").data<int32_t>()[0], -i);
-    EXPECT_EQ(e.at("a").data<int32_t>()[1], i * 100);
-    EXPECT_EQ(e.at("b").shape, Shape{});
-    EXPECT_EQ(e.at("b").data<int64_t>()[0], i * 1'000'000'007LL);
-    EXPECT_FLOAT_EQ(e.at("c").data<float>()[4], static_cast<float>(i) + 0.4f);
-    EXPECT_DOUBLE_EQ(e.at("d").data<double>()[0], 1.0 / static_cast<double>(i + 1));
-  }
-  EXPECT_EQ(ds.get(7).at("b").data<int64_t>()[0], 7 * 1'000'000'007LL);
-  EXPECT_THAT(test::error_of([&] { ds.get(n); }), AllOf(HasSubstr(file), HasSubstr("out of range")));
-  EXPECT_EQ(ds.get_batch(order)[3].at("input").bytes, batch[3].at("input").bytes) << "served again (from the cache)";
+    const std::vector<int64_t> order{36, 3, 4, 5, 0, 3, 20, 19, 36, 1};
+    auto batch = ds.get_batch(order);
+    ASSERT_EQ(batch.size(), order.size());
+    for (std::size_t j = 0; j < order.size(); ++j) {
+      const int64_t i = order[j];
+      const Example& e = batch[j];
+      ASSERT_EQ(e.at("input").shape, (Shape{2, 3, 4}));
+      EXPECT_TRUE(std::equal(e.at("input").bytes.begin(), e.at("input").bytes.end(), images.begin() + i * 24));
+      EXPECT_EQ(e.at("a").data<int32_t>()[0], -i);
+      EXPECT_EQ(e.at("a").data<int32_t>()[1], i * 100);
+      EXPECT_EQ(e.at("b").shape, Shape{});
+      EXPECT_EQ(e.at("b").data<int64_t>()[0], i * 1'000'000'007LL);
+      EXPECT_FLOAT_EQ(e.at("c").data<float>()[4], static_cast<float>(i) + 0.4f);
+      EXPECT_DOUBLE_EQ(e.at("d").data<double>()[0], 1.0 / static_cast<double>(i + 1));
+    }
+    EXPECT_EQ(ds.get(7).at("b").data<int64_t>()[0], 7 * 1'000'000'007LL);
+    EXPECT_THAT(test::error_of([&] { ds.get(n); }), AllOf(HasSubstr(file), HasSubstr("out of range")));
+    EXPECT_EQ(ds.get_batch(order)[3].at("input").bytes, batch[3].at("input").bytes) << "served again (from the cache)";
   }
 
   auto whole = read_hdf5(file, "deep/er/f32");

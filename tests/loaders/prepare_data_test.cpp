@@ -2,6 +2,7 @@
 #include "loaders_test_util.h"
 
 #include <loom/data/hdf5.h>
+#include <loom/data/loader.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -167,6 +168,44 @@ TEST(PrepareData, TextToByteTokens) {
                        dir);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(read_hdf5(dir.file("t64.h5"), "train/tokens").str(), "int64[700]");
+}
+
+TEST(PrepareData, RealFashionMnistThroughTheLoader) {
+  const std::string source = "/usr/share/datasets/fashion-mnist";
+  if (!std::filesystem::exists(source + "/train-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << source << " not installed (Debian package dataset-fashion-mnist)";
+  TempDir dir;
+  const std::string out = dir.file("fashion_mnist.h5");
+  auto r = run_prepare_data("--fashion-mnist --output " + out + " --quiet", dir);
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (const auto& [split, n] : {std::pair<std::string, int64_t>{"train", 60000}, {"test", 10000}}) {
+    auto labels = read_hdf5(out, split + "/labels");
+    ASSERT_EQ(labels.str(), "int64[" + std::to_string(n) + "]");
+    std::vector<int64_t> counts(10, 0);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t l = labels.data<int64_t>()[i];
+      ASSERT_GE(l, 0);
+      ASSERT_LT(l, 10);
+      ++counts[static_cast<std::size_t>(l)];
+    }
+    EXPECT_EQ(counts, std::vector<int64_t>(10, n / 10)) << split;
+  }
+  EXPECT_EQ(root_attribute(out, "num_classes"), 10);
+
+  auto train = std::make_shared<HDF5Dataset>(out, HDF5Fields{{"train/images", "input"}, {"train/labels", "target"}});
+  EXPECT_EQ(train->sample_shape("input"), (Shape{1, 28, 28}));
+  DeviceLoader loader(train, {.batch_size = 128, .shuffle = true, .seed = 3, .threads = 2, .mark_step = false},
+                      {to_float("input"), normalize({0.2860}, {0.3530}, "input"), random_crop({28, 28}, 2, "input"),
+                       random_horizontal_flip(0.5, "input")});
+  EXPECT_EQ(loader.batches_per_epoch(), 468);
+  int k = 0;
+  for (auto& b : loader) {
+    EXPECT_EQ(b["input"].shape(), (Shape{128, 1, 28, 28}));
+    EXPECT_EQ(b["input"].dtype(), DType::Float32);
+    EXPECT_EQ(b["target"].shape(), (Shape{128}));
+    EXPECT_EQ(b["target"].dtype(), DType::Int64);
+    if (++k == 3) break;
+  }
 }
 
 }  // namespace

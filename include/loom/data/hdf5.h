@@ -14,9 +14,9 @@
 // Every HDF5 dataset named in the mapping must have at least one dimension, the same first
 // dimension (the sample axis), and an element type among uint8, int32, int64, float32 and
 // float64 (any byte order); chunked or contiguous, compressed or not. Sample i is row i of
-// each. get_batch() reads a whole batch under one acquisition of the HDF5 lock: the distinct
-// rows it needs (or the blocks holding them, see HDF5DatasetOptions), sorted and merged into
-// runs of consecutive rows, are read as hyperslabs, and rows are then copied into the
+// each. get_batch() reads each field of a whole batch under one acquisition of the HDF5 lock:
+// the distinct rows it needs (or the blocks holding them, see HDF5DatasetOptions), sorted and
+// merged into runs of consecutive rows, are read as hyperslabs; rows are then copied into the
 // requested order outside the lock.
 //
 // Threads: Debian builds HDF5 without its thread-safety option, so no two HDF5 calls may run
@@ -54,13 +54,18 @@ struct HDF5DatasetOptions {
   // first touch it: a batch reads only its missing blocks, and later batches copy rows
   // without calling HDF5 at all, on any number of threads (shuffled reads through HDF5 cost
   // milliseconds per batch even when HDF5 has every chunk cached). A larger dataset is read
-  // row by row selection through an HDF5 chunk cache of this size.
+  // through HDF5 on every batch, with an HDF5 chunk cache of this size.
   int64_t cache_bytes = int64_t{512} << 20;
+  // false: never keep decoded blocks; every batch reads through HDF5 (with its chunk cache
+  // of cache_bytes). For benchmarks, and files that change while being read. (HDF5 shares a
+  // dataset opened twice in one process: the first opening's chunk cache applies.)
+  bool block_cache = true;
   // How a batch's rows (or blocks) are selected, always in one lock acquisition:
   // false: one regular hyperslab and H5Dread per run of consecutive rows (blocks);
   // true: one union of hyperslabs and one H5Dread per field. Debian's HDF5 1.10 reads such an
   // irregular selection 10-35x slower than the same rows as separate regular hyperslabs (on
-  // Fashion-MNIST: 9 ms vs 0.3 ms per shuffled batch of 256), hence the default.
+  // Fashion-MNIST, chunks cached: 9-10 ms vs 0.3-0.8 ms per shuffled batch of 256), hence the
+  // default.
   bool single_selection = false;
 };
 

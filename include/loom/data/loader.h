@@ -29,11 +29,14 @@
 // before it are delivered, then the consumer's iterator rethrows it as a loom::Error that
 // names the sample index and the dataset's source (file), with the original nested
 // (std::rethrow_if_nested). Leaving the loop early (break, exception in the body) is fine:
-// the next begin() or the destructor cancels the pipeline (cancel_group_execution), drains the
-// queue and joins the thread.
+// the iterator's destructor (or the next begin(), or the loader's destructor) cancels the
+// pipeline (cancel_group_execution), drops the queued batches and joins the thread.
 //
-// Metrics (loom::metrics): counters LoaderBatches, LoaderSamples; stat LoaderWaitTime (ns the
-// consumer waited for each batch). stats() adds rates for this loader.
+// Metrics (loom::metrics): counters LoaderBatches, LoaderSamples; stats LoaderWaitTime (ns the
+// consumer waited for each batch) and LoaderPrepareTime (ns to read, transform and collate a
+// batch on a worker). stats() adds rates for this loader. Profiler spans (loom/profiler.h):
+// loader_read, loader_transform, loader_collate, loader_transfer on the threads "loader" and
+// "loader worker", loader_wait on the consumer's thread.
 #pragma once
 
 #include <loom/data/dataset.h>
@@ -108,6 +111,11 @@ class DeviceLoader {
     using difference_type = std::ptrdiff_t;
 
     Iterator() = default;
+    // An iterator dropped before the end of its epoch (break, exception) stops that epoch's
+    // pipeline: nothing can consume it any more.
+    ~Iterator();
+    Iterator(Iterator&& other) noexcept;
+    Iterator& operator=(Iterator&& other) noexcept;
     Batch& operator*() const { return *batch_; }
     Batch* operator->() const { return batch_.get(); }
     // mark_step() (if enabled), then waits for the next batch; rethrows a worker's error.
@@ -126,7 +134,7 @@ class DeviceLoader {
 
   // Starts epoch epoch() (cancelling an unfinished one), waits for its first batch, and moves
   // epoch() on by one. Only one iteration at a time: an older iterator ends when a new one
-  // starts.
+  // starts. Iterators must not outlive the loader.
   Iterator begin();
   std::default_sentinel_t end() { return {}; }
 

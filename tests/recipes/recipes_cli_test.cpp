@@ -1,0 +1,76 @@
+// The recipe binaries as a user runs them: a profiled train_resnet run writes a Chrome trace
+// with host, device and loader spans; bad options end with one clear error line.
+#include "json_check.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <sys/wait.h>
+
+namespace loom {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Result {
+  int status;
+  std::string output;
+};
+
+Result run(const std::string& command) {
+  std::string out;
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  if (!p) return {-1, "popen failed"};
+  std::array<char, 4096> buf;
+  while (std::fgets(buf.data(), buf.size(), p)) out += buf.data();
+  int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+TEST(TrainResnet, ProfileOfAFewStepsIsAChromeTraceFromEveryThread) {
+  auto trace = std::filesystem::temp_directory_path() / ("loom_profile_" + std::to_string(::getpid()) + ".json");
+  auto r = run(std::string(LOOM_TRAIN_RESNET) + " --synthetic --max-steps 3 --batch-size 16 --log-every 1 --profile " +
+               trace.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::ifstream f(trace);
+  std::stringstream json;
+  json << f.rdbuf();
+  std::filesystem::remove(trace);
+  EXPECT_TRUE(test::JsonChecker(json.str()).valid());
+  for (const char* needle : {"\"traceEvents\"", "\"name\":\"host\"", "\"name\":\"device\"", "\"name\":\"loader",
+                             "\"name\":\"train_step\"", "\"name\":\"execute\"", "\"name\":\"loader_read\""})
+    EXPECT_NE(json.str().find(needle), std::string::npos) << "the trace lacks " << needle;
+}
+
+TEST(TrainResnet, BadOptionsEndWithOneClearErrorLine) {
+  auto bin = std::string(LOOM_TRAIN_RESNET);
+  struct Case {
+    std::string args, message;
+  };
+  for (const auto& c : std::vector<Case>{
+           {"--batch-size -4", "--batch-size: expected a positive value"},
+           {"--model resnet7 --synthetic", "resnet7"},
+           {"--data /nonexistent/file.h5", "--data: no such file '/nonexistent/file.h5'"},
+           {"--mode fast --synthetic", "--mode: expected lazy, eager or compiled, got 'fast'"},
+           {"--bogus", "unrecognised option '--bogus'"},
+       }) {
+    auto r = run(bin + " " + c.args);
+    EXPECT_EQ(r.status, 1) << c.args << "\n" << r.output;
+    EXPECT_THAT(r.output, HasSubstr(c.message)) << c.args;
+    EXPECT_THAT(r.output, HasSubstr("train_resnet: error: ")) << c.args;
+  }
+}
+
+TEST(TrainDecoder, GenerateNeedsACheckpointOfTheSameModel) {
+  auto r = run(std::string(LOOM_TRAIN_DECODER) + " --generate hello");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.output, HasSubstr("--generate: needs --checkpoint FILE"));
+}
+
+}  // namespace
+}  // namespace loom
