@@ -198,11 +198,6 @@ void clear_compile_cache() {
   ex.cache.clear();
 }
 
-std::size_t compile_cache_size() {
-  auto& ex = executor();
-  std::lock_guard lock(ex.mutex);
-  return ex.cache.size();
-}
 
 }  // namespace lazy
 

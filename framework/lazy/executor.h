@@ -24,6 +24,5 @@ void reset_traced_ops();
 
 // Removes every cached program (for tests of compile counts).
 void clear_compile_cache();
-std::size_t compile_cache_size();
 
 }  // namespace loom::lazy

@@ -20,7 +20,6 @@ constexpr std::size_t kMinBlock = 64;
 struct Cache {
   std::mutex mutex;
   std::unordered_map<std::size_t, std::vector<void*>> free;  // size class -> blocks
-  AllocatorStats stats;
 };
 
 Cache& cache() {
@@ -36,8 +35,6 @@ Storage::~Storage() {
   auto& c = cache();
   std::lock_guard lock(c.mutex);
   c.free[bytes_].push_back(data_);
-  c.stats.bytes_in_use -= bytes_;
-  c.stats.bytes_cached += bytes_;
 }
 
 std::shared_ptr<Storage> allocate(std::size_t bytes) {
@@ -49,8 +46,6 @@ std::shared_ptr<Storage> allocate(std::size_t bytes) {
     if (it != c.free.end() && !it->second.empty()) {
       void* p = it->second.back();
       it->second.pop_back();
-      c.stats.bytes_cached -= cls;
-      c.stats.bytes_in_use += cls;
       metrics::increment("AllocatorCacheHit");
       return std::make_shared<Storage>(p, cls);
     }
@@ -62,15 +57,7 @@ std::shared_ptr<Storage> allocate(std::size_t bytes) {
   }
   if (!p) throw Error("allocator: out of memory allocating " + std::to_string(cls) + " bytes");
   metrics::increment("AllocatorSystemAlloc");
-  std::lock_guard lock(c.mutex);
-  c.stats.bytes_in_use += cls;
   return std::make_shared<Storage>(p, cls);
-}
-
-AllocatorStats allocator_stats() {
-  auto& c = cache();
-  std::lock_guard lock(c.mutex);
-  return c.stats;
 }
 
 void empty_cache() {
@@ -79,7 +66,6 @@ void empty_cache() {
   for (auto& [cls, blocks] : c.free)
     for (void* p : blocks) std::free(p);
   c.free.clear();
-  c.stats.bytes_cached = 0;
 }
 
 }  // namespace loom::runtime

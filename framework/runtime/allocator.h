@@ -25,11 +25,6 @@ class Storage {
 // Thread-safe. Blocks are 64-byte aligned.
 std::shared_ptr<Storage> allocate(std::size_t bytes);
 
-struct AllocatorStats {
-  std::size_t bytes_in_use = 0;
-  std::size_t bytes_cached = 0;
-};
-AllocatorStats allocator_stats();
 // Returns cached blocks to the system.
 void empty_cache();
 
