@@ -146,9 +146,8 @@ int train(int argc, char** argv) {
   const auto& ev = trainer.last_eval();
   if (ev.count("accuracy"))
     spdlog::info("test accuracy {:.2f}%  (test loss {:.4f})", 100 * ev.at("accuracy"), ev.at("loss"));
-  auto stats = train_loader.stats();
-  spdlog::info("loader: {:.0f} images/s delivered, consumer waited {:.1f}% of the time", stats.samples_per_second(),
-               100 * stats.wait_fraction());
+  spdlog::info("training loader: {} batches, the step waited {:.1f}s for data in all", train_loader.stats().batches,
+               train_loader.stats().wait_seconds);
   return 0;
 }
 
