@@ -1,5 +1,6 @@
-// Private to the CPU conv kernels: Eigen views of row-major buffers, the geometry of one
-// conv2d, and the im2col unfolding that the forward and both gradients share.
+// Private to the CPU conv and pooling kernels: Eigen views of row-major buffers, the geometry
+// of one conv2d or pooling, the im2col unfolding and the average-pooling window that the
+// forward kernels and their gradients share.
 #pragma once
 
 #include <Eigen/Core>
@@ -67,6 +68,29 @@ void im2col(const T* img, const ConvGeometry& g, int64_t c0, int64_t cn, int64_t
       }
     }
   }
+}
+
+// Pooling over planes [planes, h, w] -> [planes, oh, ow].
+struct PoolGeometry {
+  int64_t planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw;
+};
+
+// The in-bounds window [y0, y1) x [x0, x1) of output (oy, ox) and the divisor average
+// pooling uses: with count_include_pad, the window clipped to the padded input (PyTorch's
+// rule); otherwise the in-bounds elements.
+struct AvgWindow {
+  int64_t y0, y1, x0, x1, divisor;
+};
+
+inline AvgWindow avg_window(const PoolGeometry& g, int64_t oy, int64_t ox, bool count_include_pad) {
+  int64_t y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
+  int64_t y1 = std::min(y0 + g.kh, g.h + g.ph), x1 = std::min(x0 + g.kw, g.w + g.pw);
+  const int64_t padded = (y1 - y0) * (x1 - x0);
+  y0 = std::max<int64_t>(y0, 0);
+  x0 = std::max<int64_t>(x0, 0);
+  y1 = std::min(y1, g.h);
+  x1 = std::min(x1, g.w);
+  return {y0, y1, x0, x1, count_include_pad ? padded : (y1 - y0) * (x1 - x0)};
 }
 
 }  // namespace loom::runtime

@@ -90,10 +90,6 @@ void conv2d_typed(const ConvGeometry& g, const T* px, const T* pw, T* po) {
   });
 }
 
-struct PoolGeometry {
-  int64_t planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw;
-};
-
 PoolGeometry pool_geometry(const ir::Attr& attr, const TensorView& x, const TensorView& out) {
   assert(attr.ints.size() >= 6 && "pool: attr.ints = {kh, kw, sh, sw, ph, pw}");
   const auto& a = attr.ints;
@@ -163,18 +159,11 @@ void avg_pool2d_kernel(const ir::Attr& attr, const TensorView& x, const TensorVi
     for_each_plane<T>(g, x, out, [&](const T* in, T* o) {
       for (int64_t oy = 0; oy < g.oh; ++oy)
         for (int64_t ox = 0; ox < g.ow; ++ox) {
-          int64_t y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
-          int64_t y1 = std::min(y0 + g.kh, g.h + g.ph), x1 = std::min(x0 + g.kw, g.w + g.pw);
-          // PyTorch's divisor with count_include_pad: the window clipped to the padded input.
-          const int64_t padded_count = (y1 - y0) * (x1 - x0);
-          y0 = std::max<int64_t>(y0, 0);
-          x0 = std::max<int64_t>(x0, 0);
-          y1 = std::min(y1, g.h);
-          x1 = std::min(x1, g.w);
+          const auto win = avg_window(g, oy, ox, count_include_pad);
           double sum = 0;
-          for (int64_t y = y0; y < y1; ++y)
-            for (int64_t xx = x0; xx < x1; ++xx) sum += in[y * g.w + xx];
-          const int64_t count = count_include_pad ? padded_count : (y1 - y0) * (x1 - x0);
+          for (int64_t y = win.y0; y < win.y1; ++y)
+            for (int64_t xx = win.x0; xx < win.x1; ++xx) sum += in[y * g.w + xx];
+          const int64_t count = win.divisor;
           o[oy * g.ow + ox] = count > 0 ? static_cast<T>(sum / static_cast<double>(count)) : T(0);
         }
     });

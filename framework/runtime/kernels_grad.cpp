@@ -152,10 +152,6 @@ void conv2d_grad_weight_typed(const ConvGeometry& g, const T* px, const T* pgo, 
     });
 }
 
-struct PoolGeometry {
-  int64_t planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw;
-};
-
 // Calls f(plane) for each (image, channel) plane index, in parallel.
 template <class F>
 void for_each_plane(const PoolGeometry& g, F f) {
@@ -249,21 +245,13 @@ void avg_pool2d_grad_kernel(const ir::Attr& attr, const TensorView& grad_out,
       std::fill(gi, gi + g.h * g.w, T(0));
       for (int64_t oy = 0; oy < g.oh; ++oy)
         for (int64_t ox = 0; ox < g.ow; ++ox) {
-          // The forward's divisor: with count_include_pad, the window clipped to the padded
-          // input; otherwise the in-bounds elements.
-          int64_t y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
-          int64_t y1 = std::min(y0 + g.kh, g.h + g.ph), x1 = std::min(x0 + g.kw, g.w + g.pw);
-          const int64_t padded_count = (y1 - y0) * (x1 - x0);
-          y0 = std::max<int64_t>(y0, 0);
-          x0 = std::max<int64_t>(x0, 0);
-          y1 = std::min(y1, g.h);
-          x1 = std::min(x1, g.w);
-          const int64_t count = count_include_pad ? padded_count : (y1 - y0) * (x1 - x0);
+          const auto win = avg_window(g, oy, ox, count_include_pad);
+          const int64_t count = win.divisor;
           if (count <= 0) continue;
           const T v = static_cast<T>(static_cast<double>(go[oy * g.ow + ox]) /
                                      static_cast<double>(count));
-          for (int64_t y = y0; y < y1; ++y)
-            for (int64_t xx = x0; xx < x1; ++xx) gi[y * g.w + xx] += v;
+          for (int64_t y = win.y0; y < win.y1; ++y)
+            for (int64_t xx = win.x0; xx < win.x1; ++xx) gi[y * g.w + xx] += v;
         }
     });
   });
