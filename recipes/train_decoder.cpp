@@ -41,8 +41,7 @@ class DecoderTrainer : public Trainer {
     int64_t n = b.size(), t = logits.size(1), v = logits.size(-1);
     auto per_token = F::cross_entropy(reshape(logits, {-1, v}), reshape(b["target"], {-1}), 0, -100, F::Reduction::None);
     auto per_window = mean(reshape(per_token, {n, t}), {1});
-    auto real = lt(iota({n}, 0), full({n}, static_cast<double>(b.valid), DType::Int64)).to(per_window.dtype());
-    return {{"loss", sum(per_window * real)}};
+    return {{"loss", sum(per_window * real_rows(b, per_window.dtype()))}};
   }
 
  private:

@@ -34,8 +34,7 @@ class ResNetTrainer : public Trainer {
   // Sums over the batch's real rows (the padded tail of the last batch is masked out).
   std::map<std::string, Tensor> eval_step(const data::Batch& b) override {
     auto logits = net_->forward(b["input"]);
-    auto n = b.size();
-    auto real = lt(iota({n}, 0), full({n}, static_cast<double>(b.valid), DType::Int64)).to(logits.dtype());
+    auto real = real_rows(b, logits.dtype());
     auto correct = eq(argmax(logits, 1), b["target"]).to(logits.dtype());
     auto losses = F::cross_entropy(logits, b["target"], 0, -100, F::Reduction::None);
     return {{"accuracy", sum(correct * real)}, {"loss", sum(losses * real)}};

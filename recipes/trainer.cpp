@@ -77,6 +77,11 @@ Trainer::~Trainer() = default;
 
 std::map<std::string, Tensor> Trainer::eval_step(const data::Batch&) { return {}; }
 
+Tensor Trainer::real_rows(const data::Batch& batch, DType dtype) {
+  int64_t n = batch.size();
+  return lt(iota({n}, 0), full({n}, static_cast<double>(batch.valid), DType::Int64)).to(dtype);
+}
+
 std::vector<double> Trainer::losses() const {
   std::lock_guard lock(loss_mutex_);
   return losses_;

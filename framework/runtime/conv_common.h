@@ -3,9 +3,14 @@
 // forward kernels and their gradients share.
 #pragma once
 
+#include "ir/attr.h"
+
+#include <loom/dtype.h>
+
 #include <Eigen/Core>
 
 #include <algorithm>
+#include <cassert>
 #include <cstdint>
 
 namespace loom::runtime {
@@ -74,6 +79,13 @@ void im2col(const T* img, const ConvGeometry& g, int64_t c0, int64_t cn, int64_t
 struct PoolGeometry {
   int64_t planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw;
 };
+
+// `input` is [N,C,H,W], `pooled` [N,C,Ho,Wo]; attr.ints starts {kh, kw, sh, sw, ph, pw}.
+inline PoolGeometry pool_geometry(const ir::Attr& attr, const Shape& input, const Shape& pooled) {
+  assert(attr.ints.size() >= 6 && "pool: attr.ints = {kh, kw, sh, sw, ph, pw, ...}");
+  const auto& a = attr.ints;
+  return {input[0] * input[1], input[2], input[3], pooled[2], pooled[3], a[0], a[1], a[2], a[3], a[4], a[5]};
+}
 
 // The in-bounds window [y0, y1) x [x0, x1) of output (oy, ox) and the divisor average
 // pooling uses: with count_include_pad, the window clipped to the padded input (PyTorch's

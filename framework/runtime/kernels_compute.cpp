@@ -90,13 +90,6 @@ void conv2d_typed(const ConvGeometry& g, const T* px, const T* pw, T* po) {
   });
 }
 
-PoolGeometry pool_geometry(const ir::Attr& attr, const TensorView& x, const TensorView& out) {
-  assert(attr.ints.size() >= 6 && "pool: attr.ints = {kh, kw, sh, sw, ph, pw}");
-  const auto& a = attr.ints;
-  return {x.shape[0] * x.shape[1], x.shape[2], x.shape[3], out.shape[2], out.shape[3],
-          a[0], a[1], a[2], a[3], a[4], a[5]};
-}
-
 // Calls f(plane_in, plane_out) for each (image, channel) plane, in parallel.
 template <class T, class F>
 void for_each_plane(const PoolGeometry& g, const TensorView& x, const TensorView& out, F f) {
@@ -130,7 +123,7 @@ void conv2d_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& 
 }
 
 void max_pool2d_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& out) {
-  const PoolGeometry g = pool_geometry(attr, x, out);
+  const PoolGeometry g = pool_geometry(attr, x.shape, out.shape);
   visit_float("max_pool2d", out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     for_each_plane<T>(g, x, out, [&](const T* in, T* o) {
@@ -152,7 +145,7 @@ void max_pool2d_kernel(const ir::Attr& attr, const TensorView& x, const TensorVi
 }
 
 void avg_pool2d_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& out) {
-  const PoolGeometry g = pool_geometry(attr, x, out);
+  const PoolGeometry g = pool_geometry(attr, x.shape, out.shape);
   const bool count_include_pad = attr.ints.size() < 7 || attr.ints[6] != 0;
   visit_float("avg_pool2d", out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -193,10 +193,7 @@ void conv2d_grad_weight_kernel(const ir::Attr& attr, const TensorView& x,
 
 void max_pool2d_grad_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& grad_out,
                             const TensorView& out) {
-  assert(attr.ints.size() >= 6 && "max_pool2d_grad: attr.ints = {kh, kw, sh, sw, ph, pw}");
-  const auto& a = attr.ints;
-  const PoolGeometry g{x.shape[0] * x.shape[1], x.shape[2], x.shape[3], grad_out.shape[2],
-                       grad_out.shape[3], a[0], a[1], a[2], a[3], a[4], a[5]};
+  const PoolGeometry g = pool_geometry(attr, x.shape, grad_out.shape);
   visit_float("max_pool2d_grad", out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* px = x.as<const T>();
@@ -231,10 +228,8 @@ void max_pool2d_grad_kernel(const ir::Attr& attr, const TensorView& x, const Ten
 void avg_pool2d_grad_kernel(const ir::Attr& attr, const TensorView& grad_out,
                             const TensorView& out) {
   assert(attr.ints.size() == 9 && "avg_pool2d_grad: attr.ints = avg_pool2d's 7 + {H, W}");
-  const auto& a = attr.ints;
-  const PoolGeometry g{out.shape[0] * out.shape[1], out.shape[2], out.shape[3],
-                       grad_out.shape[2], grad_out.shape[3], a[0], a[1], a[2], a[3], a[4], a[5]};
-  const bool count_include_pad = a[6] != 0;
+  const PoolGeometry g = pool_geometry(attr, out.shape, grad_out.shape);
+  const bool count_include_pad = attr.ints[6] != 0;
   visit_float("avg_pool2d_grad", out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* pg = grad_out.as<const T>();

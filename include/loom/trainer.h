@@ -95,6 +95,9 @@ class Trainer {
   // {"loss": sum of losses, "accuracy": number correct}. The default returns none.
   virtual std::map<std::string, Tensor> eval_step(const data::Batch& batch);
   virtual void on_epoch_end(int64_t /*epoch*/) {}
+  // 1 for the batch's real rows, 0 for the padding of a last batch ([batch.size()] of
+  // `dtype`); the count of real rows is device data, so the last batch does not recompile.
+  static Tensor real_rows(const data::Batch& batch, DType dtype);
 
   nn::Module& model() { return *model_; }
   optim::Optimizer& optimizer() { return *optimizer_; }
