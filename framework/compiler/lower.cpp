@@ -5,13 +5,6 @@
 
 namespace loom::compiler {
 
-const SlotType Program::slot_type(int slot) const {
-  auto n = static_cast<int>(inputs.size());
-  if (slot < n) return inputs[slot];
-  const auto& in = instrs[slot - n];
-  return {in.dtype, in.shape};
-}
-
 Program lower(const ir::Graph& graph) {
   Program p;
   p.hash = graph.hash;
@@ -25,7 +18,7 @@ Program lower(const ir::Graph& graph) {
   int next = static_cast<int>(p.inputs.size());
   for (const auto& n : graph.nodes) {
     if (n->op() == ir::Op::DeviceData) continue;
-    Instr in{n->op(), n->dtype(), n->shape(), n->attr(), {}, {}};
+    Instr in{n->op(), n->dtype(), n->shape(), n->attr(), {}};
     for (const auto& o : n->operands()) in.args.push_back(slot.at(o.get()));
     slot.emplace(n.get(), next++);
     p.instrs.push_back(std::move(in));

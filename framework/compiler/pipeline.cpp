@@ -1,5 +1,7 @@
 #include "compiler/pipeline.h"
 
+#include "compiler/dead_code.h"
+#include "compiler/fuse_elementwise.h"
 #include "compiler/lower.h"
 #include "compiler/memory_plan.h"
 
@@ -10,9 +12,18 @@ namespace loom::compiler {
 
 Program compile(const ir::Graph& graph) {
   static const bool dump = std::getenv("LOOM_DUMP_PASSES") != nullptr;
+  auto after = [&](const char* pass, const Program& p) {
+    if (dump) std::cerr << "== after " << pass << '\n' << to_text(p);
+  };
   if (dump) std::cerr << "== input\n" << ir::to_text(graph);
   Program p = lower(graph);
+  after("lower", p);
+  p = fuse_elementwise(std::move(p));
+  after("fuse_elementwise", p);
+  p = eliminate_dead_code(std::move(p));
+  after("eliminate_dead_code", p);
   p = plan_memory(std::move(p));
+  after("plan_memory", p);
   return p;
 }
 

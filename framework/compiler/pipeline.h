@@ -1,9 +1,11 @@
-// The compiler pipeline: graph in, Program out. Passes run in a fixed order; with
-// LOOM_DUMP_PASSES=1 the graph is printed to stderr after each.
+// The compiler pipeline: graph in, Program out. The graph is lowered to a Program (one
+// instruction per node), then each pass is a function Program -> Program in its own file,
+// run in a fixed order: fuse_elementwise, eliminate_dead_code, plan_memory. With
+// LOOM_DUMP_PASSES=1 the graph and the Program after each pass are printed to stderr.
 //
-// Common-subexpression elimination and dead-code elimination need no pass of their own yet:
-// nodes are hash-consed (one node per distinct expression) and a Graph holds only what its
-// roots reach.
+// Common-subexpression elimination happens while tracing (nodes are hash-consed: one node per
+// distinct expression) and a Graph holds only what its roots reach, so the passes start from
+// a graph with neither duplicates nor dead nodes.
 #pragma once
 
 #include "compiler/program.h"

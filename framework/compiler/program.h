@@ -10,9 +10,42 @@
 #include <loom/dtype.h>
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 namespace loom::compiler {
+
+// A fused elementwise kernel (made by fuse_elementwise.cpp): a small straight-line program over
+// values. Values [0, loads.size()) are read from the instruction's operands; value
+// loads.size() + k is steps[k]'s result; the last step's value is the instruction's result.
+// Every value is held in the compute type (Float32 or Float64); booleans are 0 or 1.
+inline constexpr std::size_t kMaxFusedRank = 8;  // dimensions of a load, after merging
+
+struct FusedLoad {
+  int arg;                        // index into Instr::args
+  DType dtype;                    // the operand's dtype; converted on load
+  // The operand read over the result's index space, after merging dimensions: `sizes` splits
+  // the flat result index row-major, `strides` (in operand elements, 0 = broadcast) places
+  // each coordinate in the operand. One size with stride 1: a plain contiguous read.
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+};
+
+struct FusedStep {
+  ir::Op op;          // an elementwise op, or Constant (value = scalar)
+  int a = -1, b = -1, c = -1;  // operand values
+  double scalar = 0;  // Constant's value
+  DType dtype;        // the IR node's result dtype (Cast: its target)
+};
+
+struct Fusion {
+  DType compute;
+  std::vector<FusedLoad> loads;
+  std::vector<FusedStep> steps;
+  int num_registers = 0;           // block-sized scratch registers the steps need
+  std::vector<int> register_of;    // per value: scratch register, -1 for a direct read
+};
 
 struct Instr {
   ir::Op op;
@@ -20,7 +53,8 @@ struct Instr {
   Shape shape;
   ir::Attr attr;
   std::vector<int> args;       // slots read
-  std::vector<int> free_after; // slots whose last reader this is (memory planning)
+  int64_t arena_offset = -1;   // >= 0: the result lives at this byte offset in the arena
+  std::shared_ptr<const Fusion> fusion;  // set: run this fused kernel (op is its root's op)
 };
 
 struct SlotType {
@@ -34,9 +68,13 @@ struct Program {
   std::vector<Instr> instrs;
   std::vector<int> outputs;  // slots, one per graph output
   std::size_t graph_nodes = 0;
+  int64_t arena_bytes = 0;   // one block for every intermediate (memory_plan.cpp)
 
   int num_slots() const { return static_cast<int>(inputs.size() + instrs.size()); }
   const SlotType slot_type(int slot) const;
 };
+
+// One line per input and instruction (fused ones list their steps), for dumps and tests.
+std::string to_text(const Program& p);
 
 }  // namespace loom::compiler

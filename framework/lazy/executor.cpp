@@ -42,30 +42,6 @@ double since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
 }
 
-std::string program_text(const compiler::Program& p) {
-  std::ostringstream os;
-  os << "program " << std::hex << p.hash << std::dec << " (" << p.inputs.size() << " inputs, "
-     << p.instrs.size() << " instructions)\n";
-  for (std::size_t i = 0; i < p.inputs.size(); ++i)
-    os << "  $" << i << " = input " << dtype_name(p.inputs[i].dtype) << shape_str(p.inputs[i].shape) << '\n';
-  for (std::size_t i = 0; i < p.instrs.size(); ++i) {
-    const auto& in = p.instrs[i];
-    os << "  $" << p.inputs.size() + i << " = " << ir::op_name(in.op) << ' ' << dtype_name(in.dtype)
-       << shape_str(in.shape) << '(';
-    for (std::size_t k = 0; k < in.args.size(); ++k) os << (k ? ", $" : "$") << in.args[k];
-    os << ')';
-    if (!in.free_after.empty()) {
-      os << "  free";
-      for (auto s : in.free_after) os << " $" << s;
-    }
-    os << '\n';
-  }
-  os << "  outputs:";
-  for (auto o : p.outputs) os << " $" << o;
-  os << '\n';
-  return os.str();
-}
-
 // LOOM_DUMP_GRAPHS=dir: every compiled graph as text and Graphviz dot, named by its hash,
 // before the compiler passes, and the Program they produce.
 void dump(const ir::Graph& g, const compiler::Program& p) {
@@ -81,7 +57,7 @@ void dump(const ir::Graph& g, const compiler::Program& p) {
   };
   write(name.str() + ".before.txt", ir::to_text(g));
   write(name.str() + ".before.dot", ir::to_dot(g));
-  write(name.str() + ".after.txt", program_text(p));
+  write(name.str() + ".after.txt", compiler::to_text(p));
 }
 
 std::shared_ptr<const runtime::Executable> lookup_or_compile(Executor& ex, const ir::Graph& g,

@@ -4,51 +4,82 @@
 
 #include "runtime/device_queue.h"
 #include "runtime/kernels.h"
+#include "runtime/kernels_fused.h"
 
 #include <loom/error.h>
 #include <loom/metrics.h>
 #include <loom/profiler.h>
 
+#include <cassert>
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 
 namespace loom::runtime {
 namespace {
 
+// A compiled program and what running it needs, kept between runs: the arena that memory
+// planning laid the intermediates out in, and the per-slot tables. Programs run one at a time
+// on the device thread, so one set per executable is enough, and a steady-state run asks the
+// allocator only for its outputs.
 class CpuExecutable final : public Executable {
  public:
   explicit CpuExecutable(compiler::Program p) : program(std::move(p)) {}
   compiler::Program program;
+  // Run state, touched only by the device thread.
+  mutable std::shared_ptr<Storage> arena;
+  mutable std::vector<void*> data;                      // per slot
+  mutable std::vector<std::shared_ptr<Storage>> owned;  // per slot: escaping results, inputs
+  mutable std::vector<TensorView> views;
 };
 
-void run_program(const compiler::Program& p, const BufferList& inputs, const BufferList& outputs) {
-  std::vector<std::shared_ptr<Storage>> slots(p.num_slots());
-  auto n_in = static_cast<int>(p.inputs.size());
+void run_program(const CpuExecutable& exe, const BufferList& inputs, const BufferList& outputs) {
+  const auto& p = exe.program;
+  const auto n_in = static_cast<int>(p.inputs.size());
+  if (p.arena_bytes > 0 && !exe.arena) exe.arena = allocate(p.arena_bytes);
+  auto* arena = exe.arena ? static_cast<std::byte*>(exe.arena->data()) : nullptr;
+  exe.data.assign(p.num_slots(), nullptr);
+  exe.owned.resize(p.num_slots());
   for (int i = 0; i < n_in; ++i) {
     // Programs run in queue order, so an input is already computed; it may have failed.
     auto error = inputs[i]->ready->wait();
     if (!error.empty()) throw Error("an input of this step had failed: " + error);
-    slots[i] = inputs[i]->storage;
+    exe.owned[i] = inputs[i]->storage;
+    exe.data[i] = inputs[i]->storage->data();
   }
-  std::vector<TensorView> views;
   for (int i = 0; i < static_cast<int>(p.instrs.size()); ++i) {
     const auto& in = p.instrs[i];
-    int out_slot = n_in + i;
-    if (in.op == ir::Op::Reshape) {
-      slots[out_slot] = slots[in.args[0]];
+    const int out_slot = n_in + i;
+    if (in.op == ir::Op::Reshape) {  // same bytes, same owner
+      exe.data[out_slot] = exe.data[in.args[0]];
+      exe.owned[out_slot] = exe.owned[in.args[0]];
+      continue;
+    }
+    if (in.arena_offset >= 0) {
+      exe.data[out_slot] = arena + in.arena_offset;
     } else {
       auto bytes = static_cast<std::size_t>(shape_numel(in.shape)) * dtype_size(in.dtype);
-      slots[out_slot] = allocate(bytes);
-      views.clear();
-      for (auto a : in.args) {
-        auto t = p.slot_type(a);
-        views.push_back({slots[a]->data(), t.dtype, t.shape});
-      }
-      run_kernel(in.op, in.attr, views, {slots[out_slot]->data(), in.dtype, in.shape});
+      exe.owned[out_slot] = allocate(bytes);
+      exe.data[out_slot] = exe.owned[out_slot]->data();
     }
-    for (auto s : in.free_after) slots[s].reset();
+    exe.views.clear();
+    for (auto a : in.args) {
+      auto t = p.slot_type(a);
+      exe.views.push_back({exe.data[a], t.dtype, t.shape});
+    }
+    TensorView out{exe.data[out_slot], in.dtype, in.shape};
+    if (in.fusion)
+      fused_kernel(*in.fusion, exe.views, out);
+    else
+      run_kernel(in.op, in.attr, exe.views, out);
   }
-  for (std::size_t k = 0; k < outputs.size(); ++k) outputs[k]->storage = slots[p.outputs[k]];
+  for (std::size_t k = 0; k < outputs.size(); ++k) {
+    int slot = p.outputs[k];
+    assert(exe.owned[slot] && "memory plan: a program output lives in the arena");
+    outputs[k]->storage = exe.owned[slot];
+  }
+  // Drop this run's references: inputs and outputs belong to their tensors.
+  for (auto& o : exe.owned) o.reset();
 }
 
 class CpuBackend final : public Backend {
@@ -75,7 +106,7 @@ class CpuBackend final : public Backend {
                BufferList outputs) override {
     queue_.enqueue([exe = std::move(exe), inputs = std::move(inputs),
                     outputs = std::move(outputs)] {
-      const auto& program = static_cast<const CpuExecutable&>(*exe).program;
+      const auto& program = static_cast<const CpuExecutable&>(*exe);
       profiler::Trace span("execute");
       auto start = std::chrono::steady_clock::now();
       try {

@@ -1,0 +1,29 @@
+#include "compiler/dead_code.h"
+
+#include <vector>
+
+namespace loom::compiler {
+
+Program eliminate_dead_code(Program p) {
+  const auto n_in = static_cast<int>(p.inputs.size());
+  std::vector<bool> live(p.num_slots(), false);
+  for (auto o : p.outputs) live[o] = true;
+  for (int i = static_cast<int>(p.instrs.size()); i-- > 0;)
+    if (live[n_in + i])
+      for (auto a : p.instrs[i].args) live[a] = true;
+  std::vector<int> slot_map(p.num_slots(), -1);
+  for (int s = 0; s < n_in; ++s) slot_map[s] = s;
+  std::vector<Instr> kept;
+  for (int i = 0; i < static_cast<int>(p.instrs.size()); ++i) {
+    if (!live[n_in + i]) continue;
+    Instr in = std::move(p.instrs[i]);
+    for (auto& a : in.args) a = slot_map[a];
+    slot_map[n_in + i] = n_in + static_cast<int>(kept.size());
+    kept.push_back(std::move(in));
+  }
+  p.instrs = std::move(kept);
+  for (auto& o : p.outputs) o = slot_map[o];
+  return p;
+}
+
+}  // namespace loom::compiler

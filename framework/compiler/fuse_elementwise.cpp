@@ -1,0 +1,286 @@
+#include "compiler/fuse_elementwise.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <map>
+#include <optional>
+
+namespace loom::compiler {
+namespace {
+
+using ir::Op;
+using ir::OpGroup;
+
+// Members per fusion: enough for the longest chains we trace (BatchNorm, AdamW), small enough
+// that a block's registers stay in L1.
+constexpr std::size_t kMaxMembers = 48;
+
+bool is_elementwise(Op op) {
+  auto g = ir::op_info(op).group;
+  return g == OpGroup::Unary || g == OpGroup::Binary || g == OpGroup::Ternary;
+}
+
+bool is_float(DType t) { return t == DType::Float32 || t == DType::Float64; }
+
+// Whether every value of dtype `src` survives conversion to `compute` unchanged, so tests and
+// comparisons on the converted value give the same answer.
+bool exact_in(DType src, DType compute) {
+  return src == compute || src == DType::Bool ||
+         (compute == DType::Float64 && (src == DType::Float32 || src == DType::Int32));
+}
+
+bool tests_operands(Op op) {
+  switch (op) {
+    case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge:
+    case Op::LogicalNot: case Op::Cast:
+      return true;
+    default: return false;  // arithmetic: operands already have the result's dtype
+  }
+}
+
+class Fuser {
+ public:
+  explicit Fuser(const Program& p) : p_(p), n_in_(static_cast<int>(p.inputs.size())) {
+    readers_.resize(p.num_slots());
+    is_output_.assign(p.num_slots(), false);
+    for (auto o : p.outputs) is_output_[o] = true;
+    for (int i = 0; i < static_cast<int>(p.instrs.size()); ++i)
+      for (auto a : p.instrs[i].args)
+        if (readers_[a].empty() || readers_[a].back() != i) readers_[a].push_back(i);
+  }
+
+  Program run() {
+    const auto n = static_cast<int>(p_.instrs.size());
+    group_.assign(n, -1);
+    for (int i = n; i-- > 0;) grow(i);
+    return emit();
+  }
+
+ private:
+  const Instr* producer(int slot) const {
+    return slot >= n_in_ ? &p_.instrs[slot - n_in_] : nullptr;
+  }
+
+  // The compute type of a fusion headed by `in`, if it can head one.
+  std::optional<DType> root_compute(const Instr& in) const {
+    if (!is_elementwise(in.op)) return std::nullopt;
+    if (is_float(in.dtype)) return in.dtype;
+    if (in.dtype == DType::Bool && tests_operands(in.op)) {
+      auto t = p_.slot_type(in.args[0]).dtype;
+      if (is_float(t)) return t;
+    }
+    return std::nullopt;
+  }
+
+  bool fits(const Instr& in, DType compute) const {
+    if (!is_elementwise(in.op)) return false;
+    if (in.dtype != compute && in.dtype != DType::Bool) return false;
+    bool converts_to_compute = in.op == Op::Cast && in.dtype == compute;
+    if (tests_operands(in.op) && !converts_to_compute)
+      for (auto a : in.args)
+        if (!exact_in(p_.slot_type(a).dtype, compute)) return false;
+    return true;
+  }
+
+  // Instructions are visited last to first, so all of i's readers are placed already: i joins
+  // their fusion when they all belong to one, else heads a fusion of its own (if it can).
+  void grow(int i) {
+    const Instr& in = p_.instrs[i];
+    const auto& readers = readers_[n_in_ + i];
+    int g = readers.empty() ? -1 : group_[readers[0]];
+    for (int r : readers)
+      if (group_[r] != g) g = -1;
+    if (g >= 0 && !is_output_[n_in_ + i] && groups_[g].members.size() < kMaxMembers &&
+        in.shape == p_.instrs[groups_[g].root].shape && fits(in, groups_[g].compute)) {
+      group_[i] = g;
+      groups_[g].members.push_back(i);
+      return;
+    }
+    if (auto compute = root_compute(in)) {
+      group_[i] = static_cast<int>(groups_.size());
+      groups_.push_back({*compute, i, {i}});
+    }
+  }
+
+  // A broadcast load of an Expand's source over the Expand's shape, dimensions merged; none if
+  // it needs more than kMaxFusedRank dimensions.
+  std::optional<FusedLoad> broadcast_load(const Instr& expand) const {
+    auto src = p_.slot_type(expand.args[0]);
+    const Shape& out = expand.shape;
+    std::vector<int64_t> sizes, strides;
+    int64_t acc = 1;
+    std::vector<int64_t> src_strides(out.size());
+    for (std::size_t d = out.size(); d-- > 0;) {
+      src_strides[d] = src.shape[d] == 1 ? 0 : acc;
+      acc *= src.shape[d];
+    }
+    for (std::size_t d = 0; d < out.size(); ++d) {
+      if (out[d] == 1) continue;
+      if (!sizes.empty() && strides.back() == src_strides[d] * out[d]) {
+        sizes.back() *= out[d];
+        strides.back() = src_strides[d];
+      } else {
+        sizes.push_back(out[d]);
+        strides.push_back(src_strides[d]);
+      }
+    }
+    if (sizes.empty()) sizes = {1}, strides = {1};
+    if (sizes.size() > kMaxFusedRank) return std::nullopt;
+    return FusedLoad{-1, src.dtype, std::move(sizes), std::move(strides)};
+  }
+
+  // A constant's value as its own dtype stores it (the kernel then converts to the compute type).
+  static double stored_value(double v, DType t) {
+    switch (t) {
+      case DType::Bool: return v != 0 ? 1 : 0;
+      case DType::Int32:
+      case DType::Int64: return std::trunc(v);
+      case DType::Float32: return static_cast<float>(v);
+      case DType::Float64: return v;
+    }
+    return v;
+  }
+
+  struct Group {
+    DType compute;
+    int root;
+    std::vector<int> members;
+  };
+
+  // The fused instruction for group g; `slot_map` maps old slots to the new program's.
+  Instr build(const Group& g, const std::vector<int>& slot_map) const {
+    auto members = g.members;
+    std::sort(members.begin(), members.end());
+    auto in_group = [&](int slot) {
+      return slot >= n_in_ && group_[slot - n_in_] == group_[g.root];
+    };
+    // A constant, possibly reshaped and broadcast: one value everywhere.
+    auto constant_of = [&](int slot) -> const Instr* {
+      const Instr* src = producer(slot);
+      while (src && (src->op == Op::Expand || src->op == Op::Reshape)) src = producer(src->args[0]);
+      return src && src->op == Op::Constant ? src : nullptr;
+    };
+    auto fusion = std::make_shared<Fusion>();
+    fusion->compute = g.compute;
+    Instr out{p_.instrs[g.root].op, p_.instrs[g.root].dtype, p_.instrs[g.root].shape,
+              p_.instrs[g.root].attr, {}, -1, nullptr};
+    std::map<int, int> value_of;  // old slot -> value
+    std::map<int, int> arg_of;    // new slot -> index into out.args
+    auto add_arg = [&](int old_slot) {
+      int s = slot_map[old_slot];
+      auto [it, fresh] = arg_of.emplace(s, static_cast<int>(out.args.size()));
+      if (fresh) out.args.push_back(s);
+      return it->second;
+    };
+    // Loads first: values [0, loads).
+    for (int m : members)
+      for (auto a : p_.instrs[m].args) {
+        if (in_group(a) || constant_of(a) || value_of.count(a)) continue;
+        const Instr* src = producer(a);
+        std::optional<FusedLoad> load;
+        if (src && src->op == Op::Expand) load = broadcast_load(*src);
+        if (load) {
+          load->arg = add_arg(src->args[0]);
+        } else {
+          auto t = p_.slot_type(a);
+          load = FusedLoad{add_arg(a), t.dtype, {shape_numel(t.shape)}, {1}};
+        }
+        value_of[a] = static_cast<int>(fusion->loads.size());
+        fusion->loads.push_back(std::move(*load));
+      }
+    auto next_value = [&] { return static_cast<int>(fusion->loads.size() + fusion->steps.size()); };
+    for (int m : members) {
+      const Instr& in = p_.instrs[m];
+      FusedStep step{in.op, -1, -1, -1, 0, in.dtype};
+      int* operand[] = {&step.a, &step.b, &step.c};
+      for (std::size_t k = 0; k < in.args.size(); ++k) {
+        int a = in.args[k];
+        if (!value_of.count(a)) {  // a constant not seen yet
+          const Instr* c = constant_of(a);
+          assert(c && "fusion: operand neither loaded nor computed");
+          value_of[a] = next_value();
+          fusion->steps.push_back({Op::Constant, -1, -1, -1, stored_value(c->attr.scalar, c->dtype),
+                                   c->dtype});
+        }
+        *operand[k] = value_of[a];
+      }
+      value_of[n_in_ + m] = next_value();
+      fusion->steps.push_back(step);
+    }
+    allocate_registers(*fusion);
+    out.fusion = std::move(fusion);
+    return out;
+  }
+
+  // Scratch registers by liveness. A step's register is taken before its operands' are
+  // released, so a step never writes over what it reads.
+  static void allocate_registers(Fusion& f) {
+    const auto n_loads = static_cast<int>(f.loads.size());
+    const auto n_values = n_loads + static_cast<int>(f.steps.size());
+    std::vector<int> last_use(n_values, -1);
+    for (int k = 0; k < static_cast<int>(f.steps.size()); ++k)
+      for (int v : {f.steps[k].a, f.steps[k].b, f.steps[k].c})
+        if (v >= 0) last_use[v] = k;
+    f.register_of.assign(n_values, -1);
+    std::vector<int> free;
+    auto take = [&] {
+      if (free.empty()) return f.num_registers++;
+      int r = free.back();
+      free.pop_back();
+      return r;
+    };
+    for (int v = 0; v < n_loads; ++v) {
+      const auto& l = f.loads[v];
+      bool direct = l.dtype == f.compute && l.sizes.size() == 1 && l.strides[0] == 1;
+      if (!direct) f.register_of[v] = take();
+    }
+    for (int k = 0; k < static_cast<int>(f.steps.size()); ++k) {
+      f.register_of[n_loads + k] = take();
+      const auto& s = f.steps[k];
+      for (int v : {s.a, s.b, s.c}) {
+        bool dies_here = v >= 0 && last_use[v] == k && f.register_of[v] >= 0;
+        // An operand named twice (x * x) is released once.
+        if (dies_here && std::find(free.begin(), free.end(), f.register_of[v]) == free.end())
+          free.push_back(f.register_of[v]);
+      }
+    }
+  }
+
+  Program emit() const {
+    Program out;
+    out.hash = p_.hash;
+    out.inputs = p_.inputs;
+    out.graph_nodes = p_.graph_nodes;
+    std::vector<int> slot_map(p_.num_slots(), -1);
+    for (int s = 0; s < n_in_; ++s) slot_map[s] = s;
+    for (int i = 0; i < static_cast<int>(p_.instrs.size()); ++i) {
+      int g = group_[i];
+      if (g >= 0 && groups_[g].root != i) continue;  // computed inside its root's fusion
+      Instr in;
+      if (g >= 0) {
+        in = build(groups_[g], slot_map);
+      } else {
+        in = p_.instrs[i];
+        for (auto& a : in.args) a = slot_map[a];
+      }
+      slot_map[n_in_ + i] = n_in_ + static_cast<int>(out.instrs.size());
+      out.instrs.push_back(std::move(in));
+    }
+    for (auto o : p_.outputs) out.outputs.push_back(slot_map[o]);
+    return out;
+  }
+
+  const Program& p_;
+  const int n_in_;
+  std::vector<std::vector<int>> readers_;  // per slot: instructions that read it, ascending
+  std::vector<bool> is_output_;  // per slot
+  std::vector<int> group_;       // per instruction: its fusion, -1 if none
+  std::vector<Group> groups_;
+};
+
+}  // namespace
+
+Program fuse_elementwise(Program p) { return Fuser(p).run(); }
+
+}  // namespace loom::compiler

@@ -1,0 +1,60 @@
+#include "compiler/program.h"
+
+#include <sstream>
+
+namespace loom::compiler {
+
+const SlotType Program::slot_type(int slot) const {
+  auto n = static_cast<int>(inputs.size());
+  if (slot < n) return inputs[slot];
+  const auto& in = instrs[slot - n];
+  return {in.dtype, in.shape};
+}
+
+namespace {
+
+// "{cos(l0) sin(v1)}": the steps of a fusion, each naming its operand values (l: a load).
+void write_fusion(std::ostream& os, const Fusion& f) {
+  const auto n_loads = static_cast<int>(f.loads.size());
+  auto value = [&](std::ostream& out, int v) -> std::ostream& {
+    return out << (v < n_loads ? 'l' : 'v') << v;
+  };
+  os << " {";
+  for (std::size_t k = 0; k < f.steps.size(); ++k) {
+    const auto& s = f.steps[k];
+    os << (k ? " " : "") << ir::op_name(s.op) << '(';
+    if (s.op == ir::Op::Constant) os << s.scalar;
+    const char* sep = "";
+    for (int v : {s.a, s.b, s.c})
+      if (v >= 0) value(os << sep, v), sep = ", ";
+    os << ')';
+  }
+  os << '}';
+}
+
+}  // namespace
+
+std::string to_text(const Program& p) {
+  std::ostringstream os;
+  os << "program " << std::hex << p.hash << std::dec << " (" << p.inputs.size() << " inputs, "
+     << p.instrs.size() << " instructions, arena " << p.arena_bytes << " bytes)\n";
+  for (std::size_t i = 0; i < p.inputs.size(); ++i)
+    os << "  $" << i << " = input " << dtype_name(p.inputs[i].dtype) << shape_str(p.inputs[i].shape)
+       << '\n';
+  for (std::size_t i = 0; i < p.instrs.size(); ++i) {
+    const auto& in = p.instrs[i];
+    os << "  $" << p.inputs.size() + i << " = " << (in.fusion ? "fused " : "")
+       << ir::op_name(in.op) << ' ' << dtype_name(in.dtype) << shape_str(in.shape) << '(';
+    for (std::size_t k = 0; k < in.args.size(); ++k) os << (k ? ", $" : "$") << in.args[k];
+    os << ')';
+    if (in.fusion) write_fusion(os, *in.fusion);
+    if (in.arena_offset >= 0) os << "  @" << in.arena_offset;
+    os << '\n';
+  }
+  os << "  outputs:";
+  for (auto o : p.outputs) os << " $" << o;
+  os << '\n';
+  return os.str();
+}
+
+}  // namespace loom::compiler

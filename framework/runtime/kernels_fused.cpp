@@ -1,0 +1,210 @@
+// The fused elementwise kernel. The result is cut into blocks of kFusedBlock elements; TBB
+// spreads blocks over threads. For each block, operands are loaded (converted to the compute
+// type, broadcast by their strides) into scratch registers, or read in place when they are
+// contiguous and already of the compute type; then each step runs as one simple loop over the
+// block, which the compiler vectorises; transcendental functions use Eigen's vectorised
+// versions. The last step writes straight into the result when no conversion is needed.
+//
+// Every floating-point elementwise op goes through here, fused or alone, so lazy, eager and
+// compiled execution compute each element with the same code and agree exactly.
+#include "runtime/kernels_fused.h"
+
+// GCC 12 reports its own AVX-512 intrinsics' undefined placeholders as uninitialized when
+// Eigen's vectorised sin/cos inline them (GCC bug 105593).
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+#include "runtime/kernels_impl.h"
+
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <array>
+#include <cassert>
+#include <cmath>
+#include <vector>
+
+namespace loom::runtime {
+namespace {
+
+using compiler::FusedLoad;
+using compiler::FusedStep;
+using compiler::Fusion;
+using ir::Op;
+
+template <class T>
+using Array = Eigen::Array<T, Eigen::Dynamic, 1>;
+template <class T>
+Eigen::Map<Array<T>> array(T* p, int64_t n) { return {p, n}; }
+template <class T>
+Eigen::Map<const Array<T>> array(const T* p, int64_t n) { return {p, n}; }
+
+// Per-thread scratch, grown once: steady-state steps allocate nothing.
+template <class T>
+T* scratch_registers(std::size_t n) {
+  thread_local std::vector<T> regs;
+  if (regs.size() < n) regs.resize(n);
+  return regs.data();
+}
+template <class T>
+const T** scratch_pointers(std::size_t n) {
+  thread_local std::vector<const T*> ptrs;
+  if (ptrs.size() < n) ptrs.resize(n);
+  return ptrs.data();
+}
+
+// Reads elements [begin, begin + len) of the result's index space from `src` into dst.
+// Walks the merged dimensions with an odometer, one run along the innermost at a time.
+template <class T, class S>
+void load_block(const FusedLoad& l, const S* src, int64_t begin, int64_t len, T* dst) {
+  const std::size_t rank = l.sizes.size();
+  assert(rank >= 1 && rank <= compiler::kMaxFusedRank && "fused load: bad rank");
+  if (rank == 1 && l.strides[0] == 1) {
+    for (int64_t i = 0; i < len; ++i) dst[i] = static_cast<T>(src[begin + i]);
+    return;
+  }
+  std::array<int64_t, compiler::kMaxFusedRank> idx{};
+  int64_t rem = begin, offset = 0;
+  for (std::size_t d = rank; d-- > 0;) {
+    idx[d] = rem % l.sizes[d];
+    rem /= l.sizes[d];
+    offset += idx[d] * l.strides[d];
+  }
+  const std::size_t last = rank - 1;
+  const int64_t inner = l.sizes[last], step = l.strides[last];
+  for (int64_t i = 0; i < len;) {
+    int64_t run = std::min(len - i, inner - idx[last]);
+    if (step == 0) {
+      std::fill(dst + i, dst + i + run, static_cast<T>(src[offset]));
+    } else {
+      for (int64_t k = 0; k < run; ++k) dst[i + k] = static_cast<T>(src[offset + k * step]);
+    }
+    i += run;
+    idx[last] += run;
+    offset += run * step;
+    for (std::size_t d = last; d > 0 && idx[d] == l.sizes[d]; --d) {
+      offset += l.strides[d - 1] - idx[d] * l.strides[d];
+      idx[d] = 0;
+      ++idx[d - 1];
+    }
+  }
+}
+
+template <class T>
+void run_step(const FusedStep& s, const T* a, const T* b, const T* c, T* __restrict d,
+              int64_t n) {
+  const T zero(0), one(1), half(0.5);
+  switch (s.op) {
+    case Op::Constant: std::fill(d, d + n, static_cast<T>(s.scalar)); return;
+    case Op::Neg: for (int64_t i = 0; i < n; ++i) d[i] = -a[i]; return;
+    case Op::Abs: for (int64_t i = 0; i < n; ++i) d[i] = std::abs(a[i]); return;
+    // a < 0 (not a > 0) so that relu(NaN) is NaN, as in PyTorch.
+    case Op::Relu: for (int64_t i = 0; i < n; ++i) d[i] = a[i] < zero ? zero : a[i]; return;
+    case Op::Exp: array(d, n) = array(a, n).exp(); return;
+    case Op::Log: array(d, n) = array(a, n).log(); return;
+    case Op::Sqrt: array(d, n) = array(a, n).sqrt(); return;
+    case Op::Rsqrt: array(d, n) = array(a, n).sqrt().inverse(); return;
+    case Op::Sigmoid: array(d, n) = array(a, n).logistic(); return;
+    case Op::Tanh: array(d, n) = array(a, n).tanh(); return;
+    case Op::Silu: array(d, n) = array(a, n) * array(a, n).logistic(); return;
+    case Op::Sin: array(d, n) = array(a, n).sin(); return;
+    case Op::Cos: array(d, n) = array(a, n).cos(); return;
+    case Op::Erf: for (int64_t i = 0; i < n; ++i) d[i] = std::erf(a[i]); return;
+    case Op::Gelu: {
+      const T inv_sqrt2 = T(0.70710678118654752440);
+      for (int64_t i = 0; i < n; ++i) d[i] = a[i] * half * (one + std::erf(a[i] * inv_sqrt2));
+      return;
+    }
+    case Op::GeluTanh: {
+      const T k = T(0.79788456080286535588), c3 = T(0.044715);  // sqrt(2/pi)
+      for (int64_t i = 0; i < n; ++i) d[i] = k * (a[i] + c3 * a[i] * a[i] * a[i]);
+      array(d, n) = array(d, n).tanh();
+      for (int64_t i = 0; i < n; ++i) d[i] = half * a[i] * (one + d[i]);
+      return;
+    }
+    case Op::LogicalNot: for (int64_t i = 0; i < n; ++i) d[i] = a[i] == zero ? one : zero; return;
+    case Op::Cast:
+      // Members of a fusion produce the compute type or bool, so a cast is a copy or a test.
+      if (s.dtype == DType::Bool) {
+        for (int64_t i = 0; i < n; ++i) d[i] = a[i] != zero ? one : zero;
+      } else {
+        std::copy(a, a + n, d);
+      }
+      return;
+    case Op::Add: for (int64_t i = 0; i < n; ++i) d[i] = a[i] + b[i]; return;
+    case Op::Sub: for (int64_t i = 0; i < n; ++i) d[i] = a[i] - b[i]; return;
+    case Op::Mul: for (int64_t i = 0; i < n; ++i) d[i] = a[i] * b[i]; return;
+    case Op::Div: for (int64_t i = 0; i < n; ++i) d[i] = a[i] / b[i]; return;
+    case Op::Pow: for (int64_t i = 0; i < n; ++i) d[i] = std::pow(a[i], b[i]); return;
+    // NaN wins, as in torch.maximum (when b is NaN, a > b is false).
+    case Op::Maximum:
+      for (int64_t i = 0; i < n; ++i) d[i] = (a[i] != a[i] || a[i] > b[i]) ? a[i] : b[i];
+      return;
+    case Op::Minimum:
+      for (int64_t i = 0; i < n; ++i) d[i] = (a[i] != a[i] || a[i] < b[i]) ? a[i] : b[i];
+      return;
+    case Op::Eq: for (int64_t i = 0; i < n; ++i) d[i] = a[i] == b[i] ? one : zero; return;
+    case Op::Ne: for (int64_t i = 0; i < n; ++i) d[i] = a[i] != b[i] ? one : zero; return;
+    case Op::Lt: for (int64_t i = 0; i < n; ++i) d[i] = a[i] < b[i] ? one : zero; return;
+    case Op::Le: for (int64_t i = 0; i < n; ++i) d[i] = a[i] <= b[i] ? one : zero; return;
+    case Op::Gt: for (int64_t i = 0; i < n; ++i) d[i] = a[i] > b[i] ? one : zero; return;
+    case Op::Ge: for (int64_t i = 0; i < n; ++i) d[i] = a[i] >= b[i] ? one : zero; return;
+    case Op::Where: for (int64_t i = 0; i < n; ++i) d[i] = a[i] != zero ? b[i] : c[i]; return;
+    default: break;  // the fusion pass admits only the ops above
+  }
+  assert(false && "fused kernel: not an elementwise op");
+}
+
+template <class T>
+void run_fusion(const Fusion& f, std::span<const TensorView> in, const TensorView& out) {
+  const int64_t n = out.numel();
+  const auto n_loads = static_cast<int>(f.loads.size());
+  const auto n_values = n_loads + static_cast<int>(f.steps.size());
+  const int root = n_values - 1;
+  const bool direct_out = out.dtype == f.compute;
+  assert((direct_out || out.dtype == DType::Bool) && "fused kernel: bad result dtype");
+  const int64_t blocks = (n + kFusedBlock - 1) / kFusedBlock;
+  parallel_range(blocks, 8, [&](int64_t b0, int64_t b1) {
+    T* regs = scratch_registers<T>(static_cast<std::size_t>(f.num_registers) * kFusedBlock);
+    const T** value = scratch_pointers<T>(n_values);
+    auto reg = [&](int v) { return regs + f.register_of[v] * kFusedBlock; };
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      const int64_t begin = blk * kFusedBlock, len = std::min(kFusedBlock, n - begin);
+      for (int k = 0; k < n_loads; ++k) {
+        const auto& l = f.loads[k];
+        const TensorView& src = in[l.arg];
+        if (f.register_of[k] < 0) {
+          value[k] = src.as<const T>() + begin;
+          continue;
+        }
+        visit_dtype(l.dtype, [&](auto tag) {
+          using S = typename decltype(tag)::type;
+          load_block(l, src.as<const S>(), begin, len, reg(k));
+        });
+        value[k] = reg(k);
+      }
+      for (int v = n_loads; v < n_values; ++v) {
+        const auto& s = f.steps[v - n_loads];
+        T* d = (v == root && direct_out) ? out.as<T>() + begin : reg(v);
+        run_step<T>(s, s.a >= 0 ? value[s.a] : nullptr, s.b >= 0 ? value[s.b] : nullptr,
+                    s.c >= 0 ? value[s.c] : nullptr, d, len);
+        value[v] = d;
+      }
+      if (!direct_out) {
+        BoolStorage* po = out.as<BoolStorage>() + begin;
+        for (int64_t i = 0; i < len; ++i) po[i] = value[root][i] != T(0);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void fused_kernel(const compiler::Fusion& fusion, std::span<const TensorView> in,
+                  const TensorView& out) {
+  visit_float("fused elementwise", fusion.compute,
+              [&](auto tag) { run_fusion<typename decltype(tag)::type>(fusion, in, out); });
+}
+
+}  // namespace loom::runtime

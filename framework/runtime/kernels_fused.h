@@ -1,0 +1,19 @@
+// The fused elementwise kernel: runs a compiler::Fusion (a straight-line program of
+// elementwise steps, see compiler/program.h) over the result in blocks of kFusedBlock
+// elements. Each block's values live in small scratch registers that stay in L1, so every
+// operand is read once and the result written once, however long the chain.
+#pragma once
+
+#include "compiler/program.h"
+#include "runtime/kernels.h"
+
+#include <span>
+
+namespace loom::runtime {
+
+inline constexpr int64_t kFusedBlock = 512;
+
+void fused_kernel(const compiler::Fusion& fusion, std::span<const TensorView> in,
+                  const TensorView& out);
+
+}  // namespace loom::runtime

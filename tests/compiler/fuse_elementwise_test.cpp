@@ -1,0 +1,149 @@
+// The fusion and dead-code passes: what they make of traced graphs, and that fused programs
+// compute what one op at a time computes.
+#include "compiler/pipeline.h"
+#include "test_util.h"
+
+#include <cmath>
+
+namespace loom {
+namespace {
+
+using compiler::Program;
+
+Program compiled(const Tensor& t) { return compiler::compile(test::graph_of(t)); }
+
+std::vector<float> values(int64_t n, float scale = 0.37f) {
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = std::sin(static_cast<float>(i) * scale) * 3;
+  return v;
+}
+
+TEST(FuseElementwise, ChainBecomesOneInstructionReadingItsInputOnce) {
+  test::fresh_engine();
+  auto x = from_vector(values(4099), {4099});
+  auto y = sin(cos(x));
+  auto p = compiled(y);
+  ASSERT_EQ(p.instrs.size(), 1u) << compiler::to_text(p);
+  const auto& f = *p.instrs[0].fusion;
+  ASSERT_EQ(f.steps.size(), 2u);
+  EXPECT_EQ(f.steps[0].op, ir::Op::Cos);
+  EXPECT_EQ(f.steps[1].op, ir::Op::Sin);
+  ASSERT_EQ(f.loads.size(), 1u);
+  EXPECT_EQ(f.register_of[0], -1) << "a contiguous float input is read in place";
+
+  auto got = y.to_vector<float>();
+  auto in = values(4099);
+  for (int64_t i = 0; i < 4099; ++i) EXPECT_NEAR(got[i], std::sin(std::cos(in[i])), 2e-6f) << i;
+}
+
+TEST(FuseElementwise, BroadcastsAndConstantsFoldIntoTheFusion) {
+  test::fresh_engine();
+  auto x = from_vector(values(2 * 3 * 5 * 7), {2, 3, 5, 7});
+  auto scale = from_vector(values(3, 1.1f), {1, 3, 1, 1});
+  auto shift = from_vector(values(7, 0.7f), {7});
+  auto y = relu(x * scale + shift) * 2.0 + 1.0;
+  auto p = compiled(y);
+  int fused = 0, expands = 0;
+  for (const auto& in : p.instrs) {
+    fused += in.fusion != nullptr;
+    expands += in.op == ir::Op::Expand;
+  }
+  EXPECT_EQ(fused, 1) << compiler::to_text(p);
+  EXPECT_EQ(expands, 0) << "broadcasts are strided loads, not materialised\n" << compiler::to_text(p);
+
+  // The same expression one op at a time (eager: every broadcast materialised).
+  std::vector<float> eager;
+  {
+    EagerModeGuard eager_ops{true};
+    eager = (relu(x * scale + shift) * 2.0 + 1.0).to_vector<float>();
+  }
+  EXPECT_EQ(y.to_vector<float>(), eager);
+  auto xv = values(210), sv = values(3, 1.1f), bv = values(7, 0.7f);
+  auto got = y.to_vector<float>();
+  for (int64_t i = 0; i < 210; ++i) {
+    int64_t c = (i / 35) % 3, w = i % 7;
+    float r = std::max(xv[i] * sv[c] + bv[w], 0.0f) * 2 + 1;
+    EXPECT_NEAR(got[i], r, 1e-5f) << i;
+  }
+}
+
+TEST(FuseElementwise, AValueReadTwiceIsComputedOnce) {
+  test::fresh_engine();
+  auto x = from_vector(values(100), {100});
+  auto e = exp(x);
+  auto a = e + 1.0;
+  auto b = e * 3.0;
+  auto p = compiler::compile(ir::build_graph({a.impl()->pending(), b.impl()->pending()}));
+  int fused = 0;
+  for (const auto& in : p.instrs) {
+    if (!in.fusion) continue;
+    ++fused;
+    int exps = 0;
+    for (const auto& s : in.fusion->steps) exps += s.op == ir::Op::Exp;
+    EXPECT_EQ(exps, &in == &p.instrs[0] ? 1 : 0) << "exp runs once, first\n" << compiler::to_text(p);
+  }
+  EXPECT_EQ(fused, 3) << compiler::to_text(p);
+}
+
+TEST(FuseElementwise, ComparisonsWhereAndCastsInFloat64) {
+  test::fresh_engine();
+  std::vector<double> xv(1000), yv(1000);
+  for (int i = 0; i < 1000; ++i) xv[i] = std::cos(i * 0.1), yv[i] = std::sin(i * 0.3);
+  auto x = from_vector(xv, {10, 100});
+  auto y = from_vector(yv, {10, 100});
+  auto mask = gt(x, y);
+  auto z = where(mask, x - y, y * y) + mask.to(DType::Float64) - logical_not(lt(x, scalar_tensor(0.0, DType::Float64))).to(DType::Float64);
+  auto p = compiled(z);
+  EXPECT_EQ(p.instrs.size(), 1u) << compiler::to_text(p);
+  auto got = z.to_vector<double>();
+  for (int i = 0; i < 1000; ++i) {
+    bool m = xv[i] > yv[i];
+    double r = (m ? xv[i] - yv[i] : yv[i] * yv[i]) + (m ? 1 : 0) - (xv[i] < 0 ? 0 : 1);
+    EXPECT_DOUBLE_EQ(got[i], r) << i;
+  }
+}
+
+TEST(FuseElementwise, BoolResultAndIntegerOpsStayCorrect) {
+  test::fresh_engine();
+  auto x = from_vector(values(64), {8, 8});
+  auto positive = gt(x * 2.0, scalar_tensor(0.5));  // a fused chain ending in a comparison: a bool result
+  auto counts = positive.to(DType::Int64).sum();
+  auto v = positive.to_vector<bool>();
+  auto xv = values(64);
+  int64_t expected = 0;
+  for (int i = 0; i < 64; ++i) {
+    EXPECT_EQ(v[i], xv[i] * 2 > 0.5f) << i;
+    expected += xv[i] * 2 > 0.5f;
+  }
+  EXPECT_EQ(counts.item<int64_t>(), expected);
+}
+
+TEST(FuseElementwise, LongChainsSplitAndStayExact) {
+  test::fresh_engine();
+  auto x = from_vector(values(3000), {3000});
+  Tensor y = x;
+  std::vector<float> ref = values(3000);
+  for (int k = 0; k < 100; ++k) {
+    y = y * 0.5 + 0.25;
+    for (auto& r : ref) r = r * 0.5f + 0.25f;
+  }
+  auto p = compiled(y);
+  EXPECT_GT(p.instrs.size(), 1u) << "a fusion has a bounded number of members";
+  EXPECT_EQ(y.to_vector<float>(), ref);
+}
+
+TEST(DeadCode, FoldedBroadcastsLeaveNothingBehind) {
+  test::fresh_engine();
+  auto x = from_vector(values(12), {3, 4});
+  auto b = from_vector(values(4), {4});
+  auto p = compiled(x + b);
+  // What is left: the bias reshaped to [1,4] (no copy: reshapes share storage) and the fusion.
+  ASSERT_EQ(p.instrs.size(), 2u) << compiler::to_text(p);
+  EXPECT_EQ(p.instrs[0].op, ir::Op::Reshape);
+  ASSERT_NE(p.instrs[1].fusion, nullptr);
+  EXPECT_EQ(p.instrs[1].fusion->loads.size(), 2u);
+  EXPECT_EQ(p.instrs[1].fusion->loads[1].strides, (std::vector<int64_t>{0, 1}));
+}
+
+}  // namespace
+}  // namespace loom

@@ -1,0 +1,106 @@
+// Memory planning: intermediates share one arena by liveness, outputs escape it, and
+// programs that reuse their arena step after step keep computing the right values.
+#include "compiler/pipeline.h"
+#include "test_util.h"
+
+#include <cmath>
+
+namespace loom {
+namespace {
+
+using compiler::Program;
+
+std::vector<float> ramp(int64_t n, float scale) {
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = std::cos(static_cast<float>(i) * scale) * 0.2f;
+  return v;
+}
+
+// Every pair of intermediates alive at one time (closed intervals [writer, last reader],
+// through reshapes) occupies disjoint bytes.
+void expect_no_overlap(const Program& p) {
+  const auto n_in = static_cast<int>(p.inputs.size());
+  const auto n = static_cast<int>(p.instrs.size());
+  std::vector<int> owner(p.num_slots()), last(p.num_slots(), -1);
+  for (int s = 0; s < p.num_slots(); ++s) owner[s] = s;
+  for (int i = 0; i < n; ++i) {
+    if (p.instrs[i].op == ir::Op::Reshape) owner[n_in + i] = owner[p.instrs[i].args[0]];
+    last[owner[n_in + i]] = std::max(last[owner[n_in + i]], i);
+    for (auto a : p.instrs[i].args) last[owner[a]] = std::max(last[owner[a]], i);
+  }
+  for (int i = 0; i < n; ++i) {
+    const auto& a = p.instrs[i];
+    if (a.arena_offset < 0 || owner[n_in + i] != n_in + i) continue;
+    auto a_end = a.arena_offset + shape_numel(a.shape) * static_cast<int64_t>(dtype_size(a.dtype));
+    EXPECT_LE(a_end, p.arena_bytes);
+    for (int j = i + 1; j < n; ++j) {
+      const auto& b = p.instrs[j];
+      if (b.arena_offset < 0 || owner[n_in + j] != n_in + j) continue;
+      bool alive_together = j <= last[n_in + i];
+      auto b_end = b.arena_offset + shape_numel(b.shape) * static_cast<int64_t>(dtype_size(b.dtype));
+      bool share_bytes = a.arena_offset < b_end && b.arena_offset < a_end;
+      EXPECT_FALSE(alive_together && share_bytes)
+          << "$" << n_in + i << " and $" << n_in + j << "\n" << compiler::to_text(p);
+    }
+  }
+}
+
+TEST(MemoryPlan, AChainReusesTwoBlocks) {
+  test::fresh_engine();
+  auto w = from_vector(ramp(64 * 64, 0.1f), {64, 64});
+  Tensor y = from_vector(ramp(64 * 64, 0.3f), {64, 64});
+  for (int k = 0; k < 10; ++k) y = matmul(y, w);
+  auto p = compiler::compile(test::graph_of(y));
+  ASSERT_EQ(p.instrs.size(), 10u) << compiler::to_text(p);
+  const int64_t block = 64 * 64 * 4;
+  // Nine intermediates, each alive from its matmul to the next: two blocks take turns.
+  EXPECT_EQ(p.arena_bytes, 2 * block) << compiler::to_text(p);
+  EXPECT_LT(p.instrs.back().arena_offset, 0) << "the output escapes the arena";
+  expect_no_overlap(p);
+}
+
+TEST(MemoryPlan, ReshapesShareTheirOperandsBlock) {
+  test::fresh_engine();
+  auto x = from_vector(ramp(6 * 8, 0.2f), {6, 8});
+  auto w = from_vector(ramp(8 * 8, 0.4f), {8, 8});
+  auto h = matmul(x, w).reshape({2, 3, 8}).sum({1});  // reshape of an intermediate
+  auto out = matmul(h, w);
+  auto p = compiler::compile(test::graph_of(out));
+  expect_no_overlap(p);
+  for (std::size_t i = 1; i < p.instrs.size(); ++i) {
+    if (p.instrs[i].op == ir::Op::Reshape)
+      EXPECT_EQ(p.instrs[i].arena_offset, p.instrs[i - 1].arena_offset) << compiler::to_text(p);
+  }
+}
+
+TEST(MemoryPlan, ReusedArenaGivesTheSameValuesEveryStep) {
+  test::fresh_engine();
+  auto w = from_vector(ramp(32 * 32, 0.15f), {32, 32});
+  auto x0 = from_vector(ramp(16 * 32, 0.05f), {16, 32});
+  std::vector<float> first;
+  for (int step = 0; step < 3; ++step) {
+    auto h = relu(matmul(x0, w)) * 0.5;
+    auto out = matmul(tanh(matmul(h, w)) + h, w).sum({1});
+    mark_step();
+    auto v = out.to_vector<float>();
+    if (step == 0) first = v;
+    EXPECT_EQ(v, first) << "step " << step;
+  }
+  EXPECT_EQ(metrics::counter("UncachedCompile"), 1) << "one program, run three times";
+}
+
+TEST(MemoryPlan, NoOverlapInATrainingLikeGraph) {
+  test::fresh_engine();
+  auto x = from_vector(ramp(8 * 3 * 6 * 6, 0.21f), {8, 3, 6, 6});
+  auto w = from_vector(ramp(4 * 3 * 3 * 3, 0.33f), {4, 3, 3, 3});
+  w.requires_grad_();
+  auto y = relu(conv2d(x, w, {}, {.padding = {1, 1}}));
+  auto loss = (y * y).mean();
+  loss.backward();
+  auto p = compiler::compile(ir::build_graph({loss.impl()->pending(), w.grad().impl()->pending()}));
+  EXPECT_GT(p.arena_bytes, 0);
+  expect_no_overlap(p);
+}
+
+}  // namespace
+}  // namespace loom
