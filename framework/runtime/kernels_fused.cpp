@@ -156,45 +156,69 @@ void run_step(const FusedStep& s, const T* a, const T* b, const T* c, T* __restr
   assert(false && "fused kernel: not an elementwise op");
 }
 
+// Evaluates a fusion block by block on one thread, with that thread's scratch registers.
+template <class T>
+class BlockEvaluator {
+ public:
+  BlockEvaluator(const Fusion& f, std::span<const TensorView> in)
+      : f_(f), in_(in), n_loads_(static_cast<int>(f.loads.size())),
+        n_values_(n_loads_ + static_cast<int>(f.steps.size())),
+        regs_(scratch_registers<T>(static_cast<std::size_t>(f.num_registers) * kFusedBlock)),
+        value_(scratch_pointers<T>(n_values_)) {}
+
+  // Elements [begin, begin + len) of the result's index space, len <= kFusedBlock. The last
+  // step writes to `dst` when given; returns where the result is.
+  const T* eval(int64_t begin, int64_t len, T* dst) {
+    for (int k = 0; k < n_loads_; ++k) {
+      const auto& l = f_.loads[k];
+      const TensorView& src = in_[l.arg];
+      if (f_.register_of[k] < 0) {
+        value_[k] = src.as<const T>() + begin;
+        continue;
+      }
+      visit_dtype(l.dtype, [&](auto tag) {
+        using S = typename decltype(tag)::type;
+        load_block(l, src.as<const S>(), begin, len, reg(k));
+      });
+      value_[k] = reg(k);
+    }
+    for (int v = n_loads_; v < n_values_; ++v) {
+      const auto& s = f_.steps[v - n_loads_];
+      T* d = (v == n_values_ - 1 && dst) ? dst : reg(v);
+      run_step<T>(s, s.a >= 0 ? value_[s.a] : nullptr, s.b >= 0 ? value_[s.b] : nullptr,
+                  s.c >= 0 ? value_[s.c] : nullptr, d, len);
+      value_[v] = d;
+    }
+    return value_[n_values_ - 1];
+  }
+
+ private:
+  T* reg(int v) const { return regs_ + f_.register_of[v] * kFusedBlock; }
+
+  const Fusion& f_;
+  std::span<const TensorView> in_;
+  const int n_loads_, n_values_;
+  T* regs_;
+  const T** value_;
+};
+
 template <class T>
 void run_fusion(const Fusion& f, std::span<const TensorView> in, const TensorView& out) {
   const int64_t n = out.numel();
-  const auto n_loads = static_cast<int>(f.loads.size());
-  const auto n_values = n_loads + static_cast<int>(f.steps.size());
-  const int root = n_values - 1;
   const bool direct_out = out.dtype == f.compute;
   assert((direct_out || out.dtype == DType::Bool) && "fused kernel: bad result dtype");
   const int64_t blocks = (n + kFusedBlock - 1) / kFusedBlock;
   parallel_range(blocks, 8, [&](int64_t b0, int64_t b1) {
-    T* regs = scratch_registers<T>(static_cast<std::size_t>(f.num_registers) * kFusedBlock);
-    const T** value = scratch_pointers<T>(n_values);
-    auto reg = [&](int v) { return regs + f.register_of[v] * kFusedBlock; };
+    BlockEvaluator<T> eval(f, in);
     for (int64_t blk = b0; blk < b1; ++blk) {
       const int64_t begin = blk * kFusedBlock, len = std::min(kFusedBlock, n - begin);
-      for (int k = 0; k < n_loads; ++k) {
-        const auto& l = f.loads[k];
-        const TensorView& src = in[l.arg];
-        if (f.register_of[k] < 0) {
-          value[k] = src.as<const T>() + begin;
-          continue;
-        }
-        visit_dtype(l.dtype, [&](auto tag) {
-          using S = typename decltype(tag)::type;
-          load_block(l, src.as<const S>(), begin, len, reg(k));
-        });
-        value[k] = reg(k);
+      if (direct_out) {
+        eval.eval(begin, len, out.as<T>() + begin);
+        continue;
       }
-      for (int v = n_loads; v < n_values; ++v) {
-        const auto& s = f.steps[v - n_loads];
-        T* d = (v == root && direct_out) ? out.as<T>() + begin : reg(v);
-        run_step<T>(s, s.a >= 0 ? value[s.a] : nullptr, s.b >= 0 ? value[s.b] : nullptr,
-                    s.c >= 0 ? value[s.c] : nullptr, d, len);
-        value[v] = d;
-      }
-      if (!direct_out) {
-        BoolStorage* po = out.as<BoolStorage>() + begin;
-        for (int64_t i = 0; i < len; ++i) po[i] = value[root][i] != T(0);
-      }
+      const T* r = eval.eval(begin, len, nullptr);
+      BoolStorage* po = out.as<BoolStorage>() + begin;
+      for (int64_t i = 0; i < len; ++i) po[i] = r[i] != T(0);
     }
   });
 }
@@ -206,5 +230,20 @@ void fused_kernel(const compiler::Fusion& fusion, std::span<const TensorView> in
   visit_float("fused elementwise", fusion.compute,
               [&](auto tag) { run_fusion<typename decltype(tag)::type>(fusion, in, out); });
 }
+
+template <class T>
+void eval_fusion(const compiler::Fusion& fusion, std::span<const TensorView> in, int64_t begin,
+                 int64_t len, T* dst) {
+  assert(fusion.compute == (sizeof(T) == 4 ? DType::Float32 : DType::Float64) &&
+         "eval_fusion: wrong compute type");
+  BlockEvaluator<T> eval(fusion, in);
+  for (int64_t at = 0; at < len; at += kFusedBlock)
+    eval.eval(begin + at, std::min(kFusedBlock, len - at), dst + at);
+}
+
+template void eval_fusion<float>(const compiler::Fusion&, std::span<const TensorView>, int64_t,
+                                 int64_t, float*);
+template void eval_fusion<double>(const compiler::Fusion&, std::span<const TensorView>, int64_t,
+                                  int64_t, double*);
 
 }  // namespace loom::runtime

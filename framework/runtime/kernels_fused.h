@@ -16,4 +16,10 @@ inline constexpr int64_t kFusedBlock = 512;
 void fused_kernel(const compiler::Fusion& fusion, std::span<const TensorView> in,
                   const TensorView& out);
 
+// Elements [begin, begin + len) of a fusion's result, in its compute type T (float or
+// double), written to dst: for kernels that take a fused prologue (reductions).
+template <class T>
+void eval_fusion(const compiler::Fusion& fusion, std::span<const TensorView> in, int64_t begin,
+                 int64_t len, T* dst);
+
 }  // namespace loom::runtime

@@ -68,8 +68,8 @@ TEST(MemoryPlan, ReshapesShareTheirOperandsBlock) {
   auto p = compiler::compile(test::graph_of(out));
   expect_no_overlap(p);
   for (std::size_t i = 1; i < p.instrs.size(); ++i) {
-    if (p.instrs[i].op == ir::Op::Reshape)
-      EXPECT_EQ(p.instrs[i].arena_offset, p.instrs[i - 1].arena_offset) << compiler::to_text(p);
+    if (p.instrs[i].op != ir::Op::Reshape) continue;
+    EXPECT_EQ(p.instrs[i].arena_offset, p.instrs[i - 1].arena_offset) << compiler::to_text(p);
   }
 }
 
