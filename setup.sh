@@ -39,6 +39,7 @@ packages=(
   libtbb-dev libeigen3-dev libhdf5-dev libboost-program-options-dev libspdlog-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev
   hdf5-tools dataset-fashion-mnist fortunes
+  openmpi-bin libopenmpi-dev
 )
 
 missing=()

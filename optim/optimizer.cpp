@@ -1,4 +1,5 @@
 #include <loom/autograd.h>
+#include <loom/dist.h>
 #include <loom/lazy.h>
 #include <loom/optim.h>
 
@@ -15,6 +16,9 @@ Optimizer::Optimizer(std::vector<Tensor> params, double lr, const char* name)
                   " is not a defined floating-point tensor");
   }
   set_lr(lr);
+  // Here rather than in each training loop: every loop that owns an optimizer is then right
+  // by construction, as optimizer_step's gradient averaging makes it right at every step.
+  if (dist::is_distributed()) dist::broadcast_parameters(params_, 0);
 }
 
 void Optimizer::set_lr(double lr) {
@@ -27,7 +31,10 @@ void Optimizer::zero_grad() {
   for (auto& p : params_) p.set_grad({});
 }
 
+void reduce_gradients(Optimizer& opt) { dist::all_reduce_gradients(opt.params()); }
+
 void optimizer_step(Optimizer& opt, bool barrier) {
+  reduce_gradients(opt);
   opt.step();
   if (barrier) mark_step();
 }

@@ -1,5 +1,7 @@
 #include "recipe_util.h"
 
+#include <loom/dist.h>
+
 #include <spdlog/spdlog.h>
 #include <tbb/global_control.h>
 
@@ -15,7 +17,7 @@ bool parse_options(int argc, char** argv, const po::options_description& options
     throw Error(std::string(e.what()) + " (see --help)");
   }
   if (vm.count("help")) {
-    std::cout << usage << "\n\n" << options << '\n';
+    if (dist::rank() == 0) std::cout << usage << "\n\n" << options << '\n';
     return false;
   }
   try {
@@ -103,11 +105,46 @@ TrainerOptions run_options(const po::variables_map& vm, int argc, char** argv) {
   return t;
 }
 
+namespace {
+
+class EvalShard final : public data::Sampler {
+ public:
+  EvalShard(int64_t n, int64_t rank, int64_t world) : n_(n), rank_(rank), world_(world) {}
+  std::vector<int64_t> indices(int64_t) const override {
+    std::vector<int64_t> out;
+    for (int64_t i = rank_; i < n_; i += world_) out.push_back(i);
+    return out;
+  }
+  int64_t size() const override { return n_ > rank_ ? (n_ - rank_ + world_ - 1) / world_ : 0; }
+
+ private:
+  int64_t n_, rank_, world_;
+};
+
+}  // namespace
+
+std::shared_ptr<const data::Sampler> eval_shard(int64_t n) {
+  if (!dist::is_distributed()) return nullptr;
+  if (n < dist::world_size())
+    throw Error("evaluation: " + std::to_string(n) + " samples cannot be shared by " +
+                std::to_string(dist::world_size()) + " processes (each needs at least one)");
+  return std::make_shared<EvalShard>(n, dist::rank(), dist::world_size());
+}
+
 int run_main(const char* program, int (*body)(int, char**), int argc, char** argv) {
+  try {
+    dist::init();
+  } catch (const std::exception& e) {  // MPI did not start: there is no job to abort
+    std::cerr << program << ": error: " << e.what() << '\n';
+    return 1;
+  }
+  if (dist::rank() != 0) spdlog::set_level(spdlog::level::warn);
   try {
     return body(argc, argv);
   } catch (const std::exception& e) {
-    std::cerr << program << ": error: " << e.what() << '\n';
+    std::string line = std::string(program) + ": error: " + e.what();
+    if (dist::is_distributed()) dist::abort(line);
+    std::cerr << line << '\n';
     return 1;
   }
 }

@@ -2,6 +2,7 @@
 // one-line error exit.
 #pragma once
 
+#include <loom/data/sampler.h>
 #include <loom/error.h>
 #include <loom/optim.h>
 #include <loom/trainer.h>
@@ -49,7 +50,16 @@ void set_threads(int threads);
 std::shared_ptr<optim::Schedule> make_schedule(const std::string& name, optim::Optimizer& opt, double lr,
                                                int64_t warmup, int64_t total_steps);
 
-// Runs `body`, turning any exception into one "error: ..." line and exit code 1.
+// Evaluation sampler for data-parallel runs: rank r of W reads samples r, r+W, r+2W, ... of
+// n, so the ranks cover the set exactly once (DistributedSampler pads the ranks to equal
+// sizes, which would count samples twice). nullptr (the loader's sequential default) for one
+// process.
+std::shared_ptr<const data::Sampler> eval_shard(int64_t n);
+
+// Starts loom::dist (data-parallel under mpirun; ranks other than 0 then log warnings and
+// errors only) and runs `body`, turning any exception into one "error: ..." line and exit
+// code 1. Under mpirun that line names the rank and the whole job ends (MPI_Abort): the other
+// ranks would otherwise wait for this one for ever.
 int run_main(const char* program, int (*body)(int, char**), int argc, char** argv);
 
 }  // namespace loom::recipes

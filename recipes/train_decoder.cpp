@@ -7,6 +7,7 @@
 #include <loom/checkpoint.h>
 #include <loom/data/hdf5.h>
 #include <loom/data/loader.h>
+#include <loom/dist.h>
 #include <loom/lazy.h>
 #include <loom/models/decoder.h>
 #include <loom/nn/functional.h>
@@ -122,7 +123,7 @@ int run(int argc, char** argv) {
     ("kv-heads", po::value<int64_t>()->default_value(4), "key/value heads (grouped-query attention)")
     ("intermediate", po::value<int64_t>()->default_value(704), "SwiGLU intermediate size")
     ("seq-len", po::value<int64_t>()->default_value(128), "tokens per training window")
-    ("batch-size", po::value<int64_t>()->default_value(16), "windows per step")
+    ("batch-size", po::value<int64_t>()->default_value(16), "windows per step and process (under mpirun the global batch is this times the processes)")
     ("steps", po::value<int64_t>()->default_value(2000), "training steps")
     ("lr", po::value<double>()->default_value(3e-3, "3e-3"), "peak AdamW learning rate")
     ("weight-decay", po::value<double>()->default_value(0.1, "0.1"), "AdamW weight decay")
@@ -163,6 +164,7 @@ int run(int argc, char** argv) {
   }
 
   int64_t seq = cfg.max_seq_len, batch = vm["batch-size"].as<int64_t>();
+  int64_t world = dist::world_size();
   std::shared_ptr<data::Dataset> train_set, val_set;
   if (vm["synthetic"].as<bool>()) {
     std::map<std::string, data::FieldSpec> f{
@@ -181,16 +183,20 @@ int run(int argc, char** argv) {
     spdlog::info("{}: {} training and {} validation tokens", path, train_tokens.numel(), val_tokens.numel());
     train_set = std::make_shared<data::TokenWindowDataset>(
         std::move(train_tokens), seq,
-        data::TokenWindowOptions{.windows = vm["steps"].as<int64_t>() * batch, .random = true, .seed = static_cast<uint64_t>(seed)}, path);
+        data::TokenWindowOptions{.windows = vm["steps"].as<int64_t>() * batch * world, .random = true, .seed = static_cast<uint64_t>(seed)}, path);
     int64_t fit = (val_tokens.numel() - 1) / seq;
     val_set = std::make_shared<data::TokenWindowDataset>(
         std::move(val_tokens), seq,
         data::TokenWindowOptions{.windows = std::min(fit, vm["eval-windows"].as<int64_t>()), .random = false}, path);
   }
+  // Under mpirun each process takes every world-th training window and its part of the
+  // validation windows; the Trainer adds the validation parts up.
   data::DeviceLoader train_loader(train_set, {.batch_size = batch, .shuffle = false, .seed = static_cast<uint64_t>(seed),
-                                              .threads = vm["loader-threads"].as<int>(), .prefetch = vm["prefetch"].as<int>()});
+                                              .threads = vm["loader-threads"].as<int>(), .prefetch = vm["prefetch"].as<int>(),
+                                              .rank = dist::rank(), .world_size = world});
   data::DeviceLoader val_loader(val_set, {.batch_size = batch, .last_batch = data::LastBatch::Pad,
-                                          .threads = vm["loader-threads"].as<int>(), .prefetch = vm["prefetch"].as<int>()});
+                                          .threads = vm["loader-threads"].as<int>(), .prefetch = vm["prefetch"].as<int>(),
+                                          .sampler = recipes::eval_shard(val_set->size())});
 
   auto opt = std::make_shared<optim::AdamW>(net->parameters(),
                                             optim::AdamOptions{.lr = vm["lr"].as<double>(), .beta1 = 0.9, .beta2 = 0.95,
@@ -205,7 +211,8 @@ int run(int argc, char** argv) {
   DecoderTrainer trainer(net, opt, to);
   trainer.set_schedule(recipes::make_schedule("cosine", *opt, vm["lr"].as<double>(), vm["warmup"].as<int64_t>(), steps));
   spdlog::info("{}: {} parameters, {} steps of {}x{} tokens, mode {}", model_name(cfg), net->num_parameters(), steps,
-               batch, seq, vm["mode"].as<std::string>());
+               batch * world, seq, vm["mode"].as<std::string>());
+  if (world > 1) spdlog::info("data-parallel over {} processes: {} windows per process and step", world, batch);
   trainer.fit(train_loader, &val_loader);
   if (trainer.interrupted()) return 130;
   auto losses = trainer.losses();
@@ -213,6 +220,7 @@ int run(int argc, char** argv) {
   double train_loss = 0;
   for (int64_t i = static_cast<int64_t>(losses.size()) - tail; i < static_cast<int64_t>(losses.size()); ++i) train_loss += losses[i];
   train_loss /= std::max<int64_t>(tail, 1);
+  train_loss = dist::all_reduce(train_loss, dist::ReduceOp::Mean);  // each rank saw its own windows
   double val = trainer.last_eval().count("loss") ? trainer.last_eval().at("loss") : NAN;
   spdlog::info("training loss {:.4f} (last {} steps), validation loss {:.4f} = {:.3f} bits per byte", train_loss, tail,
                val, val / std::numbers::ln2);

@@ -5,6 +5,7 @@
 #include <loom/autograd.h>
 #include <loom/data/hdf5.h>
 #include <loom/data/loader.h>
+#include <loom/dist.h>
 #include <loom/lazy.h>
 #include <loom/models/resnet.h>
 #include <loom/nn/functional.h>
@@ -55,7 +56,7 @@ int train(int argc, char** argv) {
     ("model", po::value<std::string>()->default_value("resnet20"), "resnet20, resnet32, resnet44, resnet56, resnet110 (CIFAR layout) or resnet18, resnet34, resnet50, ... (ImageNet layout)")
     ("epochs", po::value<int64_t>()->default_value(5), "passes over the training set")
     ("max-steps", po::value<int64_t>()->default_value(0), "stop after this many steps (0: no limit)")
-    ("batch-size", po::value<int64_t>()->default_value(128), "images per step")
+    ("batch-size", po::value<int64_t>()->default_value(128), "images per step and process (under mpirun the global batch is this times the processes)")
     ("lr", po::value<double>()->default_value(0.1, "0.1"), "peak learning rate")
     ("momentum", po::value<double>()->default_value(0.9, "0.9"), "SGD momentum")
     ("weight-decay", po::value<double>()->default_value(5e-4, "5e-4"), "SGD weight decay")
@@ -113,14 +114,18 @@ int train(int argc, char** argv) {
     train_tf.push_back(data::random_crop({28, 28}, 2));
     train_tf.push_back(data::random_horizontal_flip());
   }
+  // Under mpirun each process trains on its shard of every epoch and evaluates its part of
+  // the test set; the Trainer adds the parts up.
   data::DeviceLoader train_loader(train_set,
                                   {.batch_size = batch_size, .shuffle = true, .seed = static_cast<uint64_t>(seed),
                                    .last_batch = data::LastBatch::Drop, .threads = vm["loader-threads"].as<int>(),
-                                   .prefetch = vm["prefetch"].as<int>()},
+                                   .prefetch = vm["prefetch"].as<int>(), .rank = dist::rank(),
+                                   .world_size = dist::world_size()},
                                   train_tf);
   data::DeviceLoader test_loader(test_set,
                                  {.batch_size = vm["eval-batch-size"].as<int64_t>(), .last_batch = data::LastBatch::Pad,
-                                  .threads = vm["loader-threads"].as<int>(), .prefetch = vm["prefetch"].as<int>()},
+                                  .threads = vm["loader-threads"].as<int>(), .prefetch = vm["prefetch"].as<int>(),
+                                  .sampler = recipes::eval_shard(test_set->size())},
                                  {data::to_float(), data::normalize(mean, stddev)});
 
   nn::manual_seed(static_cast<uint64_t>(seed));
@@ -139,7 +144,9 @@ int train(int argc, char** argv) {
   trainer.set_schedule(recipes::make_schedule(vm["schedule"].as<std::string>(), *opt, vm["lr"].as<double>(),
                                               vm["warmup"].as<int64_t>(), steps));
   spdlog::info("{}: {} parameters, {} steps of {} images ({} per epoch), mode {}", model_name, net->num_parameters(),
-               steps, batch_size, train_loader.batches_per_epoch(), vm["mode"].as<std::string>());
+               steps, batch_size * dist::world_size(), train_loader.batches_per_epoch(), vm["mode"].as<std::string>());
+  if (dist::is_distributed())
+    spdlog::info("data-parallel over {} processes: {} images per process and step", dist::world_size(), batch_size);
   trainer.fit(train_loader, &test_loader);
   if (trainer.interrupted()) return 130;
   const auto& ev = trainer.last_eval();

@@ -1,5 +1,6 @@
 #include <loom/autograd.h>
 #include <loom/checkpoint.h>
+#include <loom/dist.h>
 #include <loom/lazy.h>
 #include <loom/metrics.h>
 #include <loom/profiler.h>
@@ -82,12 +83,17 @@ Tensor Trainer::real_rows(const data::Batch& batch, DType dtype) {
   return lt(iota({n}, 0), full({n}, static_cast<double>(batch.valid), DType::Int64)).to(dtype);
 }
 
+bool Trainer::logs() const { return !options_.quiet && dist::rank() == 0; }
+
 std::vector<double> Trainer::losses() const {
   std::lock_guard lock(loss_mutex_);
   return losses_;
 }
 
 void Trainer::save_checkpoint(const std::string& path) const {
+  // The ranks hold the same parameters (and optimizer state, which follows from them and the
+  // averaged gradients); rank 0's copy is the checkpoint.
+  if (dist::rank() != 0) return;
   Checkpoint ck;
   ck.model = model_->state_dict();
   ck.optimizer = optimizer_->state();
@@ -126,8 +132,14 @@ void Trainer::run_step(const data::Batch& batch) {
     throw Error("Trainer: train_step must return a one-element loss, got shape " +
                 (loss.defined() ? shape_str(loss.shape()) : std::string("(undefined)")));
   loss.backward();
-  if (options_.clip_grad_norm > 0) optim::clip_grad_norm(optimizer_->params(), options_.clip_grad_norm);
-  optim::optimizer_step(*optimizer_, /*barrier=*/false);  // the loader's increment marks the step
+  if (options_.clip_grad_norm > 0) {
+    // Clip the averaged gradients, as one process training on the global batch would.
+    optim::reduce_gradients(*optimizer_);
+    optim::clip_grad_norm(optimizer_->params(), options_.clip_grad_norm);
+    optimizer_->step();
+  } else {
+    optim::optimizer_step(*optimizer_, /*barrier=*/false);  // the loader's increment marks the step
+  }
   int64_t step = step_ + 1;
   double lr = optimizer_->lr();
   // Read the loss once it exists, on the device thread: no transfer in the middle of the step.
@@ -139,7 +151,7 @@ void Trainer::log_step(int64_t step, double loss, double lr) {
   losses_.push_back(loss);
   interval_loss_ += loss;
   ++interval_steps_;
-  if (options_.quiet || options_.log_every == 0 || step % options_.log_every != 0) return;
+  if (!logs() || options_.log_every == 0 || step % options_.log_every != 0) return;
   double t = now_seconds();
   double rate = interval_steps_ * static_cast<double>(units_per_step_) / std::max(t - interval_start_, 1e-9);
   double eta = total_steps_ > step ? (total_steps_ - step) * (t - interval_start_) / interval_steps_ : 0;
@@ -156,6 +168,13 @@ void Trainer::log_step(int64_t step, double loss, double lr) {
 }
 
 std::map<std::string, double> Trainer::evaluate(data::DeviceLoader& eval) {
+  if (dist::is_distributed()) {
+    // Buffers (batch-norm running statistics) follow each rank's own batches. Evaluate, and
+    // so checkpoint, rank 0's, as PyTorch's DistributedDataParallel does.
+    std::vector<Tensor> buffers;
+    for (auto& [name, t] : model_->named_buffers()) buffers.push_back(t);
+    dist::broadcast_parameters(buffers, 0);
+  }
   model_->eval();
   std::map<std::string, Tensor> sums;
   int64_t count = 0;
@@ -170,17 +189,30 @@ std::map<std::string, double> Trainer::evaluate(data::DeviceLoader& eval) {
     }
   }
   model_->train();
+  // Each rank evaluated its shard (or all of the set): sums and counts add up over the ranks.
+  std::vector<double> totals{static_cast<double>(count)};
+  for (auto& [name, total] : sums) totals.push_back(total.item<double>());
+  totals = dist::all_reduce(std::move(totals), dist::ReduceOp::Sum);
   std::map<std::string, double> out;
-  for (auto& [name, total] : sums) out[name] = total.item<double>() / static_cast<double>(std::max<int64_t>(count, 1));
+  std::size_t k = 1;
+  for (auto& [name, total] : sums) out[name] = totals[k++] / std::max(totals[0], 1.0);
   return out;
 }
 
 void Trainer::fit(data::DeviceLoader& train, data::DeviceLoader* eval) {
   StopSignals signals;
   interrupted_ = false;
-  if (options_.resume && std::filesystem::exists(options_.checkpoint)) {
+  bool found = options_.resume && std::filesystem::exists(options_.checkpoint);
+  if (options_.resume && dist::is_distributed()) {
+    // Every rank reads the checkpoint that rank 0 wrote, so every rank must see the file.
+    auto seen = static_cast<int64_t>(dist::all_reduce(found ? 1.0 : 0.0));
+    if (seen != 0 && seen != dist::world_size())
+      throw Error("--resume: checkpoint '" + options_.checkpoint + "' exists for " + std::to_string(seen) + " of " +
+                  std::to_string(dist::world_size()) + " processes; put it on a filesystem every host sees");
+  }
+  if (found) {
     load_checkpoint(options_.checkpoint);
-    if (!options_.quiet)
+    if (logs())
       spdlog::info("resumed from {} at step {} (epoch {}, batch {})", options_.checkpoint, step_, epoch_ + 1,
                    batch_in_epoch_);
   }
@@ -189,6 +221,8 @@ void Trainer::fit(data::DeviceLoader& train, data::DeviceLoader* eval) {
   total_steps_ = options_.epochs * per_epoch;
   if (options_.max_steps > 0) total_steps_ = std::min(total_steps_, options_.max_steps);
   units_per_step_ = 0;
+  int64_t units_trained = 0;  // by this rank
+  double eval_seconds = 0;
   fit_start_ = interval_start_ = now_seconds();
   model_->train();
 
@@ -198,9 +232,12 @@ void Trainer::fit(data::DeviceLoader& train, data::DeviceLoader* eval) {
   int64_t evaluated_at = -1;
   auto run_eval = [&] {
     mark_step();
+    wait_device_ops();  // the steps still queued are training time, not evaluation time
+    double start = now_seconds();
     last_eval_ = evaluate(*eval);
     evaluated_at = step_;
-    if (options_.quiet) return;
+    eval_seconds += now_seconds() - start;
+    if (!logs()) return;
     if (isatty(fileno(stderr))) std::fprintf(stderr, "\n");
     std::string line;
     for (auto& [k, v] : last_eval_) line += fmt::format("  {} {:.4f}", k, v);
@@ -214,7 +251,9 @@ void Trainer::fit(data::DeviceLoader& train, data::DeviceLoader* eval) {
       // Resuming mid-epoch: batches are a pure function of (seed, epoch, index), so skipping
       // the ones already trained on gives exactly the uninterrupted sequence.
       if (b++ < batch_in_epoch_) continue;
-      units_per_step_ = batch.valid * options_.units_per_sample;
+      // The progress line's rate is global: the ranks step in lockstep on equal batches.
+      units_per_step_ = batch.valid * options_.units_per_sample * dist::world_size();
+      units_trained += batch.valid * options_.units_per_sample;
       profiler::Trace span("train_step");
       switch (options_.mode) {
         case ExecutionMode::Lazy: run_step(batch); break;
@@ -234,7 +273,11 @@ void Trainer::fit(data::DeviceLoader& train, data::DeviceLoader* eval) {
         save_checkpoint(options_.checkpoint);
       }
       if (eval && options_.eval_every > 0 && step_ % options_.eval_every == 0) run_eval();
-      if (g_stop) interrupted_ = true;
+      // A signal may reach one rank only: all stop at the same step, or the others would wait
+      // for its gradients for ever.
+      bool stop = g_stop;
+      if (dist::is_distributed()) stop = dist::all_reduce(stop ? 1.0 : 0.0, dist::ReduceOp::Max) > 0;
+      if (stop) interrupted_ = true;
       if (interrupted_ || done) break;
     }
     mark_step();
@@ -250,21 +293,32 @@ void Trainer::fit(data::DeviceLoader& train, data::DeviceLoader* eval) {
   if (eval && evaluated_at != step_ && !interrupted_) run_eval();
   wait_device_ops();
   if (!options_.checkpoint.empty() && (interrupted_ || done)) save_checkpoint(options_.checkpoint);
-  if (interrupted_ && !options_.quiet)
+  if (interrupted_ && logs())
     spdlog::warn("interrupted at step {}; {}", step_,
                  options_.checkpoint.empty() ? std::string("no --checkpoint was given, nothing saved")
                                              : "checkpoint written to " + options_.checkpoint + " (resume with --resume)");
   if (!options_.profile.empty()) {
     profiler::stop();
     profiler::save(options_.profile);
-    if (!options_.quiet) spdlog::info("profile written to {}", options_.profile);
+    if (logs()) spdlog::info("profile written to {}", options_.profile);
   }
-  if (!options_.quiet) log_summary(now_seconds() - fit_start_);
+  // Global throughput: what all ranks trained on, over the slowest rank's training time.
+  double seconds = now_seconds() - fit_start_;
+  double units = dist::all_reduce(static_cast<double>(units_trained));
+  double train_seconds = dist::all_reduce(seconds - eval_seconds, dist::ReduceOp::Max);
+  if (logs()) log_summary(seconds, units / std::max(train_seconds, 1e-9));
 }
 
-void Trainer::log_summary(double seconds) const {
+void Trainer::log_summary(double seconds, double rate) const {
   if (isatty(fileno(stderr))) std::fprintf(stderr, "\n");
   spdlog::info("trained {} steps in {}", step_, format_duration(seconds));
+  // (rate 0: nothing was trained, as when a resume finds the run complete and only evaluates.)
+  int world = dist::world_size();
+  if (rate > 0 && world > 1)
+    spdlog::info("throughput {:.1f} {}/s over {} processes ({:.1f} per process)", rate, options_.unit, world,
+                 rate / world);
+  else if (rate > 0)
+    spdlog::info("throughput {:.1f} {}/s", rate, options_.unit);
   spdlog::info("compiles {} (cache hits {}), transfers from the device {}, data wait {:.1f}s",
                metrics::counter("UncachedCompile"), metrics::counter("CachedCompile"),
                metrics::counter("TransferFromDevice"), metrics::stat("LoaderWaitTime").total / 1e9);

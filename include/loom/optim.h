@@ -25,6 +25,11 @@ namespace loom::optim {
 
 class Optimizer {
  public:
+  // Under mpirun every rank must train the same model, so the constructor gives every rank
+  // rank 0's parameter values (loom::dist::broadcast_parameters): ranks that initialise
+  // differently still start identical. Constructing an optimizer is then a collective that
+  // every rank makes. Buffers (batch-norm statistics) are not parameters; the Trainer keeps
+  // them in step.
   Optimizer(std::vector<Tensor> params, double lr, const char* name);
   virtual ~Optimizer() = default;
 
@@ -100,8 +105,12 @@ class AdamW final : public Adam {
   AdamW(std::vector<Tensor> params, AdamOptions options = {.weight_decay = 1e-2});
 };
 
-// step(), then mark_step() when `barrier` is true. (With several processes, gradients will
-// be all-reduced first.)
+// Data-parallel training (several processes under mpirun, see loom/dist.h): replaces each
+// parameter's gradient by its mean over the ranks. A no-op in a single process. Call it
+// yourself only to work on the averaged gradients before step() (clipping, say).
+void reduce_gradients(Optimizer& opt);
+
+// reduce_gradients(), step(), then mark_step() when `barrier` is true.
 void optimizer_step(Optimizer& opt, bool barrier = false);
 
 // Scales gradients so their global L2 norm is at most max_norm; returns the norm before

@@ -24,6 +24,11 @@
 // SIGINT/SIGTERM during fit() finish the current step, write the checkpoint (when a path is
 // set) and return with interrupted() true; fit() with resume = true then continues exactly
 // where it stopped: the same batches, the same losses as a run that never stopped.
+//
+// Under mpirun (loom/dist.h) fit() is data-parallel: give the training loader this rank's
+// shard (DeviceLoaderOptions rank / world_size); gradients are averaged over the ranks before
+// clipping and the update; rank 0 logs and writes checkpoints, and every rank resumes from
+// them; a signal to any rank stops all of them at the same step; throughput is global.
 #pragma once
 
 #include <loom/data/loader.h>
@@ -74,6 +79,8 @@ class Trainer {
   // Trains for options.epochs epochs (or max_steps steps); evaluates on `eval` if given.
   void fit(data::DeviceLoader& train, data::DeviceLoader* eval = nullptr);
   // Sums of eval_step() over the loader, divided by the number of real (unpadded) samples.
+  // Under mpirun the sums and counts add up over the ranks, so give each rank its part of the
+  // set (recipes' eval_shard) or all of it; every rank evaluates rank 0's buffers.
   std::map<std::string, double> evaluate(data::DeviceLoader& eval);
 
   // Every training step's loss so far, in order (complete once the device has caught up:
@@ -83,7 +90,8 @@ class Trainer {
   bool interrupted() const { return interrupted_; }
   const std::map<std::string, double>& last_eval() const { return last_eval_; }
 
-  // Saves / restores model, optimizer and position (used by fit; public for tools).
+  // Saves (on rank 0 only; the other ranks return) / restores (every rank) model, optimizer
+  // and position (used by fit; public for tools).
   void save_checkpoint(const std::string& path) const;
   void load_checkpoint(const std::string& path);
 
@@ -106,7 +114,9 @@ class Trainer {
  private:
   void run_step(const data::Batch& batch);
   void log_step(int64_t step, double loss, double lr);
-  void log_summary(double seconds) const;
+  void log_summary(double seconds, double rate) const;
+  // Log lines come from rank 0 only, and not at all when quiet.
+  bool logs() const;
 
   std::shared_ptr<nn::Module> model_;
   std::shared_ptr<optim::Optimizer> optimizer_;
