@@ -163,6 +163,7 @@ class Fuser {
     };
     auto fusion = std::make_shared<Fusion>();
     fusion->compute = g.compute;
+    fusion->shape = p_.instrs[g.root].shape;
     Instr out{p_.instrs[g.root].op, p_.instrs[g.root].dtype, p_.instrs[g.root].shape,
               p_.instrs[g.root].attr, {}, -1, nullptr};
     std::map<int, int> value_of;  // old slot -> value

@@ -2,6 +2,7 @@
 
 #include "compiler/dead_code.h"
 #include "compiler/fuse_elementwise.h"
+#include "compiler/fuse_reduce.h"
 #include "compiler/lower.h"
 #include "compiler/memory_plan.h"
 
@@ -20,6 +21,8 @@ Program compile(const ir::Graph& graph) {
   after("lower", p);
   p = fuse_elementwise(std::move(p));
   after("fuse_elementwise", p);
+  p = fuse_reduce_prologue(std::move(p));
+  after("fuse_reduce_prologue", p);
   p = eliminate_dead_code(std::move(p));
   after("eliminate_dead_code", p);
   p = plan_memory(std::move(p));

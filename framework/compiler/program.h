@@ -41,6 +41,7 @@ struct FusedStep {
 
 struct Fusion {
   DType compute;
+  Shape shape;                     // the result's shape
   std::vector<FusedLoad> loads;
   std::vector<FusedStep> steps;
   int num_registers = 0;           // block-sized scratch registers the steps need
@@ -54,7 +55,9 @@ struct Instr {
   ir::Attr attr;
   std::vector<int> args;       // slots read
   int64_t arena_offset = -1;   // >= 0: the result lives at this byte offset in the arena
-  std::shared_ptr<const Fusion> fusion;  // set: run this fused kernel (op is its root's op)
+  // Set on an elementwise instruction: run this fusion instead (op is its last step's op).
+  // Set on a reduction: the fusion computes the reduced operand (fuse_reduce.cpp).
+  std::shared_ptr<const Fusion> fusion;
 };
 
 struct SlotType {

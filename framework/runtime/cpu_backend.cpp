@@ -68,10 +68,12 @@ void run_program(const CpuExecutable& exe, const BufferList& inputs, const Buffe
       exe.views.push_back({exe.data[a], t.dtype, t.shape});
     }
     TensorView out{exe.data[out_slot], in.dtype, in.shape};
-    if (in.fusion)
-      fused_kernel(*in.fusion, exe.views, out);
-    else
+    if (!in.fusion)
       run_kernel(in.op, in.attr, exe.views, out);
+    else if (ir::op_info(in.op).group == ir::OpGroup::Reduce)
+      fused_reduce_kernel(in.op, in.attr, *in.fusion, exe.views, out);
+    else
+      fused_kernel(*in.fusion, exe.views, out);
   }
   for (std::size_t k = 0; k < outputs.size(); ++k) {
     int slot = p.outputs[k];

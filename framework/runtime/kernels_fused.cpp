@@ -35,10 +35,24 @@ using ir::Op;
 
 template <class T>
 using Array = Eigen::Array<T, Eigen::Dynamic, 1>;
-template <class T>
-Eigen::Map<Array<T>> array(T* p, int64_t n) { return {p, n}; }
-template <class T>
-Eigen::Map<const Array<T>> array(const T* p, int64_t n) { return {p, n}; }
+
+// d = f(a) over n <= kFusedBlock elements with Eigen's vectorised functions. The operand is
+// copied into an aligned buffer padded to whole packets, so every element goes through the
+// same packet code wherever it sits: Eigen would otherwise compute unaligned heads and short
+// tails with the scalar library function, whose last bits differ, and a value would then
+// depend on how a kernel happened to cut its work into blocks.
+template <class T, class F>
+void vector_map(const T* a, T* d, int64_t n, F f) {
+  constexpr int64_t kPacket = 64 / sizeof(T);
+  alignas(64) T in[kFusedBlock];
+  alignas(64) T out[kFusedBlock];
+  const int64_t padded = (n + kPacket - 1) / kPacket * kPacket;
+  std::copy(a, a + n, in);
+  std::fill(in + n, in + padded, T(0));
+  Eigen::Map<Array<T>, Eigen::Aligned64> x(in, padded), y(out, padded);
+  y = f(x);
+  std::copy(out, out + n, d);
+}
 
 // Per-thread scratch, grown once: steady-state steps allocate nothing.
 template <class T>
@@ -101,15 +115,15 @@ void run_step(const FusedStep& s, const T* a, const T* b, const T* c, T* __restr
     case Op::Abs: for (int64_t i = 0; i < n; ++i) d[i] = std::abs(a[i]); return;
     // a < 0 (not a > 0) so that relu(NaN) is NaN, as in PyTorch.
     case Op::Relu: for (int64_t i = 0; i < n; ++i) d[i] = a[i] < zero ? zero : a[i]; return;
-    case Op::Exp: array(d, n) = array(a, n).exp(); return;
-    case Op::Log: array(d, n) = array(a, n).log(); return;
-    case Op::Sqrt: array(d, n) = array(a, n).sqrt(); return;
-    case Op::Rsqrt: array(d, n) = array(a, n).sqrt().inverse(); return;
-    case Op::Sigmoid: array(d, n) = array(a, n).logistic(); return;
-    case Op::Tanh: array(d, n) = array(a, n).tanh(); return;
-    case Op::Silu: array(d, n) = array(a, n) * array(a, n).logistic(); return;
-    case Op::Sin: array(d, n) = array(a, n).sin(); return;
-    case Op::Cos: array(d, n) = array(a, n).cos(); return;
+    case Op::Exp: return vector_map(a, d, n, [](const auto& x) { return x.exp(); });
+    case Op::Log: return vector_map(a, d, n, [](const auto& x) { return x.log(); });
+    case Op::Sqrt: return vector_map(a, d, n, [](const auto& x) { return x.sqrt(); });
+    case Op::Rsqrt: return vector_map(a, d, n, [](const auto& x) { return x.sqrt().inverse(); });
+    case Op::Sigmoid: return vector_map(a, d, n, [](const auto& x) { return x.logistic(); });
+    case Op::Tanh: return vector_map(a, d, n, [](const auto& x) { return x.tanh(); });
+    case Op::Silu: return vector_map(a, d, n, [](const auto& x) { return x * x.logistic(); });
+    case Op::Sin: return vector_map(a, d, n, [](const auto& x) { return x.sin(); });
+    case Op::Cos: return vector_map(a, d, n, [](const auto& x) { return x.cos(); });
     case Op::Erf: for (int64_t i = 0; i < n; ++i) d[i] = std::erf(a[i]); return;
     case Op::Gelu: {
       const T inv_sqrt2 = T(0.70710678118654752440);
@@ -119,7 +133,7 @@ void run_step(const FusedStep& s, const T* a, const T* b, const T* c, T* __restr
     case Op::GeluTanh: {
       const T k = T(0.79788456080286535588), c3 = T(0.044715);  // sqrt(2/pi)
       for (int64_t i = 0; i < n; ++i) d[i] = k * (a[i] + c3 * a[i] * a[i] * a[i]);
-      array(d, n) = array(d, n).tanh();
+      vector_map(d, d, n, [](const auto& x) { return x.tanh(); });
       for (int64_t i = 0; i < n; ++i) d[i] = half * a[i] * (one + d[i]);
       return;
     }

@@ -16,6 +16,11 @@ inline constexpr int64_t kFusedBlock = 512;
 void fused_kernel(const compiler::Fusion& fusion, std::span<const TensorView> in,
                   const TensorView& out);
 
+// A Sum, Mean or Max (attr: its axes) of a fusion's result, which is never stored: the
+// reduction evaluates the fusion (its prologue) over `in` as it reads (kernels_reduce.cpp).
+void fused_reduce_kernel(ir::Op op, const ir::Attr& attr, const compiler::Fusion& prologue,
+                         std::span<const TensorView> in, const TensorView& out);
+
 // Elements [begin, begin + len) of a fusion's result, in its compute type T (float or
 // double), written to dst: for kernels that take a fused prologue (reductions).
 template <class T>

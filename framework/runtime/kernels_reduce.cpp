@@ -4,6 +4,7 @@
 //   ... reduced innermost: each output folds contiguous runs (e.g. a row sum);
 //   ... kept innermost:    a block of neighbouring outputs folds whole input rows at once
 //                          (e.g. a column sum), so memory is read in order.
+#include "runtime/kernels_fused.h"
 #include "runtime/kernels_impl.h"
 
 #include <algorithm>
@@ -41,6 +42,16 @@ struct SumOp {
   using Acc = SumAcc<T>;
   static Acc init() { return Acc(0); }
   static void fold(Acc& a, T v) { a += static_cast<Acc>(v); }
+  // A contiguous run: eight partial sums in a fixed pattern, so the loop vectorises and the
+  // result is the same every time.
+  static void fold_run(Acc& a, const T* p, int64_t n) {
+    Acc lane[8] = {};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+      for (int k = 0; k < 8; ++k) lane[k] += static_cast<Acc>(p[i + k]);
+    for (int k = 0; i < n; ++i, ++k) lane[k] += static_cast<Acc>(p[i]);
+    a += ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+  }
   static T finish(Acc a, int64_t) { return static_cast<T>(a); }
 };
 
@@ -60,8 +71,34 @@ struct MaxOp {
   static void fold(Acc& a, T v) {
     if (is_nan(v) || v > a) a = v;
   }
+  static void fold_run(Acc& a, const T* p, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) fold(a, p[i]);
+  }
   static T finish(Acc a, int64_t) { return a; }
 };
+
+// What a reduction reads: its operand in memory, or a fused elementwise prologue evaluated
+// run by run (compiler/fuse_reduce.cpp), so the operand never goes to memory.
+template <class T>
+struct Operand {
+  const T* data = nullptr;
+  const compiler::Fusion* prologue = nullptr;
+  std::span<const TensorView> prologue_in;
+
+  // Elements [offset, offset + len) in row-major order; `tmp` has room for len elements.
+  const T* run(int64_t offset, int64_t len, T* tmp) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (prologue) {
+        eval_fusion<T>(*prologue, prologue_in, offset, len, tmp);
+        return tmp;
+      }
+    }
+    return data + offset;
+  }
+};
+
+// Elements read at a time in the reduced-innermost layout.
+constexpr int64_t kRun = kFusedBlock;
 
 // Odometer over dims: visits every multi-index in row-major order, tracking its offset.
 class Odometer {
@@ -104,23 +141,23 @@ int64_t kept_offset(int64_t o, const std::vector<Dim>& kept) {
 }
 
 template <class T, class R>
-void reduce_typed(const TensorView& x, const std::vector<int64_t>& axes, const TensorView& out) {
+void reduce_typed(const Operand<T>& x, const Shape& shape, const std::vector<int64_t>& axes,
+                  const TensorView& out) {
   using Acc = typename R::Acc;
-  const T* px = x.as<const T>();
   T* po = out.as<T>();
 
   // Simplify: drop size-1 dims, merge neighbours with the same reduced/kept status.
-  auto strides = contiguous_strides(x.shape);
+  auto strides = contiguous_strides(shape);
   std::vector<Dim> dims;
   std::vector<bool> reduced;
-  for (std::size_t d = 0; d < x.shape.size(); ++d) {
-    if (x.shape[d] == 1) continue;
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
     bool r = std::binary_search(axes.begin(), axes.end(), static_cast<int64_t>(d));
     if (!dims.empty() && reduced.back() == r) {
-      dims.back().size *= x.shape[d];
+      dims.back().size *= shape[d];
       dims.back().stride = strides[d];
     } else {
-      dims.push_back({x.shape[d], strides[d]});
+      dims.push_back({shape[d], strides[d]});
       reduced.push_back(r);
     }
   }
@@ -140,14 +177,17 @@ void reduce_typed(const TensorView& x, const std::vector<int64_t>& axes, const T
     const int64_t grain = std::max<int64_t>(1, kGrainElementwise / std::max<int64_t>(n_red, 1));
     parallel_range(n_out, grain, [&](int64_t b, int64_t e) {
       Odometer od(red);
+      std::array<T, kRun> tmp;
       const int64_t outer_count = n_red == 0 ? 0 : count_of(red);
       for (int64_t o = b; o < e; ++o) {
-        const T* base = px + kept_offset(o, kept);
+        const int64_t base = kept_offset(o, kept);
         Acc acc = R::init();
         od.reset();
         for (int64_t k = 0; k < outer_count; ++k, od.next()) {
-          const T* run = base + od.offset();
-          for (int64_t i = 0; i < inner; ++i) R::fold(acc, run[i]);
+          for (int64_t i = 0; i < inner; i += kRun) {
+            const int64_t len = std::min(kRun, inner - i);
+            R::fold_run(acc, x.run(base + od.offset() + i, len, tmp.data()), len);
+          }
         }
         po[o] = R::finish(acc, n_red);
       }
@@ -163,15 +203,16 @@ void reduce_typed(const TensorView& x, const std::vector<int64_t>& axes, const T
   parallel_range(tasks, grain, [&](int64_t b, int64_t e) {
     Odometer od(red);
     std::array<Acc, kBlock> acc;
+    std::array<T, kBlock> tmp;
     for (int64_t t = b; t < e; ++t) {
       const int64_t prefix = t / blocks;
       const int64_t k0 = (t % blocks) * kBlock;
       const int64_t kn = std::min(kBlock, inner - k0);
-      const T* base = px + kept_offset(prefix, kept) + k0;
+      const int64_t base = kept_offset(prefix, kept) + k0;
       std::fill(acc.begin(), acc.begin() + kn, R::init());
       od.reset();
       for (int64_t r = 0; r < n_red; ++r, od.next()) {
-        const T* row = base + od.offset();
+        const T* row = x.run(base + od.offset(), kn, tmp.data());
         for (int64_t k = 0; k < kn; ++k) R::fold(acc[k], row[k]);
       }
       T* dst = po + prefix * inner + k0;
@@ -211,30 +252,46 @@ void argmax_typed(int64_t outer, int64_t size, int64_t inner, const T* px, int64
   });
 }
 
-}  // namespace
-
-void reduce_kernel(Op op, const ir::Attr& attr, const TensorView& x, const TensorView& out) {
+// Runs reduction `op` over `x` of dtype `dtype`: Sum and Max on every numeric dtype, Mean on
+// floating point.
+void reduce_operand(Op op, const ir::Attr& attr, DType dtype, const Shape& shape,
+                    const void* data, const compiler::Fusion* prologue,
+                    std::span<const TensorView> prologue_in, const TensorView& out) {
   const auto& axes = attr.ints;
   assert(std::is_sorted(axes.begin(), axes.end()) && "reduce: axes must be sorted");
+  auto run = [&](auto tag, auto reducer) {
+    using T = typename decltype(tag)::type;
+    using R = typename decltype(reducer)::type;
+    Operand<T> x{static_cast<const T*>(data), prologue, prologue_in};
+    reduce_typed<T, R>(x, shape, axes, out);
+  };
   switch (op) {
     case Op::Sum:
-      return visit_numeric("sum", x.dtype, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        reduce_typed<T, SumOp<T>>(x, axes, out);
+      return visit_numeric("sum", dtype, [&](auto tag) {
+        run(tag, TypeTag<SumOp<typename decltype(tag)::type>>{});
       });
     case Op::Mean:
-      return visit_float("mean", x.dtype, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        reduce_typed<T, MeanOp<T>>(x, axes, out);
+      return visit_float("mean", dtype, [&](auto tag) {
+        run(tag, TypeTag<MeanOp<typename decltype(tag)::type>>{});
       });
     case Op::Max:
-      return visit_numeric("amax", x.dtype, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        reduce_typed<T, MaxOp<T>>(x, axes, out);
+      return visit_numeric("amax", dtype, [&](auto tag) {
+        run(tag, TypeTag<MaxOp<typename decltype(tag)::type>>{});
       });
     default: break;  // only the three reductions above come here
   }
   assert(false && "reduce_kernel: not a reduction");
+}
+
+}  // namespace
+
+void reduce_kernel(Op op, const ir::Attr& attr, const TensorView& x, const TensorView& out) {
+  reduce_operand(op, attr, x.dtype, x.shape, x.data, nullptr, {}, out);
+}
+
+void fused_reduce_kernel(Op op, const ir::Attr& attr, const compiler::Fusion& prologue,
+                         std::span<const TensorView> in, const TensorView& out) {
+  reduce_operand(op, attr, prologue.compute, prologue.shape, nullptr, &prologue, in, out);
 }
 
 void argmax_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& out) {

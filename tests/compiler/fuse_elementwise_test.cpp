@@ -145,5 +145,51 @@ TEST(DeadCode, FoldedBroadcastsLeaveNothingBehind) {
   EXPECT_EQ(p.instrs[1].fusion->loads[1].strides, (std::vector<int64_t>{0, 1}));
 }
 
+TEST(FuseReduce, AReductionComputesItsOperandsChainAsItReads) {
+  test::fresh_engine();
+  auto x = from_vector(values(4 * 3 * 50 * 7), {4, 3, 50, 7});
+  auto m = from_vector(values(3, 0.9f), {1, 3, 1, 1});
+  auto centred = x - m;
+  // Per-channel variance, as BatchNorm computes it: reduced axes outside and inside the kept one.
+  auto var = (centred * centred).mean({0, 2, 3});
+  auto rows = exp(x * 0.5).sum({3});  // reduced innermost
+  auto cols = (x * x).sum({0});       // kept innermost
+  for (const Tensor* t : {&var, &rows, &cols}) {
+    auto p = compiled(*t);
+    int computing = 0;  // instructions other than reshapes
+    for (const auto& in : p.instrs) {
+      if (in.op == ir::Op::Reshape) continue;
+      ++computing;
+      EXPECT_EQ(ir::op_info(in.op).group, ir::OpGroup::Reduce) << compiler::to_text(p);
+      EXPECT_NE(in.fusion, nullptr) << "the chain is the reduction's prologue\n" << compiler::to_text(p);
+    }
+    EXPECT_EQ(computing, 1) << compiler::to_text(p);
+  }
+  // One op at a time, the operand goes to memory first; the sums fold in the same order.
+  std::vector<float> eager_var, eager_rows, eager_cols;
+  {
+    EagerModeGuard eager_ops{true};
+    auto c = x - m;
+    eager_var = (c * c).mean({0, 2, 3}).to_vector<float>();
+    eager_rows = exp(x * 0.5).sum({3}).to_vector<float>();
+    eager_cols = (x * x).sum({0}).to_vector<float>();
+  }
+  EXPECT_EQ(var.to_vector<float>(), eager_var);
+  EXPECT_EQ(rows.to_vector<float>(), eager_rows);
+  EXPECT_EQ(cols.to_vector<float>(), eager_cols);
+  // And against a float64 sum on the host.
+  auto xv = values(4 * 3 * 50 * 7), mv = values(3, 0.9f);
+  auto got = var.to_vector<float>();
+  for (int c = 0; c < 3; ++c) {
+    double s = 0;
+    for (int n = 0; n < 4; ++n)
+      for (int i = 0; i < 350; ++i) {
+        double d = xv[(n * 3 + c) * 350 + i] - mv[c];
+        s += d * d;
+      }
+    EXPECT_NEAR(got[c], s / 1400, 1e-5) << c;
+  }
+}
+
 }  // namespace
 }  // namespace loom
