@@ -1,9 +1,14 @@
-// Compute kernels: batched matmul and conv2d on Eigen's GEMM, and direct-loop pooling.
-// Eigen runs single-threaded here (no OpenMP); TBB splits the work above it: batches and row
-// blocks for matmul, (image, group, column block) for conv2d, (image, channel) for pooling.
+// Compute kernels: batched matmul on Eigen's GEMM, conv2d, and direct-loop pooling.
+// conv2d picks its algorithm by dtype and shape: float32 convs run on the direct AVX-512
+// kernels (conv_direct.h; strided ones by phases), the rest (float64, dilated strided convs,
+// padding beyond the kernel, builds without AVX-512) on im2col + Eigen GEMM, whose 1x1
+// stride-1 convs skip the im2col. Eigen runs single-threaded (conv_common.h); TBB splits the
+// work above it: (batch, row block, column block) for matmul, (image, group, column block)
+// for conv2d, (image, channel) for pooling.
 #include "runtime/kernels_impl.h"
 
 #include "runtime/conv_common.h"
+#include "runtime/conv_direct.h"
 
 #include <Eigen/Core>
 #include <tbb/task_arena.h>
@@ -12,6 +17,7 @@
 #include <cassert>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 namespace loom::runtime {
@@ -35,15 +41,27 @@ void matmul_typed(const TensorView& a, const TensorView& b, const TensorView& ou
     std::fill(pc, pc + batch * m * n, T(0));
     return;
   }
-  // Tasks are (batch, block of rows, block of columns): enough of them to occupy the threads
-  // (a single large product splits by rows, then by columns for few-row products such as a
-  // vector-matrix one), but none below kMinTaskFlops.
+  // Tasks are (batch, block of rows, block of columns): two per thread (one with a single
+  // thread), none below kMinTaskFlops. Each task is its own Eigen GEMM, which packs its block
+  // of A and of B, so the split is the one that packs the fewest elements: rows for a wide B,
+  // columns for a tall A, both for a large square product.
   const int64_t flops = batch * m * k * n;
-  const int64_t want = std::clamp<int64_t>(flops / kMinTaskFlops, 1, thread_count() * 4);
+  const int64_t threads = thread_count();
+  const int64_t want =
+      std::clamp<int64_t>(flops / kMinTaskFlops, 1, threads == 1 ? 1 : threads * 2);
   const int64_t per_batch = (want + batch - 1) / batch;
-  const int64_t row_blocks = std::clamp<int64_t>(per_batch, 1, std::max<int64_t>(1, m / 8));
-  const int64_t col_blocks = std::clamp<int64_t>((per_batch + row_blocks - 1) / row_blocks, 1,
-                                                 std::max<int64_t>(1, n / 128));
+  int64_t row_blocks = 1, col_blocks = 1;
+  double best = -1;
+  for (int64_t rb = 1; rb <= std::min(per_batch, std::max<int64_t>(1, m / 8)); ++rb) {
+    const int64_t cb =
+        std::clamp<int64_t>((per_batch + rb - 1) / rb, 1, std::max<int64_t>(1, n / 128));
+    const double packed = double(rb) * double(k * n) + double(cb) * double(m * k);
+    if (best < 0 || packed < best) {
+      best = packed;
+      row_blocks = rb;
+      col_blocks = cb;
+    }
+  }
   const int64_t rows_per = (m + row_blocks - 1) / row_blocks;
   const int64_t cols_per = (n + col_blocks - 1) / col_blocks;
   const int64_t grain = std::max<int64_t>(1, kMinTaskFlops / (rows_per * k * cols_per));
@@ -62,34 +80,6 @@ void matmul_typed(const TensorView& a, const TensorView& b, const TensorView& ou
   });
 }
 
-template <class T>
-void conv2d_typed(const ConvGeometry& g, const T* px, const T* pw, T* po) {
-  const int64_t cg = g.c / g.groups, og = g.o / g.groups;
-  const int64_t rows = cg * g.kh * g.kw;  // the GEMM's inner dimension
-  const int64_t positions = g.oh * g.ow;
-  // Split output positions into column blocks only when images x groups leave threads idle.
-  const int64_t units = g.n * g.groups;
-  int64_t blocks = std::max<int64_t>(1, (thread_count() * 2 + units - 1) / units);
-  blocks = std::min(blocks, std::max<int64_t>(1, positions / 64));
-  const int64_t cols_per = (positions + blocks - 1) / blocks;
-  parallel_range(units * blocks, 1, [&](int64_t s, int64_t e) {
-    std::vector<T> col;
-    for (int64_t t = s; t < e; ++t) {
-      const int64_t img = t / (g.groups * blocks);
-      const int64_t grp = (t / blocks) % g.groups;
-      const int64_t p0 = (t % blocks) * cols_per, p1 = std::min(positions, p0 + cols_per);
-      if (p0 >= p1) continue;
-      col.resize(rows * (p1 - p0));
-      im2col(px + img * g.c * g.h * g.w, g, grp * cg, cg, p0, p1, col.data());
-      ConstMap<T> wm(pw + grp * og * rows, og, rows);
-      ConstMap<T> cm(col.data(), rows, p1 - p0);
-      StridedMap<T> om(po + (img * g.o + grp * og) * positions + p0, og, p1 - p0,
-                       Eigen::OuterStride<>(positions));
-      om.noalias() = wm * cm;
-    }
-  });
-}
-
 // Calls f(plane_in, plane_out) for each (image, channel) plane, in parallel.
 template <class T, class F>
 void for_each_plane(const PoolGeometry& g, const TensorView& x, const TensorView& out, F f) {
@@ -102,6 +92,47 @@ void for_each_plane(const PoolGeometry& g, const TensorView& x, const TensorView
 }
 
 }  // namespace
+
+// On the GEMM path, tasks are (image, group, block of output positions):
+// out_g = W_g * im2col(input_g), the im2col skipped where the input already is that matrix.
+template <class T>
+void conv2d_forward(const ConvGeometry& g, const T* px, const T* pw, T* po) {
+  if constexpr (std::is_same_v<T, float>)
+    if (conv2d_direct(g, px, pw, po) || conv2d_strided(g, px, pw, po)) return;
+  const int64_t cg = g.c / g.groups, og = g.o / g.groups;
+  const int64_t rows = cg * g.kh * g.kw;  // the GEMM's inner dimension
+  const int64_t positions = g.oh * g.ow;
+  // Split output positions into column blocks only when images x groups leave threads idle.
+  const int64_t units = g.n * g.groups;
+  int64_t blocks = std::max<int64_t>(1, (thread_count() * 2 + units - 1) / units);
+  blocks = std::min(blocks, std::max<int64_t>(1, positions / 64));
+  const int64_t cols_per = (positions + blocks - 1) / blocks;
+  parallel_range(units * blocks, 1, [&](int64_t s, int64_t e) {
+    for (int64_t t = s; t < e; ++t) {
+      const int64_t img = t / (g.groups * blocks);
+      const int64_t grp = (t / blocks) % g.groups;
+      const int64_t p0 = (t % blocks) * cols_per, p1 = std::min(positions, p0 + cols_per);
+      if (p0 >= p1) continue;
+      const T* in = px + (img * g.c + grp * cg) * g.h * g.w;
+      const T* col = in + p0;
+      int64_t col_stride = positions;
+      if (!pointwise(g)) {
+        T* buf = scratch<T>(rows * (p1 - p0), Scratch::kTaskInput);
+        im2col(px + img * g.c * g.h * g.w, g, grp * cg, cg, p0, p1, buf);
+        col = buf;
+        col_stride = p1 - p0;
+      }
+      ConstMap<T> wm(pw + grp * og * rows, og, rows);
+      ConstStridedMap<T> cm(col, rows, p1 - p0, Eigen::OuterStride<>(col_stride));
+      StridedMap<T> om(po + (img * g.o + grp * og) * positions + p0, og, p1 - p0,
+                       Eigen::OuterStride<>(positions));
+      om.noalias() = wm * cm;
+    }
+  });
+}
+
+template void conv2d_forward<float>(const ConvGeometry&, const float*, const float*, float*);
+template void conv2d_forward<double>(const ConvGeometry&, const double*, const double*, double*);
 
 void matmul_kernel(const TensorView& a, const TensorView& b, const TensorView& out) {
   visit_float("matmul", out.dtype, [&](auto tag) {
@@ -118,7 +149,7 @@ void conv2d_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& 
   if (out.numel() == 0) return;
   visit_float("conv2d", out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    conv2d_typed<T>(g, x.as<const T>(), w.as<const T>(), out.as<T>());
+    conv2d_forward<T>(g, x.as<const T>(), w.as<const T>(), out.as<T>());
   });
 }
 

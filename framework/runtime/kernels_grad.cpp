@@ -1,8 +1,11 @@
 // Gradient kernels for the compute ops (kernels_compute.cpp), each the exact adjoint of its
 // forward kernel under the same conventions (padding, dilation, groups; the max pool's
 // winner; the avg pool's divisor):
-//   conv2d input:  per (image, group): cols = W_g^T * grad_out_g (Eigen GEMM), then col2im.
-//   conv2d weight: grad_W_g = sum over images of grad_out_g * im2col(input)_g^T.
+//   conv2d input:  float32 on the direct kernels (conv_direct.h; strided convs by phases);
+//                  otherwise, with stride 1, a transposed conv on conv2d_forward; else per
+//                  (image, group) cols = W_g^T * grad_out_g (Eigen GEMM), then col2im.
+//   conv2d weight: float32 on the direct kernels; otherwise grad_W_g = the sum over images of
+//                  (im2col(input)_g * grad_out_g^T)^T (Eigen GEMM).
 //   max pool:      each output's gradient goes to the element the forward picked.
 //   avg pool:      each output's gradient / the forward's divisor goes to its window.
 // Results do not depend on the thread count: work is split by the shapes only (never by
@@ -11,6 +14,7 @@
 #include "runtime/kernels_impl.h"
 
 #include "runtime/conv_common.h"
+#include "runtime/conv_direct.h"
 
 #include <Eigen/Core>
 
@@ -18,6 +22,7 @@
 #include <cassert>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 namespace loom::runtime {
@@ -28,57 +33,38 @@ constexpr int64_t kMinTaskFlops = 1 << 18;
 // Tasks to aim for when splitting a conv gradient (a fixed number, not the thread count, so
 // that results are the same on any machine).
 constexpr int64_t kTargetTasks = 64;
+// Chunks of images for the weight gradient, each a partial sum: fewer than kTargetTasks, as
+// each chunk's partial sum is read again, and enough to keep a few threads busy.
+constexpr int64_t kWeightChunks = 16;
 // The GEMM's channel-block dimension is kept at least this wide when splitting channels.
 constexpr int64_t kMinBlockRows = 32;
 // Upper bound on the elements of per-chunk partial weight gradients.
 constexpr int64_t kMaxPartialElems = int64_t{1} << 24;
 
-// The adjoint of im2col: adds col [cn*kh*kw, oh*ow] into input channels [c0, c0+cn) of one
-// image (taps in the padding are dropped). Each channel's taps are added in a fixed order.
-template <class T>
-void col2im_add(const T* col, const ConvGeometry& g, int64_t c0, int64_t cn, T* img) {
-  const int64_t positions = g.oh * g.ow;
-  for (int64_t ci = 0; ci < cn; ++ci) {
-    T* plane = img + (c0 + ci) * g.h * g.w;
-    for (int64_t i = 0; i < g.kh; ++i) {
-      int64_t ylo, yhi;
-      valid_range(g.h, g.oh, g.sh, g.ph, i * g.dh, ylo, yhi);
-      for (int64_t j = 0; j < g.kw; ++j) {
-        int64_t xlo, xhi;
-        valid_range(g.w, g.ow, g.sw, g.pw, j * g.dw, xlo, xhi);
-        const T* src = col + ((ci * g.kh + i) * g.kw + j) * positions;
-        for (int64_t oy = ylo; oy < yhi; ++oy) {
-          const int64_t base = (oy * g.sh - g.ph + i * g.dh) * g.w - g.pw + j * g.dw;
-          const T* s = src + oy * g.ow;
-          for (int64_t ox = xlo; ox < xhi; ++ox) plane[base + ox * g.sw] += s[ox];
-        }
-      }
-    }
-  }
-}
-
 // Channels per block when splitting a group's cg channels so that `units` independent units
-// give about kTargetTasks tasks, keeping each block's GEMM dimension >= kMinBlockRows.
-int64_t channels_per_block(int64_t cg, int64_t taps, int64_t units) {
-  int64_t blocks = std::max<int64_t>(1, ceil_div(kTargetTasks, std::max<int64_t>(1, units)));
+// give about `target` tasks, keeping each block's GEMM dimension >= kMinBlockRows.
+int64_t channels_per_block(int64_t cg, int64_t taps, int64_t units, int64_t target) {
+  int64_t blocks = std::max<int64_t>(1, ceil_div(target, std::max<int64_t>(1, units)));
   blocks = std::min({blocks, cg, std::max<int64_t>(1, cg * taps / kMinBlockRows)});
   return ceil_div(cg, std::max<int64_t>(1, blocks));
 }
 
-// grad_in [N,C,H,W] from grad_out [N,O,Ho,Wo] and weight [O,C/g,kh,kw]. Tasks are
-// (image, group, block of input channels); each writes its own input channels.
+// grad_in [N,C,H,W] from grad_out [N,O,Ho,Wo] and weight [O,C/g,kh,kw]. On the GEMM path,
+// tasks are (image, group, block of input channels); each writes its own input channels.
 template <class T>
 void conv2d_grad_input_typed(const ConvGeometry& g, const T* pgo, const T* pw, T* pgi) {
+  if constexpr (std::is_same_v<T, float>)
+    if (conv2d_grad_input_strided(g, pgo, pw, pgi)) return;
+  if (conv2d_grad_input_stride1(g, pgo, pw, pgi)) return;
   const int64_t cg = g.c / g.groups, og = g.o / g.groups;
   const int64_t taps = g.kh * g.kw;
   const int64_t rows = cg * taps;
   const int64_t positions = g.oh * g.ow;
-  const int64_t cpb = channels_per_block(cg, taps, g.n * g.groups);
+  const int64_t cpb = channels_per_block(cg, taps, g.n * g.groups, kTargetTasks);
   const int64_t blocks = ceil_div(cg, cpb);
   const int64_t task_flops = std::max<int64_t>(1, cpb * taps * og * positions);
   const int64_t grain = std::max<int64_t>(1, kMinTaskFlops / task_flops);
   parallel_range(g.n * g.groups * blocks, grain, [&](int64_t s, int64_t e) {
-    std::vector<T> col;
     for (int64_t t = s; t < e; ++t) {
       const int64_t img = t / (g.groups * blocks);
       const int64_t grp = (t / blocks) % g.groups;
@@ -86,60 +72,73 @@ void conv2d_grad_input_typed(const ConvGeometry& g, const T* pgo, const T* pw, T
       T* gi = pgi + img * g.c * g.h * g.w;
       std::fill(gi + (grp * cg + c0) * g.h * g.w, gi + (grp * cg + c0 + cn) * g.h * g.w, T(0));
       if (positions == 0 || og == 0) continue;
-      col.resize(cn * taps * positions);
+      T* col = scratch<T>(cn * taps * positions, Scratch::kTaskInput);
       // W_g is [og, rows]; this block is its columns [c0*taps, (c0+cn)*taps).
       ConstStridedMap<T> wm(pw + grp * og * rows + c0 * taps, og, cn * taps,
                             Eigen::OuterStride<>(rows));
       ConstMap<T> gm(pgo + (img * g.o + grp * og) * positions, og, positions);
-      Map<T> cm(col.data(), cn * taps, positions);
+      Map<T> cm(col, cn * taps, positions);
       cm.noalias() = wm.transpose() * gm;
-      col2im_add(col.data(), g, grp * cg + c0, cn, gi);
+      col2im_add(col, g, grp * cg + c0, cn, gi);
     }
   });
 }
 
-// grad_w [O,C/g,kh,kw] from input [N,C,H,W] and grad_out [N,O,Ho,Wo]. Tasks are
-// (chunk of images, group, block of input channels); with more than one chunk each writes a
-// partial sum that a second pass adds up in chunk order.
+// grad_w [O,C/g,kh,kw] from input [N,C,H,W] and grad_out [N,O,Ho,Wo]. On the GEMM path, tasks
+// are (chunk of images, group, block of input channels); with more than one chunk each writes a
+// partial sum that a second pass adds up in chunk order. A task accumulates the transposed
+// block, im2col(input) * grad_out^T, which Eigen runs faster than grad_out * im2col^T for
+// these shapes (a long inner dimension and few output channels), and transposes it at the end.
 template <class T>
 void conv2d_grad_weight_typed(const ConvGeometry& g, const T* px, const T* pgo, T* pgw) {
+  if (g.n == 0 || g.oh * g.ow == 0) {  // an empty sum
+    std::fill(pgw, pgw + g.o * (g.c / g.groups) * g.kh * g.kw, T(0));
+    return;
+  }
+  if constexpr (std::is_same_v<T, float>)
+    if (conv2d_grad_weight_direct(g, px, pgo, pgw) ||
+        conv2d_grad_weight_strided(g, px, pgo, pgw))
+      return;
   const int64_t cg = g.c / g.groups, og = g.o / g.groups;
   const int64_t taps = g.kh * g.kw;
   const int64_t rows = cg * taps;
   const int64_t positions = g.oh * g.ow;
   const int64_t wsize = g.o * rows;
-  const int64_t cpb = channels_per_block(cg, taps, g.groups);
+  int64_t chunks = std::min(g.n, kWeightChunks);
+  chunks = std::min(chunks, std::max<int64_t>(1, g.n * og * rows * positions / kMinTaskFlops));
+  chunks = std::max<int64_t>(1, std::min(chunks, kMaxPartialElems / std::max<int64_t>(1, wsize)));
+  const int64_t per_chunk = ceil_div(g.n, chunks);
+  chunks = ceil_div(g.n, per_chunk);
+  const int64_t cpb = channels_per_block(cg, taps, chunks * g.groups, kWeightChunks);
   const int64_t blocks = ceil_div(cg, cpb);
   const int64_t units = g.groups * blocks;
   const int64_t image_flops = std::max<int64_t>(1, og * cpb * taps * positions);
-  int64_t chunks = std::min<int64_t>(g.n, ceil_div(kTargetTasks, units));
-  chunks = std::min(chunks, std::max<int64_t>(1, g.n * image_flops / kMinTaskFlops));
-  chunks = std::min(chunks, std::max<int64_t>(1, kMaxPartialElems / std::max<int64_t>(1, wsize)));
-  chunks = std::max<int64_t>(1, chunks);
-  const int64_t per_chunk = std::max<int64_t>(1, ceil_div(g.n, chunks));
-  chunks = std::max<int64_t>(1, ceil_div(g.n, per_chunk));
 
-  std::vector<T> partial(chunks > 1 ? static_cast<std::size_t>(chunks * wsize) : 0);
+  T* partial = scratch<T>(chunks > 1 ? chunks * wsize : 0, Scratch::kPartial);
   const int64_t grain = std::max<int64_t>(1, kMinTaskFlops / (image_flops * per_chunk));
   parallel_range(chunks * units, grain, [&](int64_t s, int64_t e) {
-    std::vector<T> col;
     for (int64_t t = s; t < e; ++t) {
       const int64_t chunk = t / units;
       const int64_t grp = (t / blocks) % g.groups;
       const int64_t c0 = (t % blocks) * cpb, cn = std::min(cpb, cg - c0);
-      T* dst = chunks > 1 ? partial.data() + chunk * wsize : pgw;
-      StridedMap<T> wm(dst + grp * og * rows + c0 * taps, og, cn * taps,
-                       Eigen::OuterStride<>(rows));
-      wm.setZero();
-      if (positions == 0) continue;
-      col.resize(cn * taps * positions);
+      // The task's block of the weight gradient, transposed.
+      Map<T> acc(scratch<T>(cn * taps * og, Scratch::kTaskAcc), cn * taps, og);
+      acc.setZero();
       const int64_t i0 = chunk * per_chunk, i1 = std::min(g.n, i0 + per_chunk);
-      for (int64_t img = i0; img < i1; ++img) {
-        im2col(px + img * g.c * g.h * g.w, g, grp * cg + c0, cn, 0, g.oh * g.ow, col.data());
-        ConstMap<T> cm(col.data(), cn * taps, positions);
+      for (int64_t img = i0; img < i1 && positions > 0; ++img) {
+        const T* col = px + (img * g.c + grp * cg + c0) * g.h * g.w;
+        if (!pointwise(g)) {
+          T* buf = scratch<T>(cn * taps * positions, Scratch::kTaskInput);
+          im2col(px + img * g.c * g.h * g.w, g, grp * cg + c0, cn, 0, positions, buf);
+          col = buf;
+        }
+        ConstMap<T> cm(col, cn * taps, positions);
         ConstMap<T> gm(pgo + (img * g.o + grp * og) * positions, og, positions);
-        wm.noalias() += gm * cm.transpose();
+        acc.noalias() += cm * gm.transpose();
       }
+      T* dst = chunks > 1 ? partial + chunk * wsize : pgw;
+      StridedMap<T>(dst + grp * og * rows + c0 * taps, og, cn * taps, Eigen::OuterStride<>(rows)) =
+          acc.transpose();
     }
   });
   if (chunks > 1)

@@ -1,0 +1,165 @@
+// CPU kernels at the shapes that dominate a ResNet-20 training step (batch 128): conv2d
+// forward, its input gradient and its weight gradient for each distinct conv, and a 2048^3
+// matmul next to raw Eigen GEMMs of the same size. The kernels are called directly
+// (runtime::run_kernel), so the figures exclude tracing and compiling.
+//
+//   build/bench/kernel_bench                              # GFLOP/s per kernel
+//   build/bench/kernel_bench --benchmark_filter=Gemm      # GEMM against its Eigen peak
+//   build/bench/kernel_bench --threads=1                  # one TBB thread: CPU time is exact
+//
+// EigenGemmPerThread runs one independent Eigen GEMM on every TBB thread at once: the
+// machine's achievable SGEMM rate, the peak that matmul is measured against.
+#include "runtime/kernels.h"
+
+#include <Eigen/Core>
+#include <benchmark/benchmark.h>
+#include <tbb/global_control.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+using loom::DType;
+using loom::Shape;
+using loom::runtime::TensorView;
+
+struct Buffer {
+  std::vector<float> data;
+  Shape shape;
+  explicit Buffer(Shape s)
+      : data(static_cast<std::size_t>(loom::shape_numel(s))), shape(std::move(s)) {
+    std::mt19937 gen(42);
+    std::uniform_real_distribution<float> dist(-1, 1);
+    for (auto& v : data) v = dist(gen);
+  }
+  TensorView view() { return {data.data(), DType::Float32, shape}; }
+};
+
+// One conv of ResNet-20 at batch 128: channels in/out, input size, kernel, stride, padding.
+struct ConvShape {
+  int64_t c, o, size, k, stride, pad;
+};
+constexpr ConvShape kShapes[] = {
+    {3, 16, 32, 3, 1, 1},   // 0: stem
+    {16, 16, 32, 3, 1, 1},  // 1: stage 1
+    {16, 32, 32, 3, 2, 1},  // 2: stage 2 entry
+    {16, 32, 32, 1, 2, 0},  // 3: stage 2 projection
+    {32, 32, 16, 3, 1, 1},  // 4: stage 2
+    {32, 64, 16, 3, 2, 1},  // 5: stage 3 entry
+    {32, 64, 16, 1, 2, 0},  // 6: stage 3 projection
+    {64, 64, 8, 3, 1, 1},   // 7: stage 3
+};
+constexpr int64_t kBatch = 128;
+
+enum class Pass { Forward, GradInput, GradWeight };
+
+void conv_bench(benchmark::State& state, Pass pass) {
+  const ConvShape s = kShapes[state.range(0)];
+  const int64_t out_size = (s.size + 2 * s.pad - s.k) / s.stride + 1;
+  Buffer x({kBatch, s.c, s.size, s.size}), w({s.o, s.c, s.k, s.k});
+  Buffer y({kBatch, s.o, out_size, out_size});
+  loom::ir::Attr attr{{s.stride, s.stride, s.pad, s.pad, 1, 1, 1}};
+  loom::ir::Op op = loom::ir::Op::Conv2d;
+  std::vector<TensorView> in{x.view(), w.view()};
+  TensorView out = y.view();
+  if (pass == Pass::GradInput) {
+    op = loom::ir::Op::Conv2dGradInput;
+    attr.ints.insert(attr.ints.end(), {s.size, s.size});
+    in = {y.view(), w.view()};
+    out = x.view();
+  } else if (pass == Pass::GradWeight) {
+    op = loom::ir::Op::Conv2dGradWeight;
+    attr.ints.insert(attr.ints.end(), {s.k, s.k});
+    in = {x.view(), y.view()};
+    out = w.view();
+  }
+  for (auto _ : state) loom::runtime::run_kernel(op, attr, in, out);
+  const double flops = 2.0 * kBatch * s.o * out_size * out_size * s.c * s.k * s.k;
+  state.counters["GFLOPS"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  char label[64];
+  std::snprintf(label, sizeof label, "c%ld o%ld %ldpx %ldx%ld s%ld", long(s.c), long(s.o),
+                long(s.size), long(s.k), long(s.k), long(s.stride));
+  state.SetLabel(label);
+}
+
+void BM_Conv2d(benchmark::State& state) {
+  conv_bench(state, Pass::Forward);
+}
+void BM_Conv2dGradInput(benchmark::State& state) {
+  conv_bench(state, Pass::GradInput);
+}
+void BM_Conv2dGradWeight(benchmark::State& state) {
+  conv_bench(state, Pass::GradWeight);
+}
+BENCHMARK(BM_Conv2d)->DenseRange(0, 7)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Conv2dGradInput)->DenseRange(1, 7)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Conv2dGradWeight)->DenseRange(0, 7)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+constexpr int64_t kGemm = 2048;
+const double kGemmFlops = 2.0 * kGemm * kGemm * kGemm;
+
+void BM_Matmul(benchmark::State& state) {
+  Buffer a({kGemm, kGemm}), b({kGemm, kGemm}), c({kGemm, kGemm});
+  std::vector<TensorView> in{a.view(), b.view()};
+  for (auto _ : state) loom::runtime::run_kernel(loom::ir::Op::Matmul, {}, in, c.view());
+  state.counters["GFLOPS"] =
+      benchmark::Counter(kGemmFlops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Matmul)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+using EigenMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+EigenMatrix random_matrix() {
+  Buffer b({kGemm, kGemm});
+  return Eigen::Map<EigenMatrix>(b.data.data(), kGemm, kGemm);
+}
+
+// One Eigen GEMM on the calling thread (Eigen itself is single-threaded in this build).
+void BM_EigenGemm(benchmark::State& state) {
+  EigenMatrix a = random_matrix(), b = random_matrix(), c(kGemm, kGemm);
+  for (auto _ : state) c.noalias() = a * b;
+  state.counters["GFLOPS"] =
+      benchmark::Counter(kGemmFlops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_EigenGemm)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// Every TBB thread runs its own Eigen GEMM of the same size at once: the aggregate rate.
+void BM_EigenGemmPerThread(benchmark::State& state) {
+  const int threads = tbb::this_task_arena::max_concurrency();
+  std::vector<EigenMatrix> a(threads, random_matrix()), b = a, c = a;
+  for (auto _ : state)
+    tbb::parallel_for(
+        0, threads, [&](int t) { c[t].noalias() = a[t] * b[t]; }, tbb::static_partitioner());
+  state.counters["GFLOPS"] = benchmark::Counter(kGemmFlops * threads * 1e-9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["threads"] = threads;
+}
+BENCHMARK(BM_EigenGemmPerThread)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+// BENCHMARK_MAIN plus --threads=N, which caps TBB's threads for the kernels.
+int main(int argc, char** argv) {
+  std::unique_ptr<tbb::global_control> limit;
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--threads=", 10) == 0)
+      limit = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
+                                                    std::stoul(argv[i] + 10));
+    else
+      args.push_back(argv[i]);
+  }
+  int n = static_cast<int>(args.size());
+  benchmark::Initialize(&n, args.data());
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+}

@@ -1,0 +1,66 @@
+// loom_bench's parts: one table filled by independent sections, and the machine bounds they
+// share (the SGEMM peak and the memory bandwidth are measured in the same run, so every
+// figure is a ratio to something measured under the same load).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace loom::bench {
+
+struct Options {
+  std::vector<std::string> sections;  // gemm, sincos, train, host
+  std::vector<std::string> models;    // resnet20, resnet18, decoder
+  std::vector<std::string> modes;     // compiled, lazy, eager
+  int64_t steps = 5;       // timed training steps per (model, mode)
+  int64_t warmup = 2;      // untimed steps first (step 1 creates optimizer state: 2 graphs)
+  int64_t host_steps = 3;  // steps with the device idle, for the host rows (the best counts)
+  int64_t reps = 5;        // repetitions of each kernel measurement (the best is kept)
+  int threads = 0;         // TBB threads (0: all cores)
+
+  bool has(const std::vector<std::string>& list, const std::string& item) const;
+  bool section(const std::string& s) const { return has(sections, s); }
+};
+
+// One row of the table; empty cells print as "-".
+struct Row {
+  std::string section, benchmark, mode;
+  std::string time;   // per step / per call / per node, with its unit
+  std::string rate;   // images/s, tokens/s, GB/s, GFLOP/s, ns/node
+  std::string gflops; // achieved GFLOP/s (the FLOP counts)
+  std::string peak;   // GFLOP/s as a share of the measured SGEMM peak
+  std::string ratio;  // this row's speed as a multiple of the reference in `vs`
+  std::string vs;
+  std::string idle;   // share of the timed window the device had no program to run
+};
+
+class Table {
+ public:
+  void add(Row row) { rows_.push_back(std::move(row)); }
+  std::string str() const;
+
+ private:
+  std::vector<Row> rows_;
+};
+
+// Measured bounds; zero when the section that measures them did not run.
+struct Bounds {
+  double sgemm_gflops = 0;  // the best large Eigen SGEMM on all threads
+  double copy_bytes_s = 0;  // the best stream-like kernel, bytes moved per second
+};
+
+int thread_count();  // the TBB threads loom and the kernels here may use
+double now_seconds();
+std::string format(const char* fmt, double value);  // one printf conversion
+std::string format_time(double seconds);             // "12.3 ms", "850 ns", ...
+void progress(const std::string& line);              // to stderr, while the table is built
+
+// Sections. measure_sgemm_peak also adds its rows when the gemm section is selected.
+void measure_sgemm_peak(const Options& o, Bounds& b, Table& t);
+void bench_loom_matmul(const Options& o, const Bounds& b, Table& t);
+void bench_sin_cos(const Options& o, Bounds& b, Table& t);
+void bench_training(const Options& o, const Bounds& b, Table& t);
+
+}  // namespace loom::bench

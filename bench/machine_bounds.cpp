@@ -1,0 +1,207 @@
+// The machine's limits, measured in the same run as loom, and loom's kernels against them:
+// the SGEMM peak (the best of Eigen's GEMM on one thread and with the output split in column
+// blocks over the TBB threads — how loom's own kernels use Eigen, single-threaded below TBB;
+// Eigen's OpenMP path would put a second thread pool beside TBB's), loom's matmul at 2048³,
+// the stream bandwidth (scale and triad over 16M floats), a cache-resident sin+cos compute
+// bound, and y = sin(cos(x)) on 16M floats as one graph and one op at a time.
+#include "loom_bench.h"
+
+// GCC 12's AVX-512 intrinsics read their _mm512_undefined_* placeholders uninitialised (GCC
+// bug 105593), which Eigen's vectorised sin/cos inline here; the immintrin.h that TBB or Eigen
+// includes below must be covered, hence before every include.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+#include <loom/lazy.h>
+#include <loom/tensor.h>
+
+#include <Eigen/Core>
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+namespace loom::bench {
+namespace {
+
+constexpr int64_t kSinCosElements = int64_t{1} << 24;  // 16M floats, 64 MiB
+constexpr int64_t kLoomMatmul = 2048;
+
+// The fastest of `reps` timed calls, after one untimed call (caches, page faults, compiles).
+template <class F>
+double best_seconds(int64_t reps, F&& f) {
+  f();
+  double best = std::numeric_limits<double>::infinity();
+  for (int64_t i = 0; i < reps; ++i) {
+    double t0 = now_seconds();
+    f();
+    best = std::min(best, now_seconds() - t0);
+  }
+  return best;
+}
+
+// `n` items in `blocks` equal contiguous blocks, one task each, spread evenly over the threads.
+template <class F>
+void parallel_blocks(int64_t n, int64_t blocks, F&& f) {
+  const int64_t per = (n + blocks - 1) / blocks;
+  tbb::parallel_for(
+      tbb::blocked_range<int64_t>(0, blocks, 1),
+      [&](const tbb::blocked_range<int64_t>& r) {
+        for (int64_t b = r.begin(); b != r.end(); ++b) {
+          const int64_t begin = b * per, end = std::min(n, begin + per);
+          if (begin < end) f(begin, end);
+        }
+      },
+      tbb::static_partitioner());
+}
+
+// C = A·B for n×n float matrices, C's columns split into `blocks` independent Eigen GEMMs.
+double eigen_sgemm_seconds(int64_t n, int64_t blocks, int64_t reps) {
+  // Any values in [-0.5, 0.5) do; Random() would spend seconds in rand().
+  auto fill = [](Eigen::Index i, Eigen::Index j) { return static_cast<float>((i * 7 + j * 13) % 17) / 17 - 0.5f; };
+  Eigen::MatrixXf a = Eigen::MatrixXf::NullaryExpr(n, n, fill), b = a.transpose();
+  Eigen::MatrixXf c = Eigen::MatrixXf::Zero(n, n);
+  return best_seconds(reps, [&] {
+    parallel_blocks(n, blocks, [&](int64_t c0, int64_t c1) {
+      c.middleCols(c0, c1 - c0).noalias() = a * b.middleCols(c0, c1 - c0);
+    });
+  });
+}
+
+double gemm_gflops(int64_t n, double seconds) { return 2.0 * static_cast<double>(n * n * n) / seconds / 1e9; }
+
+std::string percent(double fraction) { return format("%.0f%%", 100 * fraction); }
+
+}  // namespace
+
+void measure_sgemm_peak(const Options& o, Bounds& bounds, Table& t) {
+  const int64_t threads = thread_count();
+  struct Case {
+    int64_t n, blocks;
+  };
+  // One thread for scale; then all threads, with as many blocks as threads and 4x more.
+  std::vector<Case> cases{{2048, 1}, {2048, threads}, {2048, 4 * threads}, {4096, threads}};
+  if (threads == 1) cases.erase(cases.begin());
+  std::vector<double> gflops;
+  for (const auto& c : cases) {
+    progress("Eigen SGEMM " + std::to_string(c.n) + "^3 in " + std::to_string(c.blocks) + " blocks");
+    double s = eigen_sgemm_seconds(c.n, c.blocks, o.reps);
+    gflops.push_back(gemm_gflops(c.n, s));
+    // One thread can win when other jobs hold the other cores: the peak is what this run got.
+    bounds.sgemm_gflops = std::max(bounds.sgemm_gflops, gflops.back());
+  }
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const auto& c = cases[i];
+    std::string name = "Eigen SGEMM " + std::to_string(c.n) + "^3, " +
+                       (c.blocks == 1 ? std::string("1 thread") : std::to_string(c.blocks) + " column blocks");
+    const double s = gemm_gflops(c.n, 1) / gflops[i];
+    const bool is_peak = gflops[i] == bounds.sgemm_gflops;
+    t.add({.section = "gemm", .benchmark = name + (is_peak ? " = PEAK" : ""), .time = format_time(s),
+           .gflops = format("%.1f", gflops[i]), .peak = percent(gflops[i] / bounds.sgemm_gflops)});
+  }
+}
+
+void bench_loom_matmul(const Options& o, const Bounds& bounds, Table& t) {
+  progress("loom matmul 2048^3");
+  auto a = randn({kLoomMatmul, kLoomMatmul}, 1), b = randn({kLoomMatmul, kLoomMatmul}, 2);
+  mark_step();
+  wait_device_ops();
+  Tensor c;
+  double s = best_seconds(o.reps, [&] {
+    c = Tensor();
+    c = matmul(a, b);
+    mark_step();
+    wait_device_ops();
+  });
+  double g = gemm_gflops(kLoomMatmul, s);
+  t.add({.section = "gemm", .benchmark = "loom matmul 2048^3", .mode = "lazy", .time = format_time(s),
+         .gflops = format("%.1f", g), .peak = percent(g / bounds.sgemm_gflops),
+         .ratio = format("%.2f", g / bounds.sgemm_gflops), .vs = "speed/peak"});
+}
+
+void bench_sin_cos(const Options& o, Bounds& bounds, Table& t) {
+  const int64_t n = kSinCosElements, threads = thread_count();
+  const double bytes = 8.0 * static_cast<double>(n);  // read 4 and write 4 bytes per element
+  {
+    progress("stream scale and triad, 16M floats");
+    std::vector<float> x(n), y(n), z(n);
+    // First touch in the same blocks as the kernels, so pages sit near the threads using them.
+    parallel_blocks(n, threads, [&](int64_t b, int64_t e) {
+      std::fill(x.data() + b, x.data() + e, 1.0f);
+      std::fill(y.data() + b, y.data() + e, 2.0f);
+      std::fill(z.data() + b, z.data() + e, 3.0f);
+    });
+    float* px = x.data();
+    float* py = y.data();
+    float* pz = z.data();
+    const double scale = best_seconds(o.reps, [&] {
+      parallel_blocks(n, threads, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) py[i] = 1.0001f * px[i];
+      });
+    });
+    const double triad = best_seconds(o.reps, [&] {
+      parallel_blocks(n, threads, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) px[i] = py[i] + 0.5f * pz[i];
+      });
+    });
+    bounds.copy_bytes_s = std::max(bytes / scale, 1.5 * bytes / triad);
+    t.add({.section = "sincos", .benchmark = "stream scale y = a*x, 16M floats", .time = format_time(scale),
+           .rate = format("%.1f GB/s", bytes / scale / 1e9)});
+    t.add({.section = "sincos", .benchmark = "stream triad x = y + a*z, 16M floats", .time = format_time(triad),
+           .rate = format("%.1f GB/s", 1.5 * bytes / triad / 1e9)});
+  }
+
+  // Compute bound: each thread maps its own cache-resident block through cos then sin, so
+  // memory never limits it; as many elements in all as the 16M of the real problem.
+  progress("Eigen cos().sin() on cache-resident blocks");
+  constexpr int64_t kBlock = 4096;  // 2 x 16 KiB: in L1/L2
+  const double compute = best_seconds(o.reps, [&] {
+    parallel_blocks(threads, threads, [&](int64_t, int64_t) {
+      Eigen::ArrayXf in = Eigen::ArrayXf::LinSpaced(kBlock, -3.0f, 3.0f), out(kBlock);
+      for (int64_t done = 0; done < n / threads; done += kBlock) {
+        out = in.cos().sin();
+        in(0) = out(kBlock - 1);  // a dependence, so no iteration can be skipped
+      }
+    });
+  });
+  const double memory = bytes / bounds.copy_bytes_s;
+  const double bound = std::max(memory, compute);
+  t.add({.section = "sincos", .benchmark = "Eigen cos().sin() in cache, 16M floats", .time = format_time(compute),
+         .rate = format("%.2f Gelem/s", static_cast<double>(n) / compute / 1e9)});
+  t.add({.section = "sincos",
+         .benchmark = std::string("bound = max(memory, compute): ") + (memory > compute ? "memory" : "compute"),
+         .time = format_time(bound), .rate = format("%.1f GB/s", bytes / bound / 1e9)});
+
+  auto x = randn({n}, 3);
+  mark_step();
+  wait_device_ops();
+  Tensor y;
+  auto fused = compile([&] { y = sin(cos(x)); });
+  double compiled_s = 0;
+  for (const auto& mode : o.modes) {
+    progress("loom sin(cos(x)), " + mode);
+    double s = best_seconds(o.reps, [&] {
+      y = Tensor();  // the old output goes back to the allocator first, as in a training loop
+      if (mode == "compiled") {
+        fused();
+      } else if (mode == "lazy") {
+        y = sin(cos(x));
+        mark_step();
+      } else {
+        EagerModeGuard eager(true);
+        y = sin(cos(x));
+      }
+      wait_device_ops();
+    });
+    if (mode == "compiled") compiled_s = s;
+    const bool vs_compiled = mode == "eager" && compiled_s > 0;
+    t.add({.section = "sincos", .benchmark = "loom y = sin(cos(x)), 16M floats", .mode = mode,
+           .time = format_time(s), .rate = format("%.1f GB/s", bytes / s / 1e9),
+           .ratio = format("%.2f", (vs_compiled ? compiled_s : bound) / s),
+           .vs = vs_compiled ? "speed/compiled" : "speed/bound"});
+  }
+}
+
+}  // namespace loom::bench

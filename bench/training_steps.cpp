@@ -1,0 +1,309 @@
+// Whole training steps on fake data (one fixed batch on the device), the three
+// workloads, in the three execution modes; and the host's share of a step.
+//
+// A step is zero_grad, forward, loss, backward, optimizer update:
+//   compiled  compile(step)() — traced with eager mode off, mark_step() at its exit
+//   lazy      step(); mark_step()
+//   eager     step() with eager mode on (every op its own one-op program); mark_step()
+// Each mode trains its own model. Warm-up steps are not timed (the first step also creates
+// the optimizer state, so the steady graph is the second one). The timed steps run in two
+// rounds, the modes in order and then in reverse, so that a load that drifts during the run
+// (other jobs on the machine) weighs on every mode alike. A step closure stamps the time at
+// which each step's program has finished on the device: a chunk of k timed steps follows
+// one untimed step, and its time is from that step's end to the last one's, so the host
+// traces each timed step while the device runs the previous one, as in a training loop. The
+// device is idle for the part of that time not covered by the ExecuteTime of its programs.
+//
+// Host rows: the best of --host-steps lazy steps, each started on an idle device that is held
+// until mark_step() returns (on two cores its threads would otherwise take the host's core),
+// with the mark_step split by the metrics: trace = running the step's
+// ops into IR, build + hash = the GraphBuildTime metric of the mark_step, lookup + launch =
+// the rest of mark_step (live tensors, cache lookup, output buffers, queueing), compile =
+// CompileTime of the steady graph's first (uncached) compile.
+#include "loom_bench.h"
+
+#include <loom/autograd.h>
+#include <loom/debug.h>
+#include <loom/lazy.h>
+#include <loom/metrics.h>
+#include <loom/models/decoder.h>
+#include <loom/models/resnet.h>
+#include <loom/nn/functional.h>
+#include <loom/nn/init.h>
+#include <loom/optim.h>
+#include <loom/testing.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <random>
+
+namespace loom::bench {
+namespace {
+
+namespace F = nn::functional;
+
+struct Workload {
+  std::string label;  // the benchmark column
+  std::string unit;   // "img/s", "tok/s"
+  int64_t units_per_step = 0;
+  double flops_per_unit = 0;  // the counts: 3x the forward conv/linear/attention FLOPs
+  std::shared_ptr<nn::Module> model;
+  std::shared_ptr<optim::Optimizer> opt;
+  std::function<Tensor()> loss;  // forward and loss on the fixed fake batch
+};
+
+Tensor fake_ints(const Shape& shape, int64_t high, uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::uniform_int_distribution<int64_t> pick(0, high - 1);
+  std::vector<int64_t> v(static_cast<std::size_t>(shape_numel(shape)));
+  for (auto& x : v) x = pick(gen);
+  return from_vector(v, shape);
+}
+
+Workload resnet_workload(const std::string& name) {
+  const bool r20 = name == "resnet20";
+  // ResNet-18 in the CIFAR layout: the 3x3 stride-1 stem without max-pooling, 64..512 planes.
+  auto config = r20 ? models::resnet_config("resnet20", 3, 10)
+                    : models::ResNetConfig{models::BlockKind::Basic, {2, 2, 2, 2}, {64, 128, 256, 512},
+                                           models::Stem::Cifar, 3, 10};
+  const int64_t batch = r20 ? 128 : 32;
+  auto net = std::make_shared<models::ResNet>(config);
+  auto images = randn({batch, 3, 32, 32}, 11);
+  auto labels = fake_ints({batch}, 10, 12);
+  Workload w{.label = (r20 ? "resnet20" : "resnet18-cifar") + std::string(" b") + std::to_string(batch),
+             .unit = "img/s",
+             .units_per_step = batch,
+             .flops_per_unit = r20 ? 245e6 : 3.33e9,
+             .model = net};
+  w.opt = std::make_shared<optim::SGD>(net->parameters(),
+                                       optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 5e-4});
+  w.loss = [net, images, labels] { return F::cross_entropy(net->forward(images), labels); };
+  return w;
+}
+
+Workload decoder_workload() {
+  models::DecoderConfig c{.vocab_size = 8192, .hidden_size = 512, .num_layers = 2, .num_heads = 8,
+                          .num_kv_heads = 8, .intermediate_size = 1408, .max_seq_len = 256};
+  const int64_t batch = 8, seq = 256;
+  auto lm = std::make_shared<models::Decoder>(c);
+  auto tokens = fake_ints({batch, seq}, c.vocab_size, 21);
+  auto targets = fake_ints({batch * seq}, c.vocab_size, 22);
+  Workload w{.label = "decoder b8x256", .unit = "tok/s", .units_per_step = batch * seq, .flops_per_unit = 66.8e6,
+             .model = lm};
+  w.opt = std::make_shared<optim::AdamW>(lm->parameters(), optim::AdamOptions{.lr = 1e-3, .weight_decay = 0.1});
+  w.loss = [lm, tokens, targets, v = c.vocab_size] {
+    return F::cross_entropy(lm->forward(tokens).reshape({-1, v}), targets);
+  };
+  return w;
+}
+
+Workload make_workload(const std::string& name) {
+  nn::manual_seed(0);
+  auto w = name == "decoder" ? decoder_workload() : resnet_workload(name);
+  mark_step();  // parameters and the fake batch become device data before the first step
+  wait_device_ops();
+  return w;
+}
+
+Tensor step_ops(Workload& w) {
+  w.opt->zero_grad();
+  auto loss = w.loss();
+  loss.backward();
+  w.opt->step();
+  return loss;
+}
+
+double stat_total(const char* name) { return metrics::stat(name).total; }
+int64_t compiles() { return metrics::counter("UncachedCompile") + metrics::counter("EagerOpCompile"); }
+
+// What one model's steps measured, across modes.
+struct Measured {
+  std::string label;
+  int64_t nodes = 0;      // the steady step graph's node count
+  double compile_s = 0;   // its uncached compile
+  double trace_s = 0, build_s = 0, launch_s = 0;  // the best step, device idle (host rows)
+  double buffers = 0, new_buffers = 0;            // device buffer allocations per lazy step
+};
+
+// One mode's model, its steps and their timings.
+class ModeRun {
+ public:
+  ModeRun(const std::string& model, std::string mode)
+      : mode_(std::move(mode)), w_(make_workload(model)), compiled_(compile([this] { loss_ = step_ops(w_); })) {}
+  ModeRun(const ModeRun&) = delete;
+  ModeRun& operator=(const ModeRun&) = delete;
+
+  const std::string& mode() const { return mode_; }
+  const Workload& workload() const { return w_; }
+  double step_seconds() const { return window_ / static_cast<double>(steps_); }
+
+  void step() {
+    if (mode_ == "compiled") {
+      compiled_();
+    } else if (mode_ == "lazy") {
+      loss_ = step_ops(w_);
+      mark_step();
+    } else {
+      {
+        EagerModeGuard eager(true);
+        loss_ = step_ops(w_);
+      }
+      mark_step();
+    }
+  }
+
+  // Untimed steps; notes the node count and compile time of the last graph compiled alone.
+  void warm_up(int64_t steps, Measured& m) {
+    for (int64_t i = 0; i < steps; ++i) {
+      const int64_t before = metrics::counter("UncachedCompile");
+      const double compile_ns = stat_total("CompileTime"), nodes = stat_total("GraphSize");
+      step();
+      if (metrics::counter("UncachedCompile") == before + 1) {
+        m.nodes = static_cast<int64_t>(stat_total("GraphSize") - nodes);
+        m.compile_s = (stat_total("CompileTime") - compile_ns) * 1e-9;
+      }
+    }
+    wait_device_ops();
+  }
+
+  // One untimed step, then `k` timed ones (see the top of the file).
+  void timed_chunk(int64_t k) {
+    if (k <= 0) return;
+    wait_device_ops();
+    std::vector<std::pair<double, double>> ends(static_cast<std::size_t>(k + 1));  // (time, ExecuteTime)
+    const int64_t compiled_before = compiles();
+    const double buffers = static_cast<double>(metrics::counter("AllocatorCacheHit"));
+    const double new_buffers = static_cast<double>(metrics::counter("AllocatorSystemAlloc"));
+    for (int64_t i = 0; i <= k; ++i) {
+      add_step_closure([&ends, i] { ends[i] = {now_seconds(), stat_total("ExecuteTime")}; });
+      step();
+    }
+    wait_device_ops();
+    window_ += ends[k].first - ends[0].first;
+    busy_ += (ends[k].second - ends[0].second) * 1e-9;
+    steps_ += k;
+    buffers_ += static_cast<double>(metrics::counter("AllocatorCacheHit")) - buffers;
+    new_buffers_ += static_cast<double>(metrics::counter("AllocatorSystemAlloc")) - new_buffers;
+    alloc_steps_ += k + 1;
+    if (compiles() != compiled_before)
+      progress("warning: " + w_.label + " " + mode_ + " compiled during the timed steps; raise --warmup");
+  }
+
+  Row row(const Bounds& bounds, double compiled_step_s) const {
+    const double step_s = step_seconds();
+    const double rate = static_cast<double>(w_.units_per_step) / step_s;
+    const double gflops = rate * w_.flops_per_unit / 1e9;
+    Row r{.section = "train", .benchmark = w_.label, .mode = mode_, .time = format_time(step_s),
+          .rate = format("%.1f ", rate) + w_.unit, .gflops = format("%.1f", gflops),
+          .idle = format("%.0f%%", 100 * std::max(0.0, 1 - busy_ / window_))};
+    if (bounds.sgemm_gflops > 0) r.peak = format("%.0f%%", 100 * gflops / bounds.sgemm_gflops);
+    if (compiled_step_s > 0) {
+      r.ratio = format("%.2f", compiled_step_s / step_s);
+      r.vs = "speed/compiled";
+    }
+    if (!std::isfinite(loss_.item<double>())) progress("warning: " + w_.label + " " + mode_ + " loss is not finite");
+    return r;
+  }
+
+  // Host rows' figures, the best of `steps` lazy steps (other jobs on the machine only ever
+  // add time), each started on an idle device that is held until the step is measured.
+  void measure_host(int64_t steps, Measured& m) {
+    m.trace_s = m.build_s = m.launch_s = std::numeric_limits<double>::infinity();
+    for (int64_t i = 0; i < steps; ++i) {
+      wait_device_ops();
+      double t0, t1, t2, build0;
+      {
+        testing::DeviceQueueHold hold;
+        build0 = stat_total("GraphBuildTime");
+        t0 = now_seconds();
+        loss_ = step_ops(w_);
+        t1 = now_seconds();
+        mark_step();
+        t2 = now_seconds();
+      }
+      const double build = (stat_total("GraphBuildTime") - build0) * 1e-9;
+      m.trace_s = std::min(m.trace_s, t1 - t0);
+      m.build_s = std::min(m.build_s, build);
+      m.launch_s = std::min(m.launch_s, t2 - t1 - build);
+    }
+    wait_device_ops();
+    if (alloc_steps_ > 0) {
+      m.buffers = (buffers_ + new_buffers_) / static_cast<double>(alloc_steps_);
+      m.new_buffers = new_buffers_ / static_cast<double>(alloc_steps_);
+    }
+  }
+
+ private:
+  std::string mode_;
+  Workload w_;
+  Tensor loss_;
+  std::function<void()> compiled_;
+  double window_ = 0, busy_ = 0;
+  int64_t steps_ = 0;
+  double buffers_ = 0, new_buffers_ = 0;
+  int64_t alloc_steps_ = 0;
+};
+
+void host_rows(const Measured& m, double compiled_step_s, std::vector<Row>& out) {
+  const double nodes = static_cast<double>(std::max<int64_t>(m.nodes, 1));
+  // `per_node` formats the time per node in the unit `scale` converts seconds to.
+  auto add = [&](const std::string& what, double seconds, const char* per_node, double scale) {
+    Row r{.section = "host", .benchmark = m.label + ": " + what, .mode = "lazy", .time = format_time(seconds),
+          .rate = format(per_node, seconds / nodes * scale)};
+    if (compiled_step_s > 0) {
+      r.ratio = format("%.2g", seconds / compiled_step_s);
+      r.vs = "time/compiled step";
+    }
+    out.push_back(r);
+  };
+  add("trace, " + std::to_string(m.nodes) + " nodes", m.trace_s, "%.0f ns/node", 1e9);
+  add("graph build + hash", m.build_s, "%.0f ns/node", 1e9);
+  add("trace + build + hash", m.trace_s + m.build_s, "%.0f ns/node", 1e9);
+  add("lookup + launch", m.launch_s, "%.0f ns/node", 1e9);
+  if (m.compile_s > 0) add("compile (uncached)", m.compile_s, "%.2f us/node", 1e6);
+  if (m.buffers > 0)
+    out.push_back({.section = "host", .benchmark = m.label + ": device buffers allocated per step", .mode = "lazy",
+                   .rate = format("%.0f", m.buffers) + format(" (%.0f new)", m.new_buffers)});
+}
+
+}  // namespace
+
+void bench_training(const Options& o, const Bounds& bounds, Table& t) {
+  std::vector<Row> host;
+  for (const auto& name : o.models) {
+    Measured m;
+    std::vector<std::unique_ptr<ModeRun>> runs;
+    std::vector<std::string> modes = o.section("train") ? o.modes : std::vector<std::string>{};
+    if (o.section("host") && !o.has(modes, "lazy")) modes.push_back("lazy");  // untimed, for the host rows
+    for (const auto& mode : modes) {
+      progress(name + ", " + mode + " mode: warm-up");
+      runs.push_back(std::make_unique<ModeRun>(name, mode));
+      runs.back()->warm_up(o.warmup, m);
+    }
+    debug::reset();  // the warm-up compiles are done; a steady step compiles nothing
+    m.label = runs.front()->workload().label;
+    if (o.section("train")) {
+      const auto timed = static_cast<std::ptrdiff_t>(o.modes.size());
+      for (auto it = runs.begin(); it != runs.begin() + timed; ++it) {
+        progress(name + ", " + (*it)->mode() + " mode: timed steps");
+        (*it)->timed_chunk((o.steps + 1) / 2);
+      }
+      for (auto it = runs.rend() - timed; it != runs.rend(); ++it) (*it)->timed_chunk(o.steps / 2);
+    }
+    double compiled_s = 0;
+    for (const auto& r : runs)
+      if (r->mode() == "compiled" && o.section("train")) compiled_s = r->step_seconds();
+    for (const auto& r : runs) {
+      if (o.section("train") && o.has(o.modes, r->mode())) t.add(r->row(bounds, compiled_s));
+      if (r->mode() == "lazy" && o.section("host")) r->measure_host(o.host_steps, m);
+    }
+    if (o.section("host")) host_rows(m, compiled_s, host);
+  }
+  for (auto& r : host) t.add(std::move(r));
+}
+
+}  // namespace loom::bench

@@ -1,0 +1,142 @@
+// The conv2d kernels against a direct-loop reference in double, for geometries that take each
+// path: the direct AVX-512 kernels (float32, padding within the kernel's reach; strided convs
+// by phases), the im2col + GEMM path (float64, dilated strided convs, padding beyond the
+// reach), the 1x1 GEMM without im2col, and the input gradient as a transposed conv.
+#include "runtime/kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace loom::runtime {
+namespace {
+
+struct Case {
+  int64_t n, c, h, w, o, kh, kw, sh, sw, ph, pw, dh, dw, groups;
+};
+
+std::string name(const Case& k) {
+  std::ostringstream s;
+  s << "n" << k.n << " c" << k.c << " " << k.h << "x" << k.w << " o" << k.o << " k" << k.kh << "x"
+    << k.kw << " s" << k.sh << "," << k.sw << " p" << k.ph << "," << k.pw << " d" << k.dh << ","
+    << k.dw << " g" << k.groups;
+  return s.str();
+}
+
+std::vector<double> random(int64_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> dist(-1, 1);
+  std::vector<double> v(static_cast<std::size_t>(n));
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+struct Reference {
+  std::vector<double> out, grad_in, grad_w;
+};
+
+// out, and the gradients of sum(out * grad_out), by the definition.
+Reference reference(const Case& k, int64_t oh, int64_t ow, const std::vector<double>& x,
+                    const std::vector<double>& w, const std::vector<double>& go) {
+  const int64_t cg = k.c / k.groups, og = k.o / k.groups;
+  Reference r{std::vector<double>(go.size()), std::vector<double>(x.size()),
+              std::vector<double>(w.size())};
+  for (int64_t n = 0; n < k.n; ++n)
+    for (int64_t o = 0; o < k.o; ++o)
+      for (int64_t y = 0; y < oh; ++y)
+        for (int64_t xx = 0; xx < ow; ++xx) {
+          const int64_t oi = ((n * k.o + o) * oh + y) * ow + xx;
+          for (int64_t c = 0; c < cg; ++c)
+            for (int64_t i = 0; i < k.kh; ++i)
+              for (int64_t j = 0; j < k.kw; ++j) {
+                const int64_t iy = y * k.sh - k.ph + i * k.dh, ix = xx * k.sw - k.pw + j * k.dw;
+                if (iy < 0 || iy >= k.h || ix < 0 || ix >= k.w) continue;
+                const int64_t ci = o / og * cg + c;
+                const int64_t xi = ((n * k.c + ci) * k.h + iy) * k.w + ix;
+                const int64_t wi = ((o * cg + c) * k.kh + i) * k.kw + j;
+                r.out[oi] += x[xi] * w[wi];
+                r.grad_in[xi] += go[oi] * w[wi];
+                r.grad_w[wi] += go[oi] * x[xi];
+              }
+        }
+  return r;
+}
+
+template <class T>
+std::vector<double> run(ir::Op op, const ir::Attr& attr, std::vector<double> a, const Shape& sa,
+                        std::vector<double> b, const Shape& sb, const Shape& so) {
+  const DType dt = sizeof(T) == 4 ? DType::Float32 : DType::Float64;
+  std::vector<T> ta(a.begin(), a.end()), tb(b.begin(), b.end());
+  std::vector<T> out(static_cast<std::size_t>(shape_numel(so)), T(12345));  // must be overwritten
+  std::vector<TensorView> in{{ta.data(), dt, sa}, {tb.data(), dt, sb}};
+  run_kernel(op, attr, in, {out.data(), dt, so});
+  return {out.begin(), out.end()};
+}
+
+void expect_near(const std::vector<double>& got, const std::vector<double>& want, double tol,
+                 const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i]))) << what << " at " << i;
+}
+
+template <class T>
+void check(const Case& k) {
+  const int64_t oh = (k.h + 2 * k.ph - k.dh * (k.kh - 1) - 1) / k.sh + 1;
+  const int64_t ow = (k.w + 2 * k.pw - k.dw * (k.kw - 1) - 1) / k.sw + 1;
+  const Shape xs{k.n, k.c, k.h, k.w}, ws{k.o, k.c / k.groups, k.kh, k.kw}, os{k.n, k.o, oh, ow};
+  auto x = random(shape_numel(xs), 1), w = random(shape_numel(ws), 2),
+       go = random(shape_numel(os), 3);
+  const Reference r = reference(k, oh, ow, x, w, go);
+  const double tol =
+      sizeof(T) == 4 ? 2e-5 * std::sqrt(double(k.c * k.kh * k.kw * k.n * oh * ow)) : 1e-12;
+  const std::string what = name(k) + (sizeof(T) == 4 ? " float32 " : " float64 ");
+  ir::Attr attr{{k.sh, k.sw, k.ph, k.pw, k.dh, k.dw, k.groups}};
+  expect_near(run<T>(ir::Op::Conv2d, attr, x, xs, w, ws, os), r.out, tol, what + "forward");
+  ir::Attr gi = attr, gw = attr;
+  gi.ints.insert(gi.ints.end(), {k.h, k.w});
+  gw.ints.insert(gw.ints.end(), {k.kh, k.kw});
+  expect_near(run<T>(ir::Op::Conv2dGradInput, gi, go, os, w, ws, xs), r.grad_in, tol,
+              what + "grad_input");
+  expect_near(run<T>(ir::Op::Conv2dGradWeight, gw, x, xs, go, os, ws), r.grad_w, tol,
+              what + "grad_weight");
+}
+
+const Case kCases[] = {
+    {2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1},    // a ResNet block, small
+    {3, 5, 7, 9, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1},      // odd sizes, channels not a multiple of 4
+    {2, 4, 10, 6, 6, 3, 3, 1, 1, 0, 0, 1, 1, 1},     // no padding
+    {2, 4, 9, 11, 4, 3, 5, 1, 1, 2, 1, 1, 1, 1},     // padding on one side beyond the other
+    {2, 3, 12, 10, 5, 3, 3, 1, 1, 2, 2, 2, 2, 1},    // dilation
+    {2, 6, 8, 8, 4, 3, 3, 1, 1, 1, 1, 1, 1, 2},      // groups
+    {2, 8, 5, 5, 12, 1, 1, 1, 1, 0, 0, 1, 1, 1},     // 1x1
+    {2, 8, 6, 6, 12, 1, 1, 2, 2, 0, 0, 1, 1, 1},     // 1x1 stride 2
+    {2, 16, 9, 9, 8, 3, 3, 2, 2, 1, 1, 1, 1, 1},     // stride 2
+    {2, 3, 6, 6, 4, 3, 3, 1, 1, 3, 3, 1, 1, 1},      // padding beyond the reach
+    {1, 3, 20, 40, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1},    // wide rows, many vectors per row
+    {2, 2, 7, 7, 3, 2, 3, 2, 1, 1, 0, 1, 2, 1},      // stride and dilation differ per axis
+    {20, 2, 4, 4, 2, 3, 3, 1, 1, 1, 1, 1, 1, 1},     // more images than weight chunks
+    {1, 40, 3, 3, 36, 3, 3, 1, 1, 1, 1, 1, 1, 1},    // channels beyond one sub-block
+    {2, 3, 9, 8, 5, 3, 3, 2, 2, 0, 0, 1, 1, 1},      // stride 2, no padding, odd size
+    {2, 4, 11, 10, 6, 5, 4, 3, 2, 2, 1, 1, 1, 1},    // stride 3 x 2, a wider kernel
+    {2, 3, 6, 9, 4, 3, 3, 1, 2, 1, 1, 1, 1, 1},      // strided along one axis only
+    {2, 4, 8, 8, 6, 3, 3, 2, 2, 1, 1, 1, 1, 2},      // stride 2 with groups
+    {3, 16, 16, 16, 32, 3, 3, 2, 2, 1, 1, 1, 1, 1},  // a ResNet stage entry, small
+    {3, 16, 16, 16, 32, 1, 1, 2, 2, 0, 0, 1, 1, 1},  // its projection shortcut
+    {0, 4, 5, 5, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1},      // no images: a zero weight gradient
+};
+
+TEST(Conv2dKernels, Float32MatchesReference) {
+  for (const Case& k : kCases) check<float>(k);
+}
+
+TEST(Conv2dKernels, Float64MatchesReference) {
+  for (const Case& k : kCases) check<double>(k);
+}
+
+}  // namespace
+}  // namespace loom::runtime
