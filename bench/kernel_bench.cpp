@@ -1,11 +1,14 @@
-// CPU kernels at the shapes that dominate a ResNet-20 training step (batch 128): conv2d
-// forward, its input gradient and its weight gradient for each distinct conv, and a 2048^3
+// CPU kernels at the shapes that dominate the ResNet-20 (batch 128) and ResNet-18 CIFAR
+// (batch 32) training steps: conv2d forward, its input gradient and its weight gradient for
+// each distinct conv, and a 2048^3
 // matmul next to raw Eigen GEMMs of the same size. The kernels are called directly
 // (runtime::run_kernel), so the figures exclude tracing and compiling.
 //
 //   build/bench/kernel_bench                              # GFLOP/s per kernel
 //   build/bench/kernel_bench --benchmark_filter=Gemm      # GEMM against its Eigen peak
 //   build/bench/kernel_bench --threads=1                  # one TBB thread: CPU time is exact
+//   LOOM_CONV=gemm build/bench/kernel_bench               # im2col + GEMM wherever it can run
+//   LOOM_CONV=direct build/bench/kernel_bench             # the direct kernels wherever they fit
 //
 // EigenGemmPerThread runs one independent Eigen GEMM on every TBB thread at once: the
 // machine's achievable SGEMM rate, the peak that matmul is measured against.
@@ -18,6 +21,7 @@
 #include <tbb/task_arena.h>
 
 #include <cstdint>
+#include <iterator>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -43,29 +47,42 @@ struct Buffer {
   TensorView view() { return {data.data(), DType::Float32, shape}; }
 };
 
-// One conv of ResNet-20 at batch 128: channels in/out, input size, kernel, stride, padding.
+// One conv of a training step: images, channels in/out, input size, kernel, stride, padding.
 struct ConvShape {
-  int64_t c, o, size, k, stride, pad;
+  int64_t n, c, o, size, k, stride, pad;
 };
+// ResNet-20 at batch 128 (0-7) and ResNet-18 in the CIFAR layout at batch 32 (8-18), as the
+// loom_bench training rows run them. The stems (0 and 8) need no input gradient.
 constexpr ConvShape kShapes[] = {
-    {3, 16, 32, 3, 1, 1},   // 0: stem
-    {16, 16, 32, 3, 1, 1},  // 1: stage 1
-    {16, 32, 32, 3, 2, 1},  // 2: stage 2 entry
-    {16, 32, 32, 1, 2, 0},  // 3: stage 2 projection
-    {32, 32, 16, 3, 1, 1},  // 4: stage 2
-    {32, 64, 16, 3, 2, 1},  // 5: stage 3 entry
-    {32, 64, 16, 1, 2, 0},  // 6: stage 3 projection
-    {64, 64, 8, 3, 1, 1},   // 7: stage 3
+    {128, 3, 16, 32, 3, 1, 1},    // 0: ResNet-20 stem
+    {128, 16, 16, 32, 3, 1, 1},   // 1: stage 1
+    {128, 16, 32, 32, 3, 2, 1},   // 2: stage 2 entry
+    {128, 16, 32, 32, 1, 2, 0},   // 3: stage 2 projection
+    {128, 32, 32, 16, 3, 1, 1},   // 4: stage 2
+    {128, 32, 64, 16, 3, 2, 1},   // 5: stage 3 entry
+    {128, 32, 64, 16, 1, 2, 0},   // 6: stage 3 projection
+    {128, 64, 64, 8, 3, 1, 1},    // 7: stage 3
+    {32, 3, 64, 32, 3, 1, 1},     // 8: ResNet-18 stem
+    {32, 64, 64, 32, 3, 1, 1},    // 9: layer 1
+    {32, 64, 128, 32, 3, 2, 1},   // 10: layer 2 entry
+    {32, 64, 128, 32, 1, 2, 0},   // 11: layer 2 projection
+    {32, 128, 128, 16, 3, 1, 1},  // 12: layer 2
+    {32, 128, 256, 16, 3, 2, 1},  // 13: layer 3 entry
+    {32, 128, 256, 16, 1, 2, 0},  // 14: layer 3 projection
+    {32, 256, 256, 8, 3, 1, 1},   // 15: layer 3
+    {32, 256, 512, 8, 3, 2, 1},   // 16: layer 4 entry
+    {32, 256, 512, 8, 1, 2, 0},   // 17: layer 4 projection
+    {32, 512, 512, 4, 3, 1, 1},   // 18: layer 4
 };
-constexpr int64_t kBatch = 128;
+constexpr int64_t kLastShape = std::size(kShapes) - 1;
 
 enum class Pass { Forward, GradInput, GradWeight };
 
 void conv_bench(benchmark::State& state, Pass pass) {
   const ConvShape s = kShapes[state.range(0)];
   const int64_t out_size = (s.size + 2 * s.pad - s.k) / s.stride + 1;
-  Buffer x({kBatch, s.c, s.size, s.size}), w({s.o, s.c, s.k, s.k});
-  Buffer y({kBatch, s.o, out_size, out_size});
+  Buffer x({s.n, s.c, s.size, s.size}), w({s.o, s.c, s.k, s.k});
+  Buffer y({s.n, s.o, out_size, out_size});
   loom::ir::Attr attr{{s.stride, s.stride, s.pad, s.pad, 1, 1, 1}};
   loom::ir::Op op = loom::ir::Op::Conv2d;
   std::vector<TensorView> in{x.view(), w.view()};
@@ -82,12 +99,12 @@ void conv_bench(benchmark::State& state, Pass pass) {
     out = w.view();
   }
   for (auto _ : state) loom::runtime::run_kernel(op, attr, in, out);
-  const double flops = 2.0 * kBatch * s.o * out_size * out_size * s.c * s.k * s.k;
+  const double flops = 2.0 * s.n * s.o * out_size * out_size * s.c * s.k * s.k;
   state.counters["GFLOPS"] =
       benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   char label[64];
-  std::snprintf(label, sizeof label, "c%ld o%ld %ldpx %ldx%ld s%ld", long(s.c), long(s.o),
-                long(s.size), long(s.k), long(s.k), long(s.stride));
+  std::snprintf(label, sizeof label, "n%ld c%ld o%ld %ldpx %ldx%ld s%ld", long(s.n), long(s.c),
+                long(s.o), long(s.size), long(s.k), long(s.k), long(s.stride));
   state.SetLabel(label);
 }
 
@@ -100,9 +117,16 @@ void BM_Conv2dGradInput(benchmark::State& state) {
 void BM_Conv2dGradWeight(benchmark::State& state) {
   conv_bench(state, Pass::GradWeight);
 }
-BENCHMARK(BM_Conv2d)->DenseRange(0, 7)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_Conv2dGradInput)->DenseRange(1, 7)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_Conv2dGradWeight)->DenseRange(0, 7)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Conv2d)->DenseRange(0, kLastShape)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Conv2dGradInput)
+    ->DenseRange(1, 7)
+    ->DenseRange(9, kLastShape)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Conv2dGradWeight)
+    ->DenseRange(0, kLastShape)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 constexpr int64_t kGemm = 2048;
 const double kGemmFlops = 2.0 * kGemm * kGemm * kGemm;

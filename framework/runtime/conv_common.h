@@ -98,13 +98,14 @@ void im2col_shifted_row(const T* plane, const ConvGeometry& g, int64_t i, int64_
 }
 
 // Unfolds input channels [c0, c0+cn) of one image into col [cn*kh*kw, p1-p0] for output
-// positions [p0, p1) (row-major over oh, ow); taps in the padding read zero. Runs inside the
-// input are copied (whole shifted planes when the stride is 1), the rest zero-filled, with no
-// separate zeroing pass over col.
+// positions [p0, p1) (row-major over oh, ow), rows `ld` floats apart (default p1-p0: a dense
+// matrix; wider to fill a block of columns of a larger one); taps in the padding read zero.
+// Runs inside the input are copied (whole shifted planes when the stride is 1), the rest
+// zero-filled, with no separate zeroing pass over col.
 template <class T>
 void im2col(const T* img, const ConvGeometry& g, int64_t c0, int64_t cn, int64_t p0, int64_t p1,
-            T* col) {
-  const int64_t width = p1 - p0;
+            T* col, int64_t ld = 0) {
+  const int64_t width = ld > 0 ? ld : p1 - p0;
   const bool shifted = g.sw == 1 && g.sh == 1 && g.ow == g.w && p0 == 0 && p1 == g.oh * g.ow;
   for (int64_t ci = 0; ci < cn; ++ci) {
     const T* plane = img + (c0 + ci) * g.h * g.w;
@@ -183,10 +184,13 @@ T* scratch(std::size_t n, Scratch slot) {
   return reinterpret_cast<T*>(b.data() + (kAlign - addr % kAlign) % kAlign);
 }
 
+// Which pass of a conv a kernel computes; the algorithm is chosen per pass (conv_direct.h).
+enum class ConvPass { kForward, kGradInput, kGradWeight };
+
 // conv2d forward on row-major buffers (kernels_compute.cpp), for float and double; the input
-// gradient of a stride-1 conv runs through it too (kernels_grad.cpp).
+// gradient of a stride-1 conv runs through it too (kernels_grad.cpp), as pass kGradInput.
 template <class T>
-void conv2d_forward(const ConvGeometry& g, const T* px, const T* pw, T* po);
+void conv2d_forward(const ConvGeometry& g, const T* px, const T* pw, T* po, ConvPass pass);
 
 // With stride 1, the input gradient is itself a stride-1 conv: of grad_out, with each group's
 // weight transposed (in <-> out channels) and flipped, and padding d*(k-1) - p. That runs on
@@ -207,7 +211,7 @@ bool conv2d_grad_input_stride1(const ConvGeometry& g, const T* grad_out, const T
       }
   const ConvGeometry t{g.n, g.o, g.oh, g.ow, g.c, g.kh, g.kw, g.h, g.w, 1, 1,
                        g.dh * (g.kh - 1) - g.ph, g.dw * (g.kw - 1) - g.pw, g.dh, g.dw, g.groups};
-  conv2d_forward(t, grad_out, flipped, grad_in);
+  conv2d_forward(t, grad_out, flipped, grad_in, ConvPass::kGradInput);
   return true;
 }
 

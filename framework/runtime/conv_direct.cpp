@@ -20,8 +20,56 @@
 #endif
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 namespace loom::runtime {
+
+namespace {
+
+enum class Forced { kNone, kDirect, kGemm };
+
+Forced forced_choice() {
+  static const Forced forced = [] {
+    const char* v = std::getenv("LOOM_CONV");
+    if (!v) return Forced::kNone;
+    if (std::strcmp(v, "direct") == 0) return Forced::kDirect;
+    if (std::strcmp(v, "gemm") == 0) return Forced::kGemm;
+    return Forced::kNone;
+  }();
+  return forced;
+}
+
+// Where the direct kernels beat im2col + GEMM (kernel_bench at the ResNet-20 and ResNet-18
+// shapes, both forced with LOOM_CONV). The forward and the input gradient (a transposed conv)
+// tile output positions by whole vectors, so planes under 8x8 leave lanes idle while the
+// GEMM packs them densely. The weight gradient's register tile is channels x channels, so its
+// direct kernel loses once both channel counts are wide (a GEMM with both dimensions past 64
+// runs near peak).
+constexpr int64_t kDirectMinPositions = 64;
+constexpr int64_t kDirectMaxWeightChannels = 64 * 64;
+
+bool direct_wins(const ConvGeometry& g, ConvPass pass) {
+  switch (pass) {
+    case ConvPass::kForward:
+    case ConvPass::kGradInput: return g.oh * g.ow >= kDirectMinPositions;
+    case ConvPass::kGradWeight:
+      return (g.c / g.groups) * (g.o / g.groups) <= kDirectMaxWeightChannels;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool direct_chosen(const ConvGeometry& g, ConvPass pass) {
+  if (!direct_applies(g)) return false;
+  switch (forced_choice()) {
+    case Forced::kDirect: return true;
+    case Forced::kGemm: return false;
+    case Forced::kNone: break;
+  }
+  return direct_wins(g, pass);
+}
 
 #ifdef __AVX512F__
 namespace {

@@ -7,7 +7,8 @@
 //
 // Both return false, doing nothing, where they do not apply: a build without AVX-512, a
 // stride other than 1, or padding beyond the kernel's reach (the input gradient's transposed
-// conv always fits: its padding is the reach minus the forward's).
+// conv always fits: its padding is the reach minus the forward's). Callers ask direct_chosen
+// first.
 #pragma once
 
 #include "runtime/conv_common.h"
@@ -27,13 +28,23 @@ bool conv2d_direct(const ConvGeometry& g, const float* x, const float* w, float*
 bool conv2d_grad_weight_direct(const ConvGeometry& g, const float* x, const float* grad_out,
                                float* grad_w, const uint8_t* used = nullptr);
 
-// Whether the two above apply to `g`.
+// Whether the two above apply to `g` (the flat layout fits it).
 bool direct_applies(const ConvGeometry& g);
+
+// Whether the direct kernels should run pass `pass` of the stride-1 conv `g` (for a strided
+// conv, `g` is its phased geometry), rather than im2col + GEMM: they apply and they win at
+// this shape. The direct kernels win where the GEMM would be small in the channels (few
+// input channels x taps, or few output channels), as in a CIFAR ResNet-20; wide convs
+// (ResNet-18's 128 to 512 channels) go to Eigen's GEMM, which then runs near its peak and
+// spends little next to it on im2col. LOOM_CONV=direct or LOOM_CONV=gemm overrides the choice
+// wherever the direct kernels apply (read once; for measurements).
+bool direct_chosen(const ConvGeometry& g, ConvPass pass);
 
 // Strided convs (conv_strided.cpp): a conv of stride s is a stride-1 conv over the input's
 // s x s phases (x[s*y + a][s*x + b] for each offset (a, b)), with the taps regrouped by phase
 // into a smaller kernel; these run that on the direct kernels. They return false where that
-// does not apply (dilation, strides above 4, or a stride-1 conv).
+// does not apply (dilation, strides above 4, or a stride-1 conv) or is not chosen for the phased
+// conv.
 bool conv2d_strided(const ConvGeometry& g, const float* x, const float* w, float* out);
 bool conv2d_grad_input_strided(const ConvGeometry& g, const float* grad_out, const float* w,
                                float* grad_in);

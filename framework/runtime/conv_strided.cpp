@@ -80,7 +80,7 @@ struct Phased {
   int64_t cg = 0;  // input channels per group of the original conv
 };
 
-bool make_phased(const ConvGeometry& g, Phased& p) {
+bool make_phased(const ConvGeometry& g, ConvPass pass, Phased& p) {
   if ((g.sh == 1 && g.sw == 1) || !make_axis(g.h, g.sh, g.ph, g.kh, g.dh, p.y) ||
       !make_axis(g.w, g.sw, g.pw, g.kw, g.dw, p.x))
     return false;
@@ -88,7 +88,7 @@ bool make_phased(const ConvGeometry& g, Phased& p) {
   p.g = {g.n, g.c * p.y.phases * p.x.phases, p.y.phase_size, p.x.phase_size,
          g.o, p.y.k, p.x.k, g.oh, g.ow,
          1, 1, p.y.pad, p.x.pad, 1, 1, g.groups};
-  return direct_applies(p.g);
+  return direct_chosen(p.g, pass);
 }
 
 // Calls f(plane, phase y index, phase x index, x row y, phase row r) for every row of every
@@ -199,7 +199,7 @@ const uint8_t* phased_taps(const Phased& p, const ConvGeometry& g) {
 
 bool conv2d_strided(const ConvGeometry& g, const float* x, const float* w, float* out) {
   Phased p;
-  if (!make_phased(g, p)) return false;
+  if (!make_phased(g, ConvPass::kForward, p)) return false;
   float* phases = scratch<float>(p.g.n * p.g.c * p.g.h * p.g.w, Scratch::kPhases);
   split_phases(p, x, phases);
   const int64_t wsize = p.g.o * (p.g.c / p.g.groups) * p.g.kh * p.g.kw;
@@ -212,7 +212,7 @@ bool conv2d_strided(const ConvGeometry& g, const float* x, const float* w, float
 bool conv2d_grad_weight_strided(const ConvGeometry& g, const float* x, const float* grad_out,
                                 float* grad_w) {
   Phased p;
-  if (!make_phased(g, p)) return false;
+  if (!make_phased(g, ConvPass::kGradWeight, p)) return false;
   float* phases = scratch<float>(p.g.n * p.g.c * p.g.h * p.g.w, Scratch::kPhases);
   split_phases(p, x, phases);
   const int64_t wsize = p.g.o * (p.g.c / p.g.groups) * p.g.kh * p.g.kw;
@@ -227,7 +227,7 @@ bool conv2d_grad_input_strided(const ConvGeometry& g, const float* grad_out, con
   Phased p;
   // Where some inputs are read by no tap (a 1x1 stride-2 conv reads one in four), the GEMM
   // path's scatter of the few gradients is cheaper than merging phases into the whole input.
-  if (!make_phased(g, p) || p.y.phases < p.y.stride || p.x.phases < p.x.stride) return false;
+  if (!make_phased(g, ConvPass::kGradInput, p) || p.y.phases < p.y.stride || p.x.phases < p.x.stride) return false;
   // Each phase's own conv must have its padding within its reach (first + k > pad).
   for (const Axis* a : {&p.y, &p.x})
     for (int64_t ph = 0; ph < a->phases; ++ph)

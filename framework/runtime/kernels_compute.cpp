@@ -96,9 +96,11 @@ void for_each_plane(const PoolGeometry& g, const TensorView& x, const TensorView
 // On the GEMM path, tasks are (image, group, block of output positions):
 // out_g = W_g * im2col(input_g), the im2col skipped where the input already is that matrix.
 template <class T>
-void conv2d_forward(const ConvGeometry& g, const T* px, const T* pw, T* po) {
-  if constexpr (std::is_same_v<T, float>)
-    if (conv2d_direct(g, px, pw, po) || conv2d_strided(g, px, pw, po)) return;
+void conv2d_forward(const ConvGeometry& g, const T* px, const T* pw, T* po, ConvPass pass) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (direct_chosen(g, pass) && conv2d_direct(g, px, pw, po)) return;
+    if (conv2d_strided(g, px, pw, po)) return;
+  }
   const int64_t cg = g.c / g.groups, og = g.o / g.groups;
   const int64_t rows = cg * g.kh * g.kw;  // the GEMM's inner dimension
   const int64_t positions = g.oh * g.ow;
@@ -131,8 +133,10 @@ void conv2d_forward(const ConvGeometry& g, const T* px, const T* pw, T* po) {
   });
 }
 
-template void conv2d_forward<float>(const ConvGeometry&, const float*, const float*, float*);
-template void conv2d_forward<double>(const ConvGeometry&, const double*, const double*, double*);
+template void conv2d_forward<float>(const ConvGeometry&, const float*, const float*, float*,
+                                    ConvPass);
+template void conv2d_forward<double>(const ConvGeometry&, const double*, const double*, double*,
+                                     ConvPass);
 
 void matmul_kernel(const TensorView& a, const TensorView& b, const TensorView& out) {
   visit_float("matmul", out.dtype, [&](auto tag) {
@@ -149,7 +153,7 @@ void conv2d_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& 
   if (out.numel() == 0) return;
   visit_float("conv2d", out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    conv2d_forward<T>(g, x.as<const T>(), w.as<const T>(), out.as<T>());
+    conv2d_forward<T>(g, x.as<const T>(), w.as<const T>(), out.as<T>(), ConvPass::kForward);
   });
 }
 

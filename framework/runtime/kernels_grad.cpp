@@ -33,19 +33,27 @@ constexpr int64_t kMinTaskFlops = 1 << 18;
 // Tasks to aim for when splitting a conv gradient (a fixed number, not the thread count, so
 // that results are the same on any machine).
 constexpr int64_t kTargetTasks = 64;
-// Chunks of images for the weight gradient, each a partial sum: fewer than kTargetTasks, as
-// each chunk's partial sum is read again, and enough to keep a few threads busy.
+// Tasks to aim for in the weight gradient (blocks of channels, then chunks of images, each
+// chunk a partial sum): fewer than kTargetTasks, as each chunk's partial sum is read again,
+// and enough to keep a few threads busy.
 constexpr int64_t kWeightChunks = 16;
-// The GEMM's channel-block dimension is kept at least this wide when splitting channels.
+// The weight gradient's GEMMs take images side by side until their inner dimension reaches
+// kMinInner positions, with at most kMaxBatchElems elements of im2col at once.
+constexpr int64_t kMinInner = 512;
+constexpr int64_t kMaxBatchElems = int64_t{1} << 20;
+// The GEMM's channel-block dimension is kept at least this wide when splitting channels: in
+// the input gradient, and in the weight gradient, which splits images instead below that.
 constexpr int64_t kMinBlockRows = 32;
+constexpr int64_t kMinWeightBlockRows = 128;
 // Upper bound on the elements of per-chunk partial weight gradients.
 constexpr int64_t kMaxPartialElems = int64_t{1} << 24;
 
 // Channels per block when splitting a group's cg channels so that `units` independent units
-// give about `target` tasks, keeping each block's GEMM dimension >= kMinBlockRows.
-int64_t channels_per_block(int64_t cg, int64_t taps, int64_t units, int64_t target) {
+// give about `target` tasks, keeping each block's GEMM dimension >= min_rows.
+int64_t channels_per_block(int64_t cg, int64_t taps, int64_t units, int64_t target,
+                           int64_t min_rows) {
   int64_t blocks = std::max<int64_t>(1, ceil_div(target, std::max<int64_t>(1, units)));
-  blocks = std::min({blocks, cg, std::max<int64_t>(1, cg * taps / kMinBlockRows)});
+  blocks = std::min({blocks, cg, std::max<int64_t>(1, cg * taps / min_rows)});
   return ceil_div(cg, std::max<int64_t>(1, blocks));
 }
 
@@ -60,7 +68,7 @@ void conv2d_grad_input_typed(const ConvGeometry& g, const T* pgo, const T* pw, T
   const int64_t taps = g.kh * g.kw;
   const int64_t rows = cg * taps;
   const int64_t positions = g.oh * g.ow;
-  const int64_t cpb = channels_per_block(cg, taps, g.n * g.groups, kTargetTasks);
+  const int64_t cpb = channels_per_block(cg, taps, g.n * g.groups, kTargetTasks, kMinBlockRows);
   const int64_t blocks = ceil_div(cg, cpb);
   const int64_t task_flops = std::max<int64_t>(1, cpb * taps * og * positions);
   const int64_t grain = std::max<int64_t>(1, kMinTaskFlops / task_flops);
@@ -84,11 +92,14 @@ void conv2d_grad_input_typed(const ConvGeometry& g, const T* pgo, const T* pw, T
   });
 }
 
-// grad_w [O,C/g,kh,kw] from input [N,C,H,W] and grad_out [N,O,Ho,Wo]. On the GEMM path, tasks
-// are (chunk of images, group, block of input channels); with more than one chunk each writes a
-// partial sum that a second pass adds up in chunk order. A task accumulates the transposed
-// block, im2col(input) * grad_out^T, which Eigen runs faster than grad_out * im2col^T for
-// these shapes (a long inner dimension and few output channels), and transposes it at the end.
+// grad_w [O,C/g,kh,kw] from input [N,C,H,W] and grad_out [N,O,Ho,Wo]. On the GEMM path, a
+// task owns a block of input channels of one group and accumulates its block of the gradient,
+// transposed: im2col(input) * grad_out^T, which Eigen runs faster than grad_out * im2col^T for
+// these shapes. Images go in batches of `batch` side by side, so that the GEMM's inner
+// dimension is long even where the planes are small (16 positions at 4x4: a GEMM per image
+// would run at a third of the rate). Channel blocks come first; only where they leave threads
+// idle are the images also split into chunks, each writing a partial sum that a second pass
+// adds up in chunk order.
 template <class T>
 void conv2d_grad_weight_typed(const ConvGeometry& g, const T* px, const T* pgo, T* pgw) {
   if (g.n == 0 || g.oh * g.ow == 0) {  // an empty sum
@@ -96,7 +107,7 @@ void conv2d_grad_weight_typed(const ConvGeometry& g, const T* px, const T* pgo, 
     return;
   }
   if constexpr (std::is_same_v<T, float>)
-    if (conv2d_grad_weight_direct(g, px, pgo, pgw) ||
+    if ((direct_chosen(g, ConvPass::kGradWeight) && conv2d_grad_weight_direct(g, px, pgo, pgw)) ||
         conv2d_grad_weight_strided(g, px, pgo, pgw))
       return;
   const int64_t cg = g.c / g.groups, og = g.o / g.groups;
@@ -104,14 +115,18 @@ void conv2d_grad_weight_typed(const ConvGeometry& g, const T* px, const T* pgo, 
   const int64_t rows = cg * taps;
   const int64_t positions = g.oh * g.ow;
   const int64_t wsize = g.o * rows;
-  int64_t chunks = std::min(g.n, kWeightChunks);
+  const int64_t cpb = channels_per_block(cg, taps, g.groups, kWeightChunks, kMinWeightBlockRows);
+  const int64_t blocks = ceil_div(cg, cpb);
+  const int64_t units = g.groups * blocks;
+  int64_t chunks = std::min(g.n, ceil_div(kWeightChunks, units));
   chunks = std::min(chunks, std::max<int64_t>(1, g.n * og * rows * positions / kMinTaskFlops));
   chunks = std::max<int64_t>(1, std::min(chunks, kMaxPartialElems / std::max<int64_t>(1, wsize)));
   const int64_t per_chunk = ceil_div(g.n, chunks);
   chunks = ceil_div(g.n, per_chunk);
-  const int64_t cpb = channels_per_block(cg, taps, chunks * g.groups, kWeightChunks);
-  const int64_t blocks = ceil_div(cg, cpb);
-  const int64_t units = g.groups * blocks;
+  const int64_t batch = std::clamp<int64_t>(
+      std::min(ceil_div(kMinInner, positions), kMaxBatchElems / (cpb * taps * positions)), 1,
+      per_chunk);
+  const int64_t width = batch * positions;  // the GEMM's inner dimension, at most
   const int64_t image_flops = std::max<int64_t>(1, og * cpb * taps * positions);
 
   T* partial = scratch<T>(chunks > 1 ? chunks * wsize : 0, Scratch::kPartial);
@@ -121,19 +136,24 @@ void conv2d_grad_weight_typed(const ConvGeometry& g, const T* px, const T* pgo, 
       const int64_t chunk = t / units;
       const int64_t grp = (t / blocks) % g.groups;
       const int64_t c0 = (t % blocks) * cpb, cn = std::min(cpb, cg - c0);
-      // The task's block of the weight gradient, transposed.
       Map<T> acc(scratch<T>(cn * taps * og, Scratch::kTaskAcc), cn * taps, og);
       acc.setZero();
+      T* col = scratch<T>(cn * taps * width, Scratch::kTaskInput);
+      T* go = scratch<T>(og * width, Scratch::kTaskGrad);
       const int64_t i0 = chunk * per_chunk, i1 = std::min(g.n, i0 + per_chunk);
-      for (int64_t img = i0; img < i1 && positions > 0; ++img) {
-        const T* col = px + (img * g.c + grp * cg + c0) * g.h * g.w;
-        if (!pointwise(g)) {
-          T* buf = scratch<T>(cn * taps * positions, Scratch::kTaskInput);
-          im2col(px + img * g.c * g.h * g.w, g, grp * cg + c0, cn, 0, positions, buf);
-          col = buf;
+      for (int64_t b0 = i0; b0 < i1; b0 += batch) {
+        const int64_t nb = std::min(batch, i1 - b0), cols = nb * positions;
+        for (int64_t k = 0; k < nb; ++k) {
+          const int64_t img = b0 + k;
+          im2col(px + img * g.c * g.h * g.w, g, grp * cg + c0, cn, 0, positions,
+                 col + k * positions, cols);
+          const T* src = pgo + (img * g.o + grp * og) * positions;
+          for (int64_t o = 0; o < og; ++o)
+            std::copy(src + o * positions, src + (o + 1) * positions,
+                      go + o * cols + k * positions);
         }
-        ConstMap<T> cm(col, cn * taps, positions);
-        ConstMap<T> gm(pgo + (img * g.o + grp * og) * positions, og, positions);
+        ConstMap<T> cm(col, cn * taps, cols);
+        ConstMap<T> gm(go, og, cols);
         acc.noalias() += cm * gm.transpose();
       }
       T* dst = chunks > 1 ? partial + chunk * wsize : pgw;
