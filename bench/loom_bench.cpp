@@ -137,7 +137,8 @@ int run(int argc, char** argv) {
     ("warmup", po::value<int64_t>(&o.warmup)->default_value(o.warmup), "untimed steps before them (at least 2: the first step also creates the optimizer state)")
     ("host-steps", po::value<int64_t>(&o.host_steps)->default_value(o.host_steps), "lazy steps on an idle device for the host rows (the best counts)")
     ("reps", po::value<int64_t>(&o.reps)->default_value(o.reps), "repetitions of each kernel measurement (the best counts)")
-    ("threads", po::value<int>(&o.threads)->default_value(0), "TBB threads (0: all cores)");
+    ("threads", po::value<int>(&o.threads)->default_value(0), "TBB threads (0: all cores)")
+    ("profile", po::value<std::string>(&o.profile), "write a Chrome trace of the timed training steps (one span per kernel on the device thread) to this file");
   // clang-format on
   po::variables_map vm;
   po::store(po::parse_command_line(argc, argv, desc), vm);

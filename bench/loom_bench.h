@@ -19,6 +19,7 @@ struct Options {
   int64_t host_steps = 3;  // steps with the device idle, for the host rows (the best counts)
   int64_t reps = 5;        // repetitions of each kernel measurement (the best is kept)
   int threads = 0;         // TBB threads (0: all cores)
+  std::string profile;     // Chrome trace of the timed training steps, when not empty
 
   bool has(const std::vector<std::string>& list, const std::string& item) const;
   bool section(const std::string& s) const { return has(sections, s); }

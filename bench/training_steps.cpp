@@ -31,6 +31,7 @@
 #include <loom/nn/functional.h>
 #include <loom/nn/init.h>
 #include <loom/optim.h>
+#include <loom/profiler.h>
 #include <loom/testing.h>
 
 #include <algorithm>
@@ -287,12 +288,14 @@ void bench_training(const Options& o, const Bounds& bounds, Table& t) {
     debug::reset();  // the warm-up compiles are done; a steady step compiles nothing
     m.label = runs.front()->workload().label;
     if (o.section("train")) {
+      if (!o.profile.empty()) loom::profiler::start();
       const auto timed = static_cast<std::ptrdiff_t>(o.modes.size());
       for (auto it = runs.begin(); it != runs.begin() + timed; ++it) {
         progress(name + ", " + (*it)->mode() + " mode: timed steps");
         (*it)->timed_chunk((o.steps + 1) / 2);
       }
       for (auto it = runs.rend() - timed; it != runs.rend(); ++it) (*it)->timed_chunk(o.steps / 2);
+      if (!o.profile.empty()) loom::profiler::stop();
     }
     double compiled_s = 0;
     for (const auto& r : runs)
@@ -304,6 +307,11 @@ void bench_training(const Options& o, const Bounds& bounds, Table& t) {
     if (o.section("host")) host_rows(m, compiled_s, host);
   }
   for (auto& r : host) t.add(std::move(r));
+  if (!o.profile.empty()) {
+    loom::profiler::save(o.profile);
+    progress("wrote the timed steps' trace to " + o.profile +
+             " (summary: recipes/profile_summary.py " + o.profile + ")");
+  }
 }
 
 }  // namespace loom::bench

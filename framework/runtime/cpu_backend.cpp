@@ -68,6 +68,12 @@ void run_program(const CpuExecutable& exe, const BufferList& inputs, const Buffe
       exe.views.push_back({exe.data[a], t.dtype, t.shape});
     }
     TensorView out{exe.data[out_slot], in.dtype, in.shape};
+    // One span per instruction while the profiler runs, named by its op ("fused" for a fused
+    // elementwise kernel, the reduction's name for a fused reduction): where a step's device
+    // time goes, op by op.
+    profiler::Trace span(in.fusion && ir::op_info(in.op).group != ir::OpGroup::Reduce
+                             ? "fused"
+                             : ir::op_name(in.op));
     if (!in.fusion)
       run_kernel(in.op, in.attr, exe.views, out);
     else if (ir::op_info(in.op).group == ir::OpGroup::Reduce)

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 namespace loom::runtime {
 namespace {
@@ -52,6 +53,7 @@ struct SumOp {
     for (int k = 0; i < n; ++i, ++k) lane[k] += static_cast<Acc>(p[i]);
     a += ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
   }
+  static void combine(Acc& a, Acc b) { a += b; }
   static T finish(Acc a, int64_t) { return static_cast<T>(a); }
 };
 
@@ -74,6 +76,7 @@ struct MaxOp {
   static void fold_run(Acc& a, const T* p, int64_t n) {
     for (int64_t i = 0; i < n; ++i) fold(a, p[i]);
   }
+  static void combine(Acc& a, Acc b) { fold(a, b); }
   static T finish(Acc a, int64_t) { return a; }
 };
 
@@ -99,6 +102,18 @@ struct Operand {
 
 // Elements read at a time in the reduced-innermost layout.
 constexpr int64_t kRun = kFusedBlock;
+// Reductions to at most kFewOutputs outputs, of at least kChunkElems elements each, read
+// their operand in chunks of about kChunkElems elements (reduce_in_chunks).
+constexpr int64_t kFewOutputs = 1024;
+constexpr int64_t kChunkElems = int64_t{1} << 15;
+
+// Per-thread scratch for partial results, grown once.
+template <class A>
+A* reduce_scratch(std::size_t n) {
+  thread_local std::vector<A> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
 
 // Odometer over dims: visits every multi-index in row-major order, tracking its offset.
 class Odometer {
@@ -140,6 +155,89 @@ int64_t kept_offset(int64_t o, const std::vector<Dim>& kept) {
   return off;
 }
 
+// Few outputs, each a sum over much data with the reduced dimension innermost (BatchNorm's
+// per-channel statistics over [N, C, H, W]): the operand is read in memory order, cut into
+// fixed chunks of whole runs (`inner` contiguous elements, one output each), and a prologue
+// is evaluated over whole blocks of a chunk rather than run by run (an 8x8 plane is a run of
+// 64). Each chunk folds its runs into partial results per output; the chunks' partials are
+// then combined in chunk order. Chunks depend on the shape only, so the result does not
+// depend on the thread count, and runs are folded the same way with or without a prologue.
+template <class T, class R>
+void reduce_in_chunks(const Operand<T>& x, const Shape& shape, const std::vector<int64_t>& axes,
+                      int64_t inner, int64_t n_out, T* po) {
+  using Acc = typename R::Acc;
+  // The dimensions outside the innermost run, and for each whether it is kept (then its
+  // coordinate is part of the output index).
+  std::vector<int64_t> sizes;
+  std::vector<bool> kept;
+  int64_t inner_dims = 1, runs = 1;
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    const bool r = std::binary_search(axes.begin(), axes.end(), static_cast<int64_t>(d));
+    if (inner_dims < inner || (inner_dims == inner && shape[d] == 1 && r)) {
+      inner_dims *= shape[d];
+      continue;
+    }
+    sizes.insert(sizes.begin(), shape[d]);
+    kept.insert(kept.begin(), !r && shape[d] > 1);
+    runs *= shape[d];
+  }
+  assert(inner_dims == inner && "reduce: the innermost run does not match the shape");
+  const int64_t runs_per_chunk = std::max<int64_t>(1, kChunkElems / inner);
+  const int64_t chunks = (runs + runs_per_chunk - 1) / runs_per_chunk;
+  Acc* partial = reduce_scratch<Acc>(static_cast<std::size_t>(chunks * n_out));
+  parallel_range(chunks, 1, [&](int64_t b, int64_t e) {
+    std::array<T, kRun> tmp;
+    for (int64_t c = b; c < e; ++c) {
+      Acc* part = partial + c * n_out;
+      std::fill(part, part + n_out, R::init());
+      const int64_t r0 = c * runs_per_chunk, r1 = std::min(runs, r0 + runs_per_chunk);
+      // The output of run r0, then advanced run by run with an odometer over `sizes`.
+      std::array<int64_t, 16> idx{};
+      int64_t rem = r0;
+      for (std::size_t d = sizes.size(); d-- > 0;) {
+        idx[d] = rem % sizes[d];
+        rem /= sizes[d];
+      }
+      auto output_of = [&] {
+        int64_t o = 0;
+        for (std::size_t d = 0; d < sizes.size(); ++d)
+          if (kept[d]) o = o * sizes[d] + idx[d];
+        return o;
+      };
+      int64_t o = output_of();
+      int64_t left = inner;  // elements of the current run still to fold
+      const int64_t end = r1 * inner;
+      for (int64_t at = r0 * inner; at < end;) {
+        const int64_t len = std::min(kRun, end - at);
+        const T* v = x.run(at, len, tmp.data());
+        for (int64_t i = 0; i < len;) {
+          const int64_t n = std::min(left, len - i);
+          R::fold_run(part[o], v + i, n);
+          i += n;
+          left -= n;
+          if (left == 0) {
+            left = inner;
+            for (std::size_t d = sizes.size(); d-- > 0;) {
+              if (++idx[d] < sizes[d]) break;
+              idx[d] = 0;
+            }
+            o = output_of();
+          }
+        }
+        at += len;
+      }
+    }
+  });
+  const int64_t n_red = runs / n_out * inner;
+  parallel_range(n_out, 64, [&](int64_t b, int64_t e) {
+    for (int64_t o = b; o < e; ++o) {
+      Acc acc = partial[o];
+      for (int64_t c = 1; c < chunks; ++c) R::combine(acc, partial[c * n_out + o]);
+      po[o] = R::finish(acc, n_red);
+    }
+  });
+}
+
 template <class T, class R>
 void reduce_typed(const Operand<T>& x, const Shape& shape, const std::vector<int64_t>& axes,
                   const TensorView& out) {
@@ -173,6 +271,10 @@ void reduce_typed(const Operand<T>& x, const Shape& shape, const std::vector<int
   const int64_t n_red = count_of(red) * (inner_reduced ? inner : 1);
   if (n_out == 0) return;
 
+  if (inner_reduced && n_out <= kFewOutputs && n_red >= kChunkElems) {
+    reduce_in_chunks<T, R>(x, shape, axes, inner, n_out, po);
+    return;
+  }
   if (inner_reduced) {
     const int64_t grain = std::max<int64_t>(1, kGrainElementwise / std::max<int64_t>(n_red, 1));
     parallel_range(n_out, grain, [&](int64_t b, int64_t e) {

@@ -10,8 +10,10 @@
 //   loom::profiler::save("trace.json");
 //
 // loom records its own spans while the profiler runs: "trace" (building a step's graph),
-// "compile", "execute" (device thread), "transfer_to_device", "transfer_from_device",
-// "wait" (a read waiting for the device) and the data loader's stages. A span costs a clock
+// "compile", "execute" (device thread), inside it one span per kernel named by its op
+// ("conv2d", "conv2d_grad_weight", ...; "fused" for a fused elementwise kernel),
+// "transfer_to_device", "transfer_from_device", "wait" (a read waiting for the device) and
+// the data loader's stages. A span costs a clock
 // read and nothing is recorded while the profiler is stopped.
 #pragma once
 

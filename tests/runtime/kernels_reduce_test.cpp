@@ -1,0 +1,69 @@
+// Reductions to few outputs over much data (BatchNorm's per-channel statistics), which read
+// their operand in fixed chunks: values against a double reference, a fused prologue against
+// the same reduction of a stored operand (bit for bit), and NaN in amax.
+#include "test_util.h"
+
+#include <cmath>
+#include <limits>
+
+namespace loom {
+namespace {
+
+// [n, c, h, w] with values that differ in every channel and position.
+std::vector<float> activations(int64_t n, int64_t c, int64_t hw) {
+  std::vector<float> v(static_cast<std::size_t>(n * c * hw));
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = std::sin(static_cast<float>(i) * 0.013f) * 2.0f + static_cast<float>(i % 7) * 0.1f;
+  return v;
+}
+
+TEST(ReduceInChunks, PerChannelSumsMeansAndMaximaMatchADoubleReference) {
+  test::fresh_engine();
+  const int64_t n = 16, c = 12, h = 48, w = 50;  // 38,400 elements per channel
+  auto xv = activations(n, c, h * w);
+  auto x = from_vector(xv, {n, c, h, w});
+  auto s = x.sum({0, 2, 3}, true).to_vector<float>();
+  auto m = x.mean({0, 2, 3}).to_vector<float>();
+  auto a = amax(x, {0, 2, 3}).to_vector<float>();
+  ASSERT_EQ(s.size(), static_cast<std::size_t>(c));
+  for (int64_t ch = 0; ch < c; ++ch) {
+    double sum = 0;
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t p = 0; p < h * w; ++p) {
+        const float v = xv[static_cast<std::size_t>((i * c + ch) * h * w + p)];
+        sum += v;
+        mx = std::max(mx, v);
+      }
+    EXPECT_NEAR(s[ch], sum, 1e-6 * std::abs(sum) + 1e-3) << "channel " << ch;
+    EXPECT_NEAR(m[ch], sum / double(n * h * w), 1e-6) << "channel " << ch;
+    EXPECT_EQ(a[ch], mx) << "channel " << ch;
+  }
+}
+
+TEST(ReduceInChunks, AFusedPrologueGivesTheBitsOfAStoredOperand) {
+  test::fresh_engine();
+  const int64_t n = 32, c = 4, hw = 64;  // runs of 64 (an 8x8 plane), 2048 per channel
+  auto x = from_vector(activations(n * 16, c, hw), {n * 16, c, 8, 8});
+  auto mean = x.mean({0, 2, 3}, true);
+  auto fused = ((x - mean) * (x - mean)).sum({0, 2, 3}).to_vector<float>();
+  std::vector<float> stored;
+  {
+    EagerModeGuard eager{true};  // every op alone: the reduction reads a stored operand
+    stored = ((x - mean) * (x - mean)).sum({0, 2, 3}).to_vector<float>();
+  }
+  EXPECT_EQ(fused, stored);
+}
+
+TEST(ReduceInChunks, AmaxPropagatesNaN) {
+  test::fresh_engine();
+  auto xv = activations(8, 3, 64 * 64);
+  xv[static_cast<std::size_t>((5 * 3 + 1) * 64 * 64 + 77)] = std::nanf("");
+  auto a = amax(from_vector(xv, {8, 3, 64, 64}), {0, 2, 3}).to_vector<float>();
+  EXPECT_FALSE(std::isnan(a[0]));
+  EXPECT_TRUE(std::isnan(a[1]));
+  EXPECT_FALSE(std::isnan(a[2]));
+}
+
+}  // namespace
+}  // namespace loom
