@@ -24,6 +24,16 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   if (y.shape()[y.dim() - 2] != k)
     fail("matmul", "expected a [..., M, K] x [..., K, N] product, got " + shape_str(a.shape()) +
                        " and " + shape_str(b.shape()));
+  // A batch of rows times one matrix (a Linear layer on [B, S, K]) is one [B*S, K] x [K, N]
+  // product, not B products against B copies of the matrix: one large GEMM, and a weight
+  // gradient that is one GEMM too instead of B of them summed over the batch.
+  if (x.dim() > 2 && y.dim() == 2) {
+    Shape out(x.shape().begin(), x.shape().end() - 1);
+    int64_t rows = 1;
+    for (auto d : out) rows *= d;
+    if (b.dim() > 1) out.push_back(y.shape().back());
+    return reshape(apply(Op::Matmul, {reshape(x, {rows, k}), y}), out);
+  }
   Shape xb(x.shape().begin(), x.shape().end() - 2);
   Shape yb(y.shape().begin(), y.shape().end() - 2);
   Shape batch = lazy::broadcast_shapes(xb, yb, "matmul");
