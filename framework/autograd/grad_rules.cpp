@@ -99,7 +99,9 @@ std::vector<Tensor> grad_rule(const GradNode& node, const Tensor& g) {
     case Op::Sqrt: return {g / (out() * 2.0)};
     case Op::Rsqrt: { auto y = out(); return {g * y * y * y * -0.5}; }
     case Op::Abs: { auto x = in(0); return {g * (as(gt(x, zeros_like(x)), x) - as(lt(x, zeros_like(x)), x))}; }
-    case Op::Relu: { auto x = in(0); return {g * as(gt(x, zeros_like(x)), x)}; }
+    // From the output (y > 0 exactly where x > 0, NaN included), as PyTorch does: the backward
+    // then keeps no pre-activation, which can fuse into the ReLU (BatchNorm's shift + ReLU).
+    case Op::Relu: { auto y = out(); return {g * as(gt(y, zeros_like(y)), y)}; }
     case Op::Sigmoid: { auto y = out(); return {g * y * (1.0 - y)}; }
     case Op::Tanh: { auto y = out(); return {g * (1.0 - y * y)}; }
     case Op::Silu: {

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstring>
+#include <string>
 
 namespace loom::runtime {
 namespace {
@@ -117,15 +118,20 @@ class CpuBackend final : public Backend {
       const auto& program = static_cast<const CpuExecutable&>(*exe);
       profiler::Trace span("execute");
       auto start = std::chrono::steady_clock::now();
+      std::string error;
       try {
         run_program(program, inputs, outputs);
-        for (auto& o : outputs) o->ready->set_done();
       } catch (const std::exception& e) {
-        for (auto& o : outputs) o->ready->set_failed(e.what());
+        error = e.what();
       }
+      // Counted before the outputs are ready, so a reader that waited on them sees the run.
       metrics::increment("ExecuteProgram");
       metrics::record("ExecuteTime", std::chrono::duration<double, std::nano>(
                                          std::chrono::steady_clock::now() - start).count());
+      for (auto& o : outputs) {
+        if (error.empty()) o->ready->set_done();
+        else o->ready->set_failed(error);
+      }
     });
   }
 
