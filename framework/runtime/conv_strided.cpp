@@ -195,14 +195,25 @@ const uint8_t* phased_taps(const Phased& p, const ConvGeometry& g) {
   return used;
 }
 
+// x split into phases (the phased conv's input), in the calling thread's kPhases slot.
+const float* phased_input(const Phased& p, const float* x) {
+  float* phases = scratch<float>(p.g.n * p.g.c * p.g.h * p.g.w, Scratch::kPhases);
+  split_phases(p, x, phases);
+  return phases;
+}
+
+// Elements of the phased conv's weight.
+int64_t phased_weight_size(const Phased& p) {
+  return p.g.o * (p.g.c / p.g.groups) * p.g.kh * p.g.kw;
+}
+
 }  // namespace
 
 bool conv2d_strided(const ConvGeometry& g, const float* x, const float* w, float* out) {
   Phased p;
   if (!make_phased(g, ConvPass::kForward, p)) return false;
-  float* phases = scratch<float>(p.g.n * p.g.c * p.g.h * p.g.w, Scratch::kPhases);
-  split_phases(p, x, phases);
-  const int64_t wsize = p.g.o * (p.g.c / p.g.groups) * p.g.kh * p.g.kw;
+  const float* phases = phased_input(p, x);
+  const int64_t wsize = phased_weight_size(p);
   float* phased = scratch<float>(wsize, Scratch::kDerived);
   std::fill(phased, phased + wsize, 0.f);
   for_each_tap(p, g, [&](int64_t orig, int64_t ph) { phased[ph] = w[orig]; });
@@ -213,10 +224,8 @@ bool conv2d_grad_weight_strided(const ConvGeometry& g, const float* x, const flo
                                 float* grad_w) {
   Phased p;
   if (!make_phased(g, ConvPass::kGradWeight, p)) return false;
-  float* phases = scratch<float>(p.g.n * p.g.c * p.g.h * p.g.w, Scratch::kPhases);
-  split_phases(p, x, phases);
-  const int64_t wsize = p.g.o * (p.g.c / p.g.groups) * p.g.kh * p.g.kw;
-  float* phased = scratch<float>(wsize, Scratch::kDerived);
+  const float* phases = phased_input(p, x);
+  float* phased = scratch<float>(phased_weight_size(p), Scratch::kDerived);
   conv2d_grad_weight_direct(p.g, phases, grad_out, phased, phased_taps(p, g));
   for_each_tap(p, g, [&](int64_t orig, int64_t ph) { grad_w[orig] = phased[ph]; });
   return true;
@@ -227,7 +236,9 @@ bool conv2d_grad_input_strided(const ConvGeometry& g, const float* grad_out, con
   Phased p;
   // Where some inputs are read by no tap (a 1x1 stride-2 conv reads one in four), the GEMM
   // path's scatter of the few gradients is cheaper than merging phases into the whole input.
-  if (!make_phased(g, ConvPass::kGradInput, p) || p.y.phases < p.y.stride || p.x.phases < p.x.stride) return false;
+  if (!make_phased(g, ConvPass::kGradInput, p) || p.y.phases < p.y.stride ||
+      p.x.phases < p.x.stride)
+    return false;
   // Each phase's own conv must have its padding within its reach (first + k > pad).
   for (const Axis* a : {&p.y, &p.x})
     for (int64_t ph = 0; ph < a->phases; ++ph)

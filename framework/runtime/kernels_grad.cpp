@@ -106,10 +106,11 @@ void conv2d_grad_weight_typed(const ConvGeometry& g, const T* px, const T* pgo, 
     std::fill(pgw, pgw + g.o * (g.c / g.groups) * g.kh * g.kw, T(0));
     return;
   }
-  if constexpr (std::is_same_v<T, float>)
-    if ((direct_chosen(g, ConvPass::kGradWeight) && conv2d_grad_weight_direct(g, px, pgo, pgw)) ||
-        conv2d_grad_weight_strided(g, px, pgo, pgw))
+  if constexpr (std::is_same_v<T, float>) {
+    if (direct_chosen(g, ConvPass::kGradWeight) && conv2d_grad_weight_direct(g, px, pgo, pgw))
       return;
+    if (conv2d_grad_weight_strided(g, px, pgo, pgw)) return;
+  }
   const int64_t cg = g.c / g.groups, og = g.o / g.groups;
   const int64_t taps = g.kh * g.kw;
   const int64_t rows = cg * taps;
