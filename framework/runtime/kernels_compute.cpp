@@ -1,8 +1,9 @@
 // Compute kernels: batched matmul on Eigen's GEMM, conv2d, and direct-loop pooling.
 // conv2d picks its algorithm by dtype and shape: float32 convs run on the direct AVX-512
-// kernels (conv_direct.h; strided ones by phases), the rest (float64, dilated strided convs,
-// padding beyond the kernel, builds without AVX-512) on im2col + Eigen GEMM, whose 1x1
-// stride-1 convs skip the im2col. Eigen runs single-threaded (conv_common.h); TBB splits the
+// kernels (conv_direct.h; strided ones by phases) where direct_chosen says they win (output
+// planes of 8x8 and more), the rest (small planes, float64, dilated strided convs, padding
+// beyond the kernel, builds without AVX-512) on im2col + Eigen GEMM, whose 1x1 stride-1 convs
+// skip the im2col. Eigen runs single-threaded (conv_common.h); TBB splits the
 // work above it: (batch, row block, column block) for matmul, (image, group, column block)
 // for conv2d, (image, channel) for pooling.
 #include "runtime/kernels_impl.h"

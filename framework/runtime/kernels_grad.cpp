@@ -1,11 +1,13 @@
 // Gradient kernels for the compute ops (kernels_compute.cpp), each the exact adjoint of its
 // forward kernel under the same conventions (padding, dilation, groups; the max pool's
 // winner; the avg pool's divisor):
-//   conv2d input:  float32 on the direct kernels (conv_direct.h; strided convs by phases);
-//                  otherwise, with stride 1, a transposed conv on conv2d_forward; else per
+//   conv2d input:  float32 strided convs on the direct kernels by phases (conv_direct.h)
+//                  where direct_chosen says they win; otherwise, with stride 1, a transposed
+//                  conv on conv2d_forward (which chooses its own algorithm); else per
 //                  (image, group) cols = W_g^T * grad_out_g (Eigen GEMM), then col2im.
-//   conv2d weight: float32 on the direct kernels; otherwise grad_W_g = the sum over images of
-//                  (im2col(input)_g * grad_out_g^T)^T (Eigen GEMM).
+//   conv2d weight: float32 on the direct kernels where they win (narrow channels);
+//                  otherwise grad_W_g = the sum over images of (im2col(input)_g *
+//                  grad_out_g^T)^T (Eigen GEMM, images side by side).
 //   max pool:      each output's gradient goes to the element the forward picked.
 //   avg pool:      each output's gradient / the forward's divisor goes to its window.
 // Results do not depend on the thread count: work is split by the shapes only (never by
