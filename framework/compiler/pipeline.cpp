@@ -1,6 +1,7 @@
 #include "compiler/pipeline.h"
 
 #include "compiler/dead_code.h"
+#include "compiler/fold_transpose.h"
 #include "compiler/fuse_elementwise.h"
 #include "compiler/fuse_reduce.h"
 #include "compiler/lower.h"
@@ -23,6 +24,8 @@ Program compile(const ir::Graph& graph) {
   after("fuse_elementwise", p);
   p = fuse_reduce_prologue(std::move(p));
   after("fuse_reduce_prologue", p);
+  p = fold_transpose(std::move(p));
+  after("fold_transpose", p);
   p = eliminate_dead_code(std::move(p));
   after("eliminate_dead_code", p);
   p = plan_memory(std::move(p));

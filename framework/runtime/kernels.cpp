@@ -76,7 +76,7 @@ void run_kernel(ir::Op op, const ir::Attr& attr, std::span<const TensorView> in,
     case Op::Pad: return pad_kernel(attr, in[0], out);
     case Op::Concat: return concat_kernel(attr, in, out);
 
-    case Op::Matmul: return matmul_kernel(in[0], in[1], out);
+    case Op::Matmul: return matmul_kernel(attr, in[0], in[1], out);
     case Op::Conv2d: return conv2d_kernel(attr, in[0], in[1], out);
     case Op::MaxPool2d: return max_pool2d_kernel(attr, in[0], out);
     case Op::AvgPool2d: return avg_pool2d_kernel(attr, in[0], out);

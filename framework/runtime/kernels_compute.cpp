@@ -29,10 +29,34 @@ constexpr int64_t kMinTaskFlops = 1 << 18;
 
 int64_t thread_count() { return std::max(1, tbb::this_task_arena::max_concurrency()); }
 
+// c [rows, cols] (rows n_c apart) = rows [r0, r0+rows) of A [m, k] times columns
+// [c0, c0+cols) of B [k, n], where A is stored transposed ([k, m]) when ta, B when tb: Eigen
+// packs a transposed view at the cost of a plain one.
 template <class T>
-void matmul_typed(const TensorView& a, const TensorView& b, const TensorView& out) {
+void gemm_block(bool ta, bool tb, const T* pa, const T* pb, T* pc, int64_t m, int64_t k,
+                int64_t n, int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
+  using Stride = Eigen::OuterStride<>;
+  StridedMap<T> c(pc + r0 * n + c0, rows, cols, Stride(n));
+  const ConstStridedMap<T> a(pa + (ta ? r0 : r0 * k), ta ? k : rows, ta ? rows : k,
+                             Stride(ta ? m : k));
+  const ConstStridedMap<T> b(pb + (tb ? c0 * k : c0), tb ? cols : k, tb ? k : cols,
+                             Stride(tb ? k : n));
+  if (!ta && !tb) c.noalias() = a * b;
+  else if (!ta) c.noalias() = a * b.transpose();
+  else if (!tb) c.noalias() = a.transpose() * b;
+  else c.noalias() = a.transpose() * b.transpose();
+}
+
+// attr.ints = {transpose_a, transpose_b} (compiler/fold_transpose.cpp), or empty: operands
+// stored as they are multiplied.
+template <class T>
+void matmul_typed(const ir::Attr& attr, const TensorView& a, const TensorView& b,
+                  const TensorView& out) {
+  const bool ta = attr.ints.size() == 2 && attr.ints[0] != 0;
+  const bool tb = attr.ints.size() == 2 && attr.ints[1] != 0;
   const std::size_t r = a.shape.size();
-  const int64_t m = a.shape[r - 2], k = a.shape[r - 1], n = b.shape[r - 1];
+  const int64_t m = a.shape[r - (ta ? 1 : 2)], k = a.shape[r - (ta ? 2 : 1)];
+  const int64_t n = b.shape[r - (tb ? 2 : 1)];
   const int64_t batch = dims_product(a.shape, 0, r - 2);
   const T* pa = a.as<const T>();
   const T* pb = b.as<const T>();
@@ -73,10 +97,8 @@ void matmul_typed(const TensorView& a, const TensorView& b, const TensorView& ou
       const int64_t c0 = (t % col_blocks) * cols_per;
       const int64_t rows = std::min(rows_per, m - r0), cols = std::min(cols_per, n - c0);
       if (rows <= 0 || cols <= 0) continue;
-      ConstMap<T> am(pa + bi * m * k + r0 * k, rows, k);
-      ConstMap<T> bm(pb + bi * k * n, k, n);
-      Map<T> cm(pc + bi * m * n, m, n);
-      cm.block(r0, c0, rows, cols).noalias() = am * bm.middleCols(c0, cols);
+      gemm_block(ta, tb, pa + bi * m * k, pb + bi * k * n, pc + bi * m * n, m, k, n, r0, rows,
+                 c0, cols);
     }
   });
 }
@@ -139,9 +161,10 @@ template void conv2d_forward<float>(const ConvGeometry&, const float*, const flo
 template void conv2d_forward<double>(const ConvGeometry&, const double*, const double*, double*,
                                      ConvPass);
 
-void matmul_kernel(const TensorView& a, const TensorView& b, const TensorView& out) {
+void matmul_kernel(const ir::Attr& attr, const TensorView& a, const TensorView& b,
+                   const TensorView& out) {
   visit_float("matmul", out.dtype, [&](auto tag) {
-    matmul_typed<typename decltype(tag)::type>(a, b, out);
+    matmul_typed<typename decltype(tag)::type>(attr, a, b, out);
   });
 }
 

@@ -161,7 +161,8 @@ void pad_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& out
 void concat_kernel(const ir::Attr& attr, Inputs in, const TensorView& out);
 
 // kernels_compute.cpp
-void matmul_kernel(const TensorView& a, const TensorView& b, const TensorView& out);
+void matmul_kernel(const ir::Attr& attr, const TensorView& a, const TensorView& b,
+                   const TensorView& out);
 void conv2d_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& w,
                    const TensorView& out);
 void max_pool2d_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& out);
