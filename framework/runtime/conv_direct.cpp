@@ -15,6 +15,8 @@
 
 #include "runtime/kernels_impl.h"
 
+#include <loom/error.h>
+
 #ifdef __AVX512F__
 #include "runtime/conv_direct_impl.h"
 #endif
@@ -22,6 +24,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 namespace loom::runtime {
 
@@ -35,7 +38,7 @@ Forced forced_choice() {
     if (!v) return Forced::kNone;
     if (std::strcmp(v, "direct") == 0) return Forced::kDirect;
     if (std::strcmp(v, "gemm") == 0) return Forced::kGemm;
-    return Forced::kNone;
+    throw Error(std::string("LOOM_CONV: expected direct or gemm, got '") + v + "'");
   }();
   return forced;
 }

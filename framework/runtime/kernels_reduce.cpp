@@ -106,6 +106,7 @@ constexpr int64_t kRun = kFusedBlock;
 // their operand in chunks of about kChunkElems elements (reduce_in_chunks).
 constexpr int64_t kFewOutputs = 1024;
 constexpr int64_t kChunkElems = int64_t{1} << 15;
+constexpr std::size_t kMaxChunkRank = 16;  // dimensions reduce_in_chunks walks
 
 // Per-thread scratch for partial results, grown once.
 template <class A>
@@ -192,7 +193,7 @@ void reduce_in_chunks(const Operand<T>& x, const Shape& shape, const std::vector
       std::fill(part, part + n_out, R::init());
       const int64_t r0 = c * runs_per_chunk, r1 = std::min(runs, r0 + runs_per_chunk);
       // The output of run r0, then advanced run by run with an odometer over `sizes`.
-      std::array<int64_t, 16> idx{};
+      std::array<int64_t, kMaxChunkRank> idx{};
       int64_t rem = r0;
       for (std::size_t d = sizes.size(); d-- > 0;) {
         idx[d] = rem % sizes[d];
@@ -271,7 +272,8 @@ void reduce_typed(const Operand<T>& x, const Shape& shape, const std::vector<int
   const int64_t n_red = count_of(red) * (inner_reduced ? inner : 1);
   if (n_out == 0) return;
 
-  if (inner_reduced && n_out <= kFewOutputs && n_red >= kChunkElems) {
+  if (inner_reduced && n_out <= kFewOutputs && n_red >= kChunkElems &&
+      shape.size() <= kMaxChunkRank) {
     reduce_in_chunks<T, R>(x, shape, axes, inner, n_out, po);
     return;
   }
