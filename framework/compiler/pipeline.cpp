@@ -6,6 +6,7 @@
 #include "compiler/fuse_reduce.h"
 #include "compiler/lower.h"
 #include "compiler/memory_plan.h"
+#include "compiler/simplify.h"
 
 #include <cstdlib>
 #include <iostream>
@@ -20,6 +21,8 @@ Program compile(const ir::Graph& graph) {
   if (dump) std::cerr << "== input\n" << ir::to_text(graph);
   Program p = lower(graph);
   after("lower", p);
+  p = simplify(std::move(p));
+  after("simplify", p);
   p = fuse_elementwise(std::move(p));
   after("fuse_elementwise", p);
   p = fuse_reduce_prologue(std::move(p));

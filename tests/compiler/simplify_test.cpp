@@ -1,0 +1,87 @@
+// Algebraic simplification: what it removes from traced graphs, and that the simplified
+// programs give the bits one op at a time gives (signed zeros and NaN included).
+#include "compiler/pipeline.h"
+#include "test_util.h"
+
+#include <cmath>
+#include <limits>
+
+namespace loom {
+namespace {
+
+using compiler::Program;
+
+int count(const Program& p, ir::Op op) {
+  int n = 0;
+  for (const auto& in : p.instrs) n += in.op == op;
+  return n;
+}
+
+std::vector<float> specials() {
+  return {-0.0f, 0.0f, 1.5f, -2.25f, std::numeric_limits<float>::infinity(),
+          std::numeric_limits<float>::quiet_NaN(), 3e-39f, -7.0f};
+}
+
+template <class F>
+void expect_same_bits_as_eager(F f, const Tensor& x) {
+  auto got = f(x).template to_vector<float>();
+  std::vector<float> want;
+  {
+    EagerModeGuard eager{true};
+    want = f(x).template to_vector<float>();
+  }
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(want[i])) {
+      EXPECT_TRUE(std::isnan(got[i])) << i;
+      continue;
+    }
+    EXPECT_EQ(got[i], want[i]) << i;
+    EXPECT_EQ(std::signbit(got[i]), std::signbit(want[i])) << i;
+  }
+}
+
+TEST(Simplify, TransposedTwiceIsReadAsStored) {
+  test::fresh_engine();
+  auto w = from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
+  auto x = from_vector(std::vector<float>{1, -1, 0.5, 2, 0, 3}, {3, 2});
+  auto y = matmul(transpose(transpose(w, 0, 1), 0, 1), x);
+  auto p = compiler::compile(test::graph_of(y));
+  EXPECT_EQ(count(p, ir::Op::Permute), 0) << compiler::to_text(p);
+  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{2, 12, 6.5, 24}));
+}
+
+TEST(Simplify, ComposedPermutesBecomeOne) {
+  test::fresh_engine();
+  std::vector<float> v(24);
+  for (int i = 0; i < 24; ++i) v[i] = static_cast<float>(i);
+  auto x = from_vector(v, {2, 3, 4});
+  auto f = [](const Tensor& t) { return t.permute({1, 2, 0}).permute({2, 0, 1}).permute({0, 2, 1}); };
+  auto p = compiler::compile(test::graph_of(f(x)));
+  EXPECT_EQ(count(p, ir::Op::Permute), 1) << compiler::to_text(p);
+  expect_same_bits_as_eager(f, x);
+}
+
+TEST(Simplify, ExactIdentitiesDisappear) {
+  test::fresh_engine();
+  auto x = from_vector(specials(), {8});
+  auto f = [](const Tensor& t) { return -(-((t * 1.0) / 1.0)) - 0.0; };
+  auto p = compiler::compile(test::graph_of(f(x)));
+  EXPECT_EQ(p.instrs.size(), 1u) << "only the view of the input is left\n" << compiler::to_text(p);
+  EXPECT_EQ(p.instrs[0].op, ir::Op::Reshape) << compiler::to_text(p);
+  expect_same_bits_as_eager(f, x);
+}
+
+TEST(Simplify, AddingZeroStays) {
+  test::fresh_engine();
+  auto x = from_vector(specials(), {8});
+  auto f = [](const Tensor& t) { return t + 0.0; };  // -0 + 0 is +0: not an identity
+  auto p = compiler::compile(test::graph_of(f(x)));
+  EXPECT_GE(p.instrs.size(), 1u);
+  EXPECT_NE(p.instrs.back().op, ir::Op::Reshape) << compiler::to_text(p);
+  expect_same_bits_as_eager(f, x);
+  EXPECT_FALSE(std::signbit(f(x).to_vector<float>()[0]));
+}
+
+}  // namespace
+}  // namespace loom
