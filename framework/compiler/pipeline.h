@@ -1,7 +1,7 @@
 // The compiler pipeline: graph in, Program out. The graph is lowered to a Program (one
 // instruction per node), then each pass is a function Program -> Program in its own file,
-// run in a fixed order: fuse_elementwise, fuse_reduce_prologue, eliminate_dead_code,
-// plan_memory. With LOOM_DUMP_PASSES=1 the graph and the Program after each pass are printed
+// run in a fixed order: simplify, fuse_elementwise, fuse_reduce_prologue, fold_transpose,
+// eliminate_dead_code, plan_memory. With LOOM_DUMP_PASSES=1 the graph and the Program after each pass are printed
 // to stderr.
 //
 // Common-subexpression elimination happens while tracing (nodes are hash-consed: one node per
