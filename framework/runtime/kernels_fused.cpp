@@ -62,21 +62,19 @@ void vector_map(const T* a, T* d, int64_t n, F f) {
   std::copy(out, out + n, d);
 }
 
-// Per-thread scratch, grown once: steady-state steps allocate nothing. Registers start on a
-// 64-byte boundary (kFusedBlock elements apart), so vector_map works on them in place.
+// Tags of the per-thread buffers a fusion evaluates with: its block registers, and where
+// each of its values is.
+struct Registers;
+struct Values;
+
+// Registers start on a 64-byte boundary (kFusedBlock elements apart), so vector_map works on
+// them in place.
 template <class T>
 T* scratch_registers(std::size_t n) {
   constexpr std::size_t kAlign = 64 / sizeof(T);
-  thread_local std::vector<T> regs;
-  if (regs.size() < n + kAlign) regs.resize(n + kAlign);
-  const auto misalign = reinterpret_cast<std::uintptr_t>(regs.data()) % 64 / sizeof(T);
-  return regs.data() + (misalign ? kAlign - misalign : 0);
-}
-template <class T>
-const T** scratch_pointers(std::size_t n) {
-  thread_local std::vector<const T*> ptrs;
-  if (ptrs.size() < n) ptrs.resize(n);
-  return ptrs.data();
+  T* regs = thread_scratch<T, Registers>(n + kAlign);
+  const auto misalign = reinterpret_cast<std::uintptr_t>(regs) % 64 / sizeof(T);
+  return regs + (misalign ? kAlign - misalign : 0);
 }
 
 // Reads elements [begin, begin + len) of the result's index space from `src` into dst.
@@ -189,7 +187,7 @@ class BlockEvaluator {
       : f_(f), in_(in), n_loads_(static_cast<int>(f.loads.size())),
         n_values_(n_loads_ + static_cast<int>(f.steps.size())),
         regs_(scratch_registers<T>(static_cast<std::size_t>(f.num_registers) * kFusedBlock)),
-        value_(scratch_pointers<T>(n_values_)) {}
+        value_(thread_scratch<const T*, Values>(n_values_)) {}
 
   // Elements [begin, begin + len) of the result's index space, len <= kFusedBlock. The last
   // step writes to `dst` when given; returns where the result is.

@@ -86,6 +86,19 @@ decltype(auto) visit_width(DType t, F&& f) {
   unsupported_dtype("kernel", t);
 }
 
+// ---- per-thread scratch ----
+
+// At least n elements of T that belong to the calling thread, grown once and kept, so a
+// steady-state step allocates nothing. `Tag` names the user: users that hold buffers at the
+// same time on one thread (a reduction's partials and its prologue's registers) need
+// different tags.
+template <class T, class Tag>
+T* thread_scratch(std::size_t n) {
+  thread_local std::vector<T> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
 // ---- parallel loops ----
 
 // Elements per task for cheap elementwise work; small tensors then run on the caller's thread.

@@ -107,14 +107,8 @@ constexpr int64_t kRun = kFusedBlock;
 constexpr int64_t kFewOutputs = 1024;
 constexpr int64_t kChunkElems = int64_t{1} << 15;
 constexpr std::size_t kMaxChunkRank = 16;  // dimensions reduce_in_chunks walks
+struct Partials;  // the tag of reduce_in_chunks' per-thread partial results
 
-// Per-thread scratch for partial results, grown once.
-template <class A>
-A* reduce_scratch(std::size_t n) {
-  thread_local std::vector<A> buf;
-  if (buf.size() < n) buf.resize(n);
-  return buf.data();
-}
 
 // Odometer over dims: visits every multi-index in row-major order, tracking its offset.
 class Odometer {
@@ -185,7 +179,7 @@ void reduce_in_chunks(const Operand<T>& x, const Shape& shape, const std::vector
   assert(inner_dims == inner && "reduce: the innermost run does not match the shape");
   const int64_t runs_per_chunk = std::max<int64_t>(1, kChunkElems / inner);
   const int64_t chunks = (runs + runs_per_chunk - 1) / runs_per_chunk;
-  Acc* partial = reduce_scratch<Acc>(static_cast<std::size_t>(chunks * n_out));
+  Acc* partial = thread_scratch<Acc, Partials>(static_cast<std::size_t>(chunks * n_out));
   parallel_range(chunks, 1, [&](int64_t b, int64_t e) {
     std::array<T, kRun> tmp;
     for (int64_t c = b; c < e; ++c) {
