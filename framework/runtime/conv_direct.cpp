@@ -13,6 +13,7 @@
 // weight broadcasts and 6 input loads per 24 FMAs.
 #include "runtime/conv_direct.h"
 
+#include "runtime/conv_winograd.h"
 #include "runtime/kernels_impl.h"
 
 #include <loom/error.h>
@@ -30,7 +31,7 @@ namespace loom::runtime {
 
 namespace {
 
-enum class Forced { kNone, kDirect, kGemm };
+enum class Forced { kNone, kDirect, kGemm, kWinograd };
 
 Forced forced_choice() {
   static const Forced forced = [] {
@@ -38,7 +39,8 @@ Forced forced_choice() {
     if (!v) return Forced::kNone;
     if (std::strcmp(v, "direct") == 0) return Forced::kDirect;
     if (std::strcmp(v, "gemm") == 0) return Forced::kGemm;
-    throw Error(std::string("LOOM_CONV: expected direct or gemm, got '") + v + "'");
+    if (std::strcmp(v, "winograd") == 0) return Forced::kWinograd;
+    throw Error(std::string("LOOM_CONV: expected direct, gemm or winograd, got '") + v + "'");
   }();
   return forced;
 }
@@ -62,6 +64,21 @@ bool direct_wins(const ConvGeometry& g, ConvPass pass) {
   return true;
 }
 
+// Where Winograd beats both: its 16 GEMMs per tile block have the channels as their
+// dimensions, so they run near peak only where both channel counts are wide; with 16 or 32
+// channels the transforms and the GEMMs' packing cost more than the 2.25x fewer multiplies
+// save (kernel_bench, all three forced with LOOM_CONV).
+constexpr int64_t kWinogradMinChannels = 64;
+
+bool winograd_wins(const ConvGeometry& g, ConvPass pass) {
+  switch (pass) {
+    case ConvPass::kForward:
+    case ConvPass::kGradInput:
+    case ConvPass::kGradWeight: return std::min(g.c, g.o) >= kWinogradMinChannels;
+  }
+  return true;
+}
+
 }  // namespace
 
 bool direct_chosen(const ConvGeometry& g, ConvPass pass) {
@@ -69,9 +86,24 @@ bool direct_chosen(const ConvGeometry& g, ConvPass pass) {
   switch (forced_choice()) {
     case Forced::kDirect: return true;
     case Forced::kGemm: return false;
+    case Forced::kWinograd:
     case Forced::kNone: break;
   }
   return direct_wins(g, pass);
+}
+
+ConvAlgorithm conv_algorithm(const ConvGeometry& g, ConvPass pass) {
+  if (winograd_applies(g)) {
+    switch (forced_choice()) {
+      case Forced::kWinograd: return ConvAlgorithm::kWinograd;
+      case Forced::kNone:
+        if (winograd_wins(g, pass)) return ConvAlgorithm::kWinograd;
+        break;
+      case Forced::kDirect:
+      case Forced::kGemm: break;
+    }
+  }
+  return direct_chosen(g, pass) ? ConvAlgorithm::kDirect : ConvAlgorithm::kGemm;
 }
 
 #ifdef __AVX512F__

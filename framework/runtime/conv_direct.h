@@ -40,6 +40,15 @@ bool direct_applies(const ConvGeometry& g);
 // wherever the direct kernels apply (read once; for measurements).
 bool direct_chosen(const ConvGeometry& g, ConvPass pass);
 
+// Which algorithm runs pass `pass` of the float32 conv `g`: Winograd F(2x2, 3x3)
+// (conv_winograd.h) where it applies and wins, which is 3x3 stride-1 convs with 64 channels
+// and more on both sides (ResNet-18 CIFAR's non-strided convs and their gradients); else
+// the direct kernels where direct_chosen says so; else im2col + GEMM. LOOM_CONV=winograd forces
+// Winograd wherever it applies (the choice above elsewhere); LOOM_CONV=direct or gemm never
+// picks it.
+enum class ConvAlgorithm { kDirect, kGemm, kWinograd };
+ConvAlgorithm conv_algorithm(const ConvGeometry& g, ConvPass pass);
+
 // Strided convs (conv_strided.cpp): a conv of stride s is a stride-1 conv over the input's
 // s x s phases (x[s*y + a][s*x + b] for each offset (a, b)), with the taps regrouped by phase
 // into a smaller kernel; these run that on the direct kernels. They return false where that

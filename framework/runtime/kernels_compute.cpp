@@ -10,6 +10,7 @@
 
 #include "runtime/conv_common.h"
 #include "runtime/conv_direct.h"
+#include "runtime/conv_winograd.h"
 
 #include <Eigen/Core>
 #include <tbb/task_arena.h>
@@ -121,7 +122,15 @@ void for_each_plane(const PoolGeometry& g, const TensorView& x, const TensorView
 template <class T>
 void conv2d_forward(const ConvGeometry& g, const T* px, const T* pw, T* po, ConvPass pass) {
   if constexpr (std::is_same_v<T, float>) {
-    if (direct_chosen(g, pass) && conv2d_direct(g, px, pw, po)) return;
+    switch (conv_algorithm(g, pass)) {
+      case ConvAlgorithm::kWinograd:
+        if (conv2d_winograd(g, px, pw, po)) return;
+        break;
+      case ConvAlgorithm::kDirect:
+        if (conv2d_direct(g, px, pw, po)) return;
+        break;
+      case ConvAlgorithm::kGemm: break;
+    }
     if (conv2d_strided(g, px, pw, po)) return;
   }
   const int64_t cg = g.c / g.groups, og = g.o / g.groups;

@@ -17,6 +17,7 @@
 
 #include "runtime/conv_common.h"
 #include "runtime/conv_direct.h"
+#include "runtime/conv_winograd.h"
 
 #include <Eigen/Core>
 
@@ -109,8 +110,15 @@ void conv2d_grad_weight_typed(const ConvGeometry& g, const T* px, const T* pgo, 
     return;
   }
   if constexpr (std::is_same_v<T, float>) {
-    if (direct_chosen(g, ConvPass::kGradWeight) && conv2d_grad_weight_direct(g, px, pgo, pgw))
-      return;
+    switch (conv_algorithm(g, ConvPass::kGradWeight)) {
+      case ConvAlgorithm::kWinograd:
+        if (conv2d_grad_weight_winograd(g, px, pgo, pgw)) return;
+        break;
+      case ConvAlgorithm::kDirect:
+        if (conv2d_grad_weight_direct(g, px, pgo, pgw)) return;
+        break;
+      case ConvAlgorithm::kGemm: break;
+    }
     if (conv2d_grad_weight_strided(g, px, pgo, pgw)) return;
   }
   const int64_t cg = g.c / g.groups, og = g.o / g.groups;

@@ -1,10 +1,15 @@
 // The conv2d kernels against a direct-loop reference in double, for geometries that take each
 // path: the direct AVX-512 kernels (float32, padding within the kernel's reach; strided convs
-// by phases), the im2col + GEMM path (float64, dilated strided convs, padding beyond the
-// reach), the 1x1 GEMM without im2col, and the input gradient as a transposed conv.
+// by phases), Winograd F(2x2, 3x3) (float32 3x3 stride-1 convs, chosen at 64 channels and
+// more), the im2col + GEMM path (float64, dilated strided convs, padding beyond the reach), the
+// 1x1 GEMM without im2col, and the input gradient as a transposed conv. tests/CMakeLists.txt
+// runs them again with each algorithm forced (LOOM_CONV) wherever it applies.
 #include "runtime/kernels.h"
 
+#include "runtime/conv_winograd.h"
+
 #include <gtest/gtest.h>
+#include <tbb/task_arena.h>
 
 #include <cmath>
 #include <random>
@@ -128,6 +133,14 @@ const Case kCases[] = {
     {3, 16, 16, 16, 32, 3, 3, 2, 2, 1, 1, 1, 1, 1},  // a ResNet stage entry, small
     {3, 16, 16, 16, 32, 1, 1, 2, 2, 0, 0, 1, 1, 1},  // its projection shortcut
     {0, 4, 5, 5, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1},      // no images: a zero weight gradient
+    // 3x3 stride 1: Winograd where forced, or at 64 channels and more.
+    {2, 3, 1, 1, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1},      // 1x1 planes: one partial tile
+    {3, 2, 2, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1},      // a partial column of tiles
+    {2, 5, 3, 3, 4, 3, 3, 1, 1, 0, 0, 1, 1, 1},      // no padding: one output
+    {2, 5, 5, 4, 6, 3, 3, 1, 1, 2, 0, 1, 1, 1},      // padding 2 along y only
+    {2, 64, 7, 5, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1},    // Winograd's default, odd planes
+    {2, 130, 3, 5, 66, 3, 3, 1, 1, 1, 1, 1, 1, 1},   // two blocks of input channels
+    {6, 64, 32, 32, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1},  // chunks of several tile blocks
 };
 
 TEST(Conv2dKernels, Float32MatchesReference) {
@@ -136,6 +149,54 @@ TEST(Conv2dKernels, Float32MatchesReference) {
 
 TEST(Conv2dKernels, Float64MatchesReference) {
   for (const Case& k : kCases) check<double>(k);
+}
+
+// Winograd's weight gradient splits its sums by the shapes only: one thread and several give
+// the same bits, at geometries with one chunk of tiles, several, and blocks of channels.
+TEST(Conv2dKernels, WeightGradientIndependentOfThreadCount) {
+  const Case cases[] = {
+      {8, 64, 8, 8, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1},
+      {4, 130, 4, 4, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1},
+      {16, 16, 16, 16, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1},
+  };
+  for (const Case& k : cases) {
+    const Shape xs{k.n, k.c, k.h, k.w}, os{k.n, k.o, k.h, k.w}, ws{k.o, k.c, 3, 3};
+    const auto x = random(shape_numel(xs), 1), go = random(shape_numel(os), 3);
+    ir::Attr attr{{1, 1, 1, 1, 1, 1, 1, 3, 3}};
+    auto in_arena = [&](int threads) {
+      std::vector<double> r;
+      tbb::task_arena(threads).execute(
+          [&] { r = run<float>(ir::Op::Conv2dGradWeight, attr, x, xs, go, os, ws); });
+      return r;
+    };
+    const auto one = in_arena(1);
+    for (int threads : {2, 3, 8}) EXPECT_EQ(in_arena(threads), one) << name(k) << " " << threads;
+  }
+}
+
+// The Winograd kernels called directly, whatever the choice would be, against the reference.
+TEST(Conv2dKernels, WinogradMatchesReference) {
+  const Case cases[] = {
+      {2, 3, 1, 1, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1},   {3, 5, 7, 9, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1},
+      {2, 4, 10, 6, 6, 3, 3, 1, 1, 0, 0, 1, 1, 1},  {2, 3, 6, 6, 4, 3, 3, 1, 1, 3, 2, 1, 1, 1},
+      {2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1}, {1, 3, 20, 40, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1},
+  };
+  for (const Case& k : cases) {
+    const int64_t oh = k.h + 2 * k.ph - 2, ow = k.w + 2 * k.pw - 2;
+    const ConvGeometry g{k.n, k.c, k.h, k.w, k.o, 3, 3, oh, ow, 1, 1, k.ph, k.pw, 1, 1, 1};
+    ASSERT_TRUE(winograd_applies(g)) << name(k);
+    const auto x = random(k.n * k.c * k.h * k.w, 1), w = random(k.o * k.c * 9, 2),
+               go = random(k.n * k.o * oh * ow, 3);
+    const Reference r = reference(k, oh, ow, x, w, go);
+    const std::vector<float> xf(x.begin(), x.end()), wf(w.begin(), w.end()),
+        gof(go.begin(), go.end());
+    std::vector<float> out(go.size()), gw(w.size());
+    ASSERT_TRUE(conv2d_winograd(g, xf.data(), wf.data(), out.data()));
+    ASSERT_TRUE(conv2d_grad_weight_winograd(g, xf.data(), gof.data(), gw.data()));
+    const double tol = 2e-5 * std::sqrt(double(k.c * 9 * k.n * oh * ow));
+    expect_near({out.begin(), out.end()}, r.out, tol, name(k) + " winograd forward");
+    expect_near({gw.begin(), gw.end()}, r.grad_w, tol, name(k) + " winograd grad_weight");
+  }
 }
 
 }  // namespace
