@@ -6,11 +6,13 @@
 //
 // Sections (see the README's "Benchmarks" for every column):
 //   gemm    the machine's SGEMM peak (Eigen, split over the TBB threads) and loom's matmul
-//   sincos  y = sin(cos(x)) on 16M floats, one graph vs one op at a time, against the
+//   sincos  y = sin(cos(x)) on 16M floats, one graph vs one op at a time (into recycled
+//           buffers, and into fresh ones as an allocator without a cache gives), against the
 //           stream bandwidth bound and a cache-resident sin+cos compute bound
 //   train   whole training steps (fake data) of ResNet-20, ResNet-18 (CIFAR) and a 2-layer
 //           Llama-style decoder in compiled, lazy and eager modes
-//   host    tracing, graph build + hash, lookup + launch and compile time per node
+//   host    tracing, graph build + hash, lookup + launch and compile time per node; device
+//           buffers and executor heap allocations per steady step
 // Progress goes to stderr; the table alone to stdout.
 #include "loom_bench.h"
 

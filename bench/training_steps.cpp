@@ -128,6 +128,7 @@ struct Measured {
   double compile_s = 0;   // its uncached compile
   double trace_s = 0, build_s = 0, launch_s = 0;  // the best step, device idle (host rows)
   double buffers = 0, new_buffers = 0;            // device buffer allocations per lazy step
+  double heap_allocs = -1;                        // the executor's heap allocations per lazy step
 };
 
 // One mode's model, its steps and their timings.
@@ -179,6 +180,7 @@ class ModeRun {
     const int64_t compiled_before = compiles();
     const double buffers = static_cast<double>(metrics::counter("AllocatorCacheHit"));
     const double new_buffers = static_cast<double>(metrics::counter("AllocatorSystemAlloc"));
+    const double heap = static_cast<double>(metrics::counter("ExecuteHeapAlloc"));
     for (int64_t i = 0; i <= k; ++i) {
       add_step_closure([&ends, i] { ends[i] = {now_seconds(), stat_total("ExecuteTime")}; });
       step();
@@ -189,6 +191,7 @@ class ModeRun {
     steps_ += k;
     buffers_ += static_cast<double>(metrics::counter("AllocatorCacheHit")) - buffers;
     new_buffers_ += static_cast<double>(metrics::counter("AllocatorSystemAlloc")) - new_buffers;
+    heap_ += static_cast<double>(metrics::counter("ExecuteHeapAlloc")) - heap;
     alloc_steps_ += k + 1;
     if (compiles() != compiled_before)
       progress("warning: " + w_.label + " " + mode_ + " compiled during the timed steps; raise --warmup");
@@ -235,6 +238,7 @@ class ModeRun {
     if (alloc_steps_ > 0) {
       m.buffers = (buffers_ + new_buffers_) / static_cast<double>(alloc_steps_);
       m.new_buffers = new_buffers_ / static_cast<double>(alloc_steps_);
+      m.heap_allocs = heap_ / static_cast<double>(alloc_steps_);
     }
   }
 
@@ -245,7 +249,7 @@ class ModeRun {
   std::function<void()> compiled_;
   double window_ = 0, busy_ = 0;
   int64_t steps_ = 0;
-  double buffers_ = 0, new_buffers_ = 0;
+  double buffers_ = 0, new_buffers_ = 0, heap_ = 0;
   int64_t alloc_steps_ = 0;
 };
 
@@ -269,6 +273,9 @@ void host_rows(const Measured& m, double compiled_step_s, std::vector<Row>& out)
   if (m.buffers > 0)
     out.push_back({.section = "host", .benchmark = m.label + ": device buffers allocated per step", .mode = "lazy",
                    .rate = format("%.0f", m.buffers) + format(" (%.0f new)", m.new_buffers)});
+  if (m.heap_allocs >= 0)
+    out.push_back({.section = "host", .benchmark = m.label + ": executor heap allocations per step", .mode = "lazy",
+                   .rate = format("%.1f", m.heap_allocs)});
 }
 
 }  // namespace

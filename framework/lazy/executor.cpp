@@ -3,6 +3,7 @@
 #include "compiler/pipeline.h"
 #include "ir/graph.h"
 #include "lazy/debug.h"
+#include "runtime/allocator.h"
 #include "runtime/backend.h"
 
 #include <loom/lazy.h>
@@ -208,6 +209,8 @@ void mark_step(std::source_location site) {
     debug::set_in_closure(false);
   });
 }
+
+void empty_device_cache() { runtime::empty_cache(); }
 
 void wait_device_ops() {
   runtime::backend(Device{}).synchronize();

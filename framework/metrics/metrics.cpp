@@ -10,8 +10,9 @@ namespace {
 
 struct Registry {
   std::mutex mutex;
-  std::map<std::string, int64_t> counters;
-  std::map<std::string, Stat> stats;
+  // std::less<> looks names up as string_views: no std::string is built for a lookup.
+  std::map<std::string, int64_t, std::less<>> counters;
+  std::map<std::string, Stat, std::less<>> stats;
 };
 
 Registry& registry() {
@@ -32,30 +33,34 @@ std::string format_value(const std::string& name, double v) {
 
 }  // namespace
 
-void increment(const std::string& name, int64_t by) {
+void increment(std::string_view name, int64_t by) {
   auto& r = registry();
   std::lock_guard lock(r.mutex);
-  r.counters[name] += by;
+  auto it = r.counters.find(name);
+  if (it == r.counters.end()) r.counters.emplace(std::string(name), by);
+  else it->second += by;
 }
 
-int64_t counter(const std::string& name) {
+int64_t counter(std::string_view name) {
   auto& r = registry();
   std::lock_guard lock(r.mutex);
   auto it = r.counters.find(name);
   return it == r.counters.end() ? 0 : it->second;
 }
 
-void record(const std::string& name, double value) {
+void record(std::string_view name, double value) {
   auto& r = registry();
   std::lock_guard lock(r.mutex);
-  auto& s = r.stats[name];
+  auto it = r.stats.find(name);
+  if (it == r.stats.end()) it = r.stats.emplace(std::string(name), Stat{}).first;
+  auto& s = it->second;
   s.min = s.count ? std::min(s.min, value) : value;
   s.max = s.count ? std::max(s.max, value) : value;
   s.total += value;
   ++s.count;
 }
 
-Stat stat(const std::string& name) {
+Stat stat(std::string_view name) {
   auto& r = registry();
   std::lock_guard lock(r.mutex);
   auto it = r.stats.find(name);

@@ -29,6 +29,54 @@ Cache& cache() {
 
 std::size_t size_class(std::size_t bytes) { return std::bit_ceil(std::max(bytes, kMinBlock)); }
 
+// The shared_ptr control blocks (with the Storage in them) are recycled too: a freed one goes
+// on a free list and the next allocate() takes it, so handing out a buffer never reaches the
+// heap once the first steps have run (heap_count.h).
+template <class T>
+struct NodePool {
+  std::mutex mutex;
+  std::vector<void*> free;
+};
+
+template <class T>
+NodePool<T>& node_pool() {
+  static auto* pool = new NodePool<T>;  // leaked, like the cache
+  return *pool;
+}
+
+template <class T>
+struct PoolAllocator {
+  using value_type = T;
+  PoolAllocator() = default;
+  template <class U>
+  PoolAllocator(const PoolAllocator<U>&) {}
+
+  T* allocate(std::size_t n) {
+    if (n == 1) {
+      auto& pool = node_pool<T>();
+      std::lock_guard lock(pool.mutex);
+      if (!pool.free.empty()) {
+        void* p = pool.free.back();
+        pool.free.pop_back();
+        return static_cast<T*>(p);
+      }
+    }
+    return std::allocator<T>().allocate(n);
+  }
+  void deallocate(T* p, std::size_t n) {
+    if (n != 1) return std::allocator<T>().deallocate(p, n);
+    auto& pool = node_pool<T>();
+    std::lock_guard lock(pool.mutex);
+    pool.free.push_back(p);
+  }
+  template <class U>
+  bool operator==(const PoolAllocator<U>&) const { return true; }
+};
+
+std::shared_ptr<Storage> make_storage(void* data, std::size_t bytes) {
+  return std::allocate_shared<Storage>(PoolAllocator<Storage>(), data, bytes);
+}
+
 }  // namespace
 
 Storage::~Storage() {
@@ -47,7 +95,7 @@ std::shared_ptr<Storage> allocate(std::size_t bytes) {
       void* p = it->second.back();
       it->second.pop_back();
       metrics::increment("AllocatorCacheHit");
-      return std::make_shared<Storage>(p, cls);
+      return make_storage(p, cls);
     }
   }
   void* p = std::aligned_alloc(kAlignment, cls);
@@ -57,7 +105,7 @@ std::shared_ptr<Storage> allocate(std::size_t bytes) {
   }
   if (!p) throw Error("allocator: out of memory allocating " + std::to_string(cls) + " bytes");
   metrics::increment("AllocatorSystemAlloc");
-  return std::make_shared<Storage>(p, cls);
+  return make_storage(p, cls);
 }
 
 void empty_cache() {

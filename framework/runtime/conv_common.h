@@ -169,7 +169,9 @@ void col2im_add(const T* col, const ConvGeometry& g, int64_t c0, int64_t cn, T* 
 // that calls parallel_range, which runs tasks too, holds its own data in the caller slots.
 enum class Scratch {
   kTaskInput, kTaskGrad, kTaskAcc,     // task slots
-  kWeights, kPacked, kPartial, kPhases, kDerived, kCount  // caller slots
+  kWeights, kPacked, kPartial, kPhases, kDerived,  // caller slots
+  kGemmA, kGemmB,  // gemm.h's packing buffers: held only inside one gemm call, which never waits
+  kCount
 };
 
 // The buffer starts on a 64-byte boundary, so rows that are multiples of a cache line apart

@@ -3,6 +3,7 @@
 #include "runtime/backend.h"
 
 #include "runtime/device_queue.h"
+#include "runtime/heap_count.h"
 #include "runtime/kernels.h"
 #include "runtime/kernels_fused.h"
 
@@ -25,13 +26,28 @@ namespace {
 // allocator only for its outputs.
 class CpuExecutable final : public Executable {
  public:
-  explicit CpuExecutable(compiler::Program p) : program(std::move(p)) {}
+  explicit CpuExecutable(compiler::Program p) : program(std::move(p)) {
+    data.resize(program.num_slots());
+    owned.resize(program.num_slots());
+    arg_views.resize(program.instrs.size());
+    out_views.resize(program.instrs.size());
+    for (std::size_t i = 0; i < program.instrs.size(); ++i) {
+      const auto& in = program.instrs[i];
+      for (auto a : in.args) {
+        auto t = program.slot_type(a);
+        arg_views[i].push_back({nullptr, t.dtype, t.shape});
+      }
+      out_views[i] = {nullptr, in.dtype, in.shape};
+    }
+  }
   compiler::Program program;
-  // Run state, touched only by the device thread.
+  // Run state, touched only by the device thread. The kernels' views (dtype and shape) are
+  // made once here; a run only points them at this run's buffers, so it copies no shapes.
   mutable std::shared_ptr<Storage> arena;
   mutable std::vector<void*> data;                      // per slot
   mutable std::vector<std::shared_ptr<Storage>> owned;  // per slot: escaping results, inputs
-  mutable std::vector<TensorView> views;
+  mutable std::vector<std::vector<TensorView>> arg_views;  // per instruction
+  mutable std::vector<TensorView> out_views;               // per instruction
 };
 
 void run_program(const CpuExecutable& exe, const BufferList& inputs, const BufferList& outputs) {
@@ -39,8 +55,7 @@ void run_program(const CpuExecutable& exe, const BufferList& inputs, const Buffe
   const auto n_in = static_cast<int>(p.inputs.size());
   if (p.arena_bytes > 0 && !exe.arena) exe.arena = allocate(p.arena_bytes);
   auto* arena = exe.arena ? static_cast<std::byte*>(exe.arena->data()) : nullptr;
-  exe.data.assign(p.num_slots(), nullptr);
-  exe.owned.resize(p.num_slots());
+  std::fill(exe.data.begin(), exe.data.end(), nullptr);
   for (int i = 0; i < n_in; ++i) {
     // Programs run in queue order, so an input is already computed; it may have failed.
     auto error = inputs[i]->ready->wait();
@@ -63,12 +78,10 @@ void run_program(const CpuExecutable& exe, const BufferList& inputs, const Buffe
       exe.owned[out_slot] = allocate(bytes);
       exe.data[out_slot] = exe.owned[out_slot]->data();
     }
-    exe.views.clear();
-    for (auto a : in.args) {
-      auto t = p.slot_type(a);
-      exe.views.push_back({exe.data[a], t.dtype, t.shape});
-    }
-    TensorView out{exe.data[out_slot], in.dtype, in.shape};
+    auto& views = exe.arg_views[i];
+    for (std::size_t k = 0; k < views.size(); ++k) views[k].data = exe.data[in.args[k]];
+    TensorView& out = exe.out_views[i];
+    out.data = exe.data[out_slot];
     // One span per instruction while the profiler runs, named by its op ("fused" for a fused
     // elementwise kernel, the reduction's name for a fused reduction): where a step's device
     // time goes, op by op.
@@ -76,11 +89,11 @@ void run_program(const CpuExecutable& exe, const BufferList& inputs, const Buffe
                              ? "fused"
                              : ir::op_name(in.op));
     if (!in.fusion)
-      run_kernel(in.op, in.attr, exe.views, out);
+      run_kernel(in.op, in.attr, views, out);
     else if (ir::op_info(in.op).group == ir::OpGroup::Reduce)
-      fused_reduce_kernel(in.op, in.attr, *in.fusion, exe.views, out);
+      fused_reduce_kernel(in.op, in.attr, *in.fusion, views, out);
     else
-      fused_kernel(*in.fusion, exe.views, out);
+      fused_kernel(*in.fusion, views, out);
   }
   for (std::size_t k = 0; k < outputs.size(); ++k) {
     int slot = p.outputs[k];
@@ -119,13 +132,20 @@ class CpuBackend final : public Backend {
       profiler::Trace span("execute");
       auto start = std::chrono::steady_clock::now();
       std::string error;
-      try {
-        run_program(program, inputs, outputs);
-      } catch (const std::exception& e) {
-        error = e.what();
+      int64_t allocations = 0;
+      {
+        HeapCount counting;
+        const int64_t before = heap_allocations();
+        try {
+          run_program(program, inputs, outputs);
+        } catch (const std::exception& e) {
+          error = e.what();
+        }
+        allocations = heap_allocations() - before;
       }
       // Counted before the outputs are ready, so a reader that waited on them sees the run.
       metrics::increment("ExecuteProgram");
+      metrics::increment("ExecuteHeapAlloc", allocations);
       metrics::record("ExecuteTime", std::chrono::duration<double, std::nano>(
                                          std::chrono::steady_clock::now() - start).count());
       for (auto& o : outputs) {

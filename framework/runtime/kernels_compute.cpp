@@ -11,6 +11,7 @@
 #include "runtime/conv_common.h"
 #include "runtime/conv_direct.h"
 #include "runtime/conv_winograd.h"
+#include "runtime/gemm.h"
 
 #include <Eigen/Core>
 #include <tbb/task_arena.h>
@@ -30,22 +31,14 @@ constexpr int64_t kMinTaskFlops = 1 << 18;
 
 int64_t thread_count() { return std::max(1, tbb::this_task_arena::max_concurrency()); }
 
-// c [rows, cols] (rows n_c apart) = rows [r0, r0+rows) of A [m, k] times columns
+// c [rows, cols] (rows n apart) = rows [r0, r0+rows) of A [m, k] times columns
 // [c0, c0+cols) of B [k, n], where A is stored transposed ([k, m]) when ta, B when tb: Eigen
 // packs a transposed view at the cost of a plain one.
 template <class T>
 void gemm_block(bool ta, bool tb, const T* pa, const T* pb, T* pc, int64_t m, int64_t k,
                 int64_t n, int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
-  using Stride = Eigen::OuterStride<>;
-  StridedMap<T> c(pc + r0 * n + c0, rows, cols, Stride(n));
-  const ConstStridedMap<T> a(pa + (ta ? r0 : r0 * k), ta ? k : rows, ta ? rows : k,
-                             Stride(ta ? m : k));
-  const ConstStridedMap<T> b(pb + (tb ? c0 * k : c0), tb ? cols : k, tb ? k : cols,
-                             Stride(tb ? k : n));
-  if (!ta && !tb) c.noalias() = a * b;
-  else if (!ta) c.noalias() = a * b.transpose();
-  else if (!tb) c.noalias() = a.transpose() * b;
-  else c.noalias() = a.transpose() * b.transpose();
+  gemm(ta, tb, rows, cols, k, pa + (ta ? r0 : r0 * k), ta ? m : k, pb + (tb ? c0 * k : c0),
+       tb ? k : n, pc + r0 * n + c0, n, false);
 }
 
 // attr.ints = {transpose_a, transpose_b} (compiler/fold_transpose.cpp), or empty: operands
@@ -156,11 +149,8 @@ void conv2d_forward(const ConvGeometry& g, const T* px, const T* pw, T* po, Conv
         col = buf;
         col_stride = p1 - p0;
       }
-      ConstMap<T> wm(pw + grp * og * rows, og, rows);
-      ConstStridedMap<T> cm(col, rows, p1 - p0, Eigen::OuterStride<>(col_stride));
-      StridedMap<T> om(po + (img * g.o + grp * og) * positions + p0, og, p1 - p0,
-                       Eigen::OuterStride<>(positions));
-      om.noalias() = wm * cm;
+      gemm(false, false, og, p1 - p0, rows, pw + grp * og * rows, rows, col, col_stride,
+           po + (img * g.o + grp * og) * positions + p0, positions, false);
     }
   });
 }

@@ -18,6 +18,7 @@
 #include "runtime/conv_common.h"
 #include "runtime/conv_direct.h"
 #include "runtime/conv_winograd.h"
+#include "runtime/gemm.h"
 
 #include <Eigen/Core>
 
@@ -85,11 +86,8 @@ void conv2d_grad_input_typed(const ConvGeometry& g, const T* pgo, const T* pw, T
       if (positions == 0 || og == 0) continue;
       T* col = scratch<T>(cn * taps * positions, Scratch::kTaskInput);
       // W_g is [og, rows]; this block is its columns [c0*taps, (c0+cn)*taps).
-      ConstStridedMap<T> wm(pw + grp * og * rows + c0 * taps, og, cn * taps,
-                            Eigen::OuterStride<>(rows));
-      ConstMap<T> gm(pgo + (img * g.o + grp * og) * positions, og, positions);
-      Map<T> cm(col, cn * taps, positions);
-      cm.noalias() = wm.transpose() * gm;
+      gemm(true, false, cn * taps, positions, og, pw + grp * og * rows + c0 * taps, rows,
+           pgo + (img * g.o + grp * og) * positions, positions, col, positions, false);
       col2im_add(col, g, grp * cg + c0, cn, gi);
     }
   });
@@ -163,9 +161,7 @@ void conv2d_grad_weight_typed(const ConvGeometry& g, const T* px, const T* pgo, 
             std::copy(src + o * positions, src + (o + 1) * positions,
                       go + o * cols + k * positions);
         }
-        ConstMap<T> cm(col, cn * taps, cols);
-        ConstMap<T> gm(go, og, cols);
-        acc.noalias() += cm * gm.transpose();
+        gemm(false, true, cn * taps, og, cols, col, cols, go, cols, acc.data(), og, true);
       }
       T* dst = chunks > 1 ? partial + chunk * wsize : pgw;
       StridedMap<T>(dst + grp * og * rows + c0 * taps, og, cn * taps, Eigen::OuterStride<>(rows)) =

@@ -10,7 +10,9 @@
 // number of instantiations stays small (CI builds on two cores).
 #pragma once
 
+#include "runtime/heap_count.h"
 #include "runtime/kernels.h"
+#include "runtime/small_vector.h"
 
 #include <loom/error.h>
 
@@ -94,7 +96,7 @@ decltype(auto) visit_width(DType t, F&& f) {
 // different tags.
 template <class T, class Tag>
 T* thread_scratch(std::size_t n) {
-  thread_local std::vector<T> buf;
+  thread_local std::vector<T> buf;  // grows to the largest n, then never again
   if (buf.size() < n) buf.resize(n);
   return buf.data();
 }
@@ -107,6 +109,8 @@ inline constexpr int64_t kGrainElementwise = 16384;
 inline constexpr int64_t kGrainTranscendental = 4096;
 
 // Runs f(begin, end) over [0, n) in chunks of at least `grain`, in parallel when n > grain.
+// The worker threads count their allocations in the tasks (heap_count.h), as the device
+// thread does throughout a program.
 template <class F>
 void parallel_range(int64_t n, int64_t grain, F&& f) {
   if (n <= 0) return;
@@ -115,12 +119,18 @@ void parallel_range(int64_t n, int64_t grain, F&& f) {
     return;
   }
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, grain),
-                    [&](const tbb::blocked_range<int64_t>& r) { f(r.begin(), r.end()); });
+                    [&](const tbb::blocked_range<int64_t>& r) {
+                      HeapCount counting;
+                      f(r.begin(), r.end());
+                    });
 }
 
+// Per-dimension strides or sizes, in place up to rank 8.
+using Strides = SmallVector<int64_t, 8>;
+
 // Row-major strides of a shape, in elements.
-inline std::vector<int64_t> contiguous_strides(const Shape& s) {
-  std::vector<int64_t> st(s.size());
+inline Strides contiguous_strides(const Shape& s) {
+  Strides st(s.size());
   int64_t acc = 1;
   for (std::size_t i = s.size(); i-- > 0;) {
     st[i] = acc;
@@ -129,8 +139,9 @@ inline std::vector<int64_t> contiguous_strides(const Shape& s) {
   return st;
 }
 
-// Product of s[from..to).
-inline int64_t dims_product(const Shape& s, std::size_t from, std::size_t to) {
+// Product of s[from..to) (a Shape or Strides).
+template <class S>
+int64_t dims_product(const S& s, std::size_t from, std::size_t to) {
   int64_t n = 1;
   for (std::size_t i = from; i < to; ++i) n *= s[i];
   return n;
@@ -138,9 +149,8 @@ inline int64_t dims_product(const Shape& s, std::size_t from, std::size_t to) {
 
 // Copies `shape` elements of width `elem` from src (strides src_strides, may be 0 for
 // broadcast) to dst (strides dst_strides); offsets are in elements. Used by every movement op.
-void strided_copy(const void* src, const std::vector<int64_t>& src_strides, int64_t src_offset,
-                  void* dst, const std::vector<int64_t>& dst_strides, int64_t dst_offset,
-                  const Shape& shape, DType dtype);
+void strided_copy(const void* src, const Strides& src_strides, int64_t src_offset, void* dst,
+                  const Strides& dst_strides, int64_t dst_offset, const Shape& shape, DType dtype);
 
 // Fills a tensor with `value` converted to its dtype (bool: value != 0).
 void fill_value(const TensorView& out, double value);

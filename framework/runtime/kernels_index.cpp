@@ -34,9 +34,9 @@ void check_indices(const char* op, const TensorView& index, std::size_t dim, int
 struct IndexLayout {
   int64_t outer, len, inner;
   int64_t dim_stride;                  // x's stride along dim
-  std::vector<int64_t> outer_shape;    // index dims before dim
-  std::vector<int64_t> outer_strides;  // x's strides for them
-  std::vector<int64_t> inner_offset;   // x offset of each inner position q
+  Strides outer_shape;                 // index dims before dim
+  Strides outer_strides;               // x's strides for them
+  const int64_t* inner_offset;         // x offset of each inner position q (thread scratch)
 };
 
 IndexLayout index_layout(const Shape& x_shape, const Shape& index_shape, std::size_t dim) {
@@ -46,17 +46,18 @@ IndexLayout index_layout(const Shape& x_shape, const Shape& index_shape, std::si
   l.len = index_shape[dim];
   l.inner = dims_product(index_shape, dim + 1, index_shape.size());
   l.dim_stride = xs[dim];
-  l.outer_shape.assign(index_shape.begin(), index_shape.begin() + dim);
-  l.outer_strides.assign(xs.begin(), xs.begin() + dim);
+  l.outer_shape = Strides(index_shape.begin(), index_shape.begin() + dim);
+  l.outer_strides = Strides(xs.begin(), xs.begin() + dim);
   // The index may be smaller than x outside dim, so inner positions are not always x's.
-  l.inner_offset.resize(l.inner);
+  int64_t* inner_offset = thread_scratch<int64_t, IndexLayout>(l.inner);
+  l.inner_offset = inner_offset;
   for (int64_t q = 0; q < l.inner; ++q) {
     int64_t off = 0, r = q;
     for (std::size_t d = index_shape.size(); d-- > dim + 1;) {
       off += (r % index_shape[d]) * xs[d];
       r /= index_shape[d];
     }
-    l.inner_offset[q] = off;
+    inner_offset[q] = off;
   }
   return l;
 }

@@ -11,14 +11,13 @@ namespace loom::runtime {
 namespace {
 
 struct CopyPlan {
-  Shape shape;
-  std::vector<int64_t> src_strides, dst_strides;
+  Strides shape;
+  Strides src_strides, dst_strides;
 };
 
 // Drops size-1 dimensions and merges neighbours that are contiguous in both source and
 // destination, so that a slice of whole rows becomes one long run (often a memcpy).
-CopyPlan coalesce(const Shape& shape, const std::vector<int64_t>& src_strides,
-                  const std::vector<int64_t>& dst_strides) {
+CopyPlan coalesce(const Shape& shape, const Strides& src_strides, const Strides& dst_strides) {
   CopyPlan p;
   for (std::size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] == 1) continue;
@@ -36,8 +35,7 @@ CopyPlan coalesce(const Shape& shape, const std::vector<int64_t>& src_strides,
   return p;
 }
 
-int64_t outer_offset(int64_t o, const CopyPlan& p, std::size_t dims,
-                     const std::vector<int64_t>& strides) {
+int64_t outer_offset(int64_t o, const CopyPlan& p, std::size_t dims, const Strides& strides) {
   int64_t off = 0;
   for (std::size_t d = dims; d-- > 0;) {
     off += (o % p.shape[d]) * strides[d];
@@ -91,7 +89,7 @@ void strided_copy_typed(const U* src, U* dst, const CopyPlan& p) {
   const int64_t grain = std::max<int64_t>(1, kGrainElementwise / inner);
   parallel_range(rows, grain, [&](int64_t begin, int64_t end) {
     // Odometer over the outer dimensions, started at row `begin`.
-    std::vector<int64_t> idx(rank - 1);
+    Strides idx(rank - 1);
     int64_t so = 0, dof = 0;
     for (int64_t r = begin, d = static_cast<int64_t>(rank) - 2; d >= 0; --d) {
       idx[d] = r % p.shape[d];
@@ -120,17 +118,16 @@ void strided_copy_typed(const U* src, U* dst, const CopyPlan& p) {
 }
 
 // Copies the whole input into out with the given per-output-dimension input strides.
-void gather_strided(const TensorView& x, const std::vector<int64_t>& src_strides,
-                    int64_t src_offset, const TensorView& out) {
+void gather_strided(const TensorView& x, const Strides& src_strides, int64_t src_offset,
+                    const TensorView& out) {
   strided_copy(x.data, src_strides, src_offset, out.data, contiguous_strides(out.shape), 0,
                out.shape, out.dtype);
 }
 
 }  // namespace
 
-void strided_copy(const void* src, const std::vector<int64_t>& src_strides, int64_t src_offset,
-                  void* dst, const std::vector<int64_t>& dst_strides, int64_t dst_offset,
-                  const Shape& shape, DType dtype) {
+void strided_copy(const void* src, const Strides& src_strides, int64_t src_offset, void* dst,
+                  const Strides& dst_strides, int64_t dst_offset, const Shape& shape, DType dtype) {
   if (shape_numel(shape) == 0) return;
   CopyPlan plan = coalesce(shape, src_strides, dst_strides);
   visit_width(dtype, [&](auto tag) {
@@ -147,7 +144,7 @@ void reshape_kernel(const TensorView& x, const TensorView& out) {
 void permute_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& out) {
   assert(attr.ints.size() == x.shape.size() && "permute: attr.ints = perm");
   auto in_strides = contiguous_strides(x.shape);
-  std::vector<int64_t> src(out.shape.size());
+  Strides src(out.shape.size());
   for (std::size_t i = 0; i < src.size(); ++i) src[i] = in_strides[attr.ints[i]];
   gather_strided(x, src, 0, out);
 }
@@ -158,7 +155,7 @@ void slice_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& o
   std::size_t r = x.shape.size();
   assert(attr.ints.size() >= 2 * r && "slice: attr.ints = {starts, steps}");
   auto in_strides = contiguous_strides(x.shape);
-  std::vector<int64_t> src(r);
+  Strides src(r);
   int64_t offset = 0;
   for (std::size_t d = 0; d < r; ++d) {
     offset += attr.ints[d] * in_strides[d];
@@ -194,7 +191,7 @@ void concat_kernel(const ir::Attr& attr, Inputs in, const TensorView& out) {
   const int64_t outer = dims_product(out.shape, 0, axis);
   const int64_t inner = dims_product(out.shape, axis + 1, out.shape.size());
   const int64_t out_row = out.shape[axis] * inner;
-  std::vector<int64_t> run(in.size()), start(in.size());
+  Strides run(in.size()), start(in.size());
   for (std::size_t i = 0, at = 0; i < in.size(); ++i) {
     run[i] = in[i].shape[axis] * inner;
     start[i] = static_cast<int64_t>(at);

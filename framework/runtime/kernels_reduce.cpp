@@ -24,6 +24,7 @@ struct Dim {
   int64_t size;
   int64_t stride;  // in input elements
 };
+using Dims = SmallVector<Dim, 8>;
 
 // Outputs folded together per task in the kept-innermost layout.
 constexpr int64_t kBlock = 256;
@@ -113,7 +114,7 @@ struct Partials;  // the tag of reduce_in_chunks' per-thread partial results
 // Odometer over dims: visits every multi-index in row-major order, tracking its offset.
 class Odometer {
  public:
-  explicit Odometer(const std::vector<Dim>& dims) : dims_(dims), idx_(dims.size(), 0) {}
+  explicit Odometer(const Dims& dims) : dims_(dims), idx_(dims.size(), 0) {}
   int64_t offset() const { return offset_; }
   void reset() {
     std::fill(idx_.begin(), idx_.end(), 0);
@@ -129,19 +130,19 @@ class Odometer {
   }
 
  private:
-  const std::vector<Dim>& dims_;
-  std::vector<int64_t> idx_;
+  const Dims& dims_;
+  SmallVector<int64_t, 8> idx_;
   int64_t offset_ = 0;
 };
 
-int64_t count_of(const std::vector<Dim>& dims) {
+int64_t count_of(const Dims& dims) {
   int64_t n = 1;
   for (auto& d : dims) n *= d.size;
   return n;
 }
 
 // Input offset of the output element `o`, whose multi-index runs over `kept`.
-int64_t kept_offset(int64_t o, const std::vector<Dim>& kept) {
+int64_t kept_offset(int64_t o, const Dims& kept) {
   int64_t off = 0;
   for (std::size_t d = kept.size(); d-- > 0;) {
     off += (o % kept[d].size) * kept[d].stride;
@@ -163,8 +164,8 @@ void reduce_in_chunks(const Operand<T>& x, const Shape& shape, const std::vector
   using Acc = typename R::Acc;
   // The dimensions outside the innermost run, and for each whether it is kept (then its
   // coordinate is part of the output index).
-  std::vector<int64_t> sizes;
-  std::vector<bool> kept;
+  SmallVector<int64_t, kMaxChunkRank> sizes;
+  SmallVector<bool, kMaxChunkRank> kept;
   int64_t inner_dims = 1, runs = 1;
   for (std::size_t d = shape.size(); d-- > 0;) {
     const bool r = std::binary_search(axes.begin(), axes.end(), static_cast<int64_t>(d));
@@ -172,8 +173,8 @@ void reduce_in_chunks(const Operand<T>& x, const Shape& shape, const std::vector
       inner_dims *= shape[d];
       continue;
     }
-    sizes.insert(sizes.begin(), shape[d]);
-    kept.insert(kept.begin(), !r && shape[d] > 1);
+    sizes.insert_front(shape[d]);
+    kept.insert_front(!r && shape[d] > 1);
     runs *= shape[d];
   }
   assert(inner_dims == inner && "reduce: the innermost run does not match the shape");
@@ -241,8 +242,8 @@ void reduce_typed(const Operand<T>& x, const Shape& shape, const std::vector<int
 
   // Simplify: drop size-1 dims, merge neighbours with the same reduced/kept status.
   auto strides = contiguous_strides(shape);
-  std::vector<Dim> dims;
-  std::vector<bool> reduced;
+  Dims dims;
+  SmallVector<bool, 8> reduced;
   for (std::size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] == 1) continue;
     bool r = std::binary_search(axes.begin(), axes.end(), static_cast<int64_t>(d));
@@ -260,7 +261,7 @@ void reduce_typed(const Operand<T>& x, const Shape& shape, const std::vector<int
     dims.pop_back();
     reduced.pop_back();
   }
-  std::vector<Dim> kept, red;  // the outer dims, split by status
+  Dims kept, red;  // the outer dims, split by status
   for (std::size_t d = 0; d < dims.size(); ++d) (reduced[d] ? red : kept).push_back(dims[d]);
   const int64_t n_out = out.numel();
   const int64_t n_red = count_of(red) * (inner_reduced ? inner : 1);

@@ -23,6 +23,10 @@ namespace loom {
 void mark_step(std::source_location site = std::source_location::current());
 // Waits until everything queued on the device has run.
 void wait_device_ops();
+// Returns the device memory that no tensor holds (the caching allocator's free blocks) to
+// the system; the next buffers are then fresh allocations. For freeing memory between phases
+// of a program, like torch.cuda.empty_cache(); a training loop never needs it.
+void empty_device_cache();
 
 // In eager mode every op runs as soon as it is created (one-op graphs, same compile cache).
 void eager_mode(bool on);

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace loom::metrics {
@@ -24,10 +25,12 @@ struct Stat {
   double max = 0;
 };
 
-void increment(const std::string& counter, int64_t by = 1);
-int64_t counter(const std::string& name);           // 0 when never incremented
-void record(const std::string& stat, double value);  // timers and distributions
-Stat stat(const std::string& name);                  // zeros when never recorded
+// Recording a metric that already exists allocates nothing, so the executor can count and
+// time its steps without touching the heap.
+void increment(std::string_view counter, int64_t by = 1);
+int64_t counter(std::string_view name);           // 0 when never incremented
+void record(std::string_view stat, double value);  // timers and distributions
+Stat stat(std::string_view name);                  // zeros when never recorded
 std::vector<std::string> counter_names();
 std::vector<std::string> stat_names();
 std::string report();

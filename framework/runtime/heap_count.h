@@ -1,0 +1,37 @@
+// Counting the executor's heap allocations. A steady-state training step should allocate
+// nothing on the device: every buffer comes from the caching allocator or the program's arena,
+// kernels reuse per-thread scratch, and GEMMs pack into that scratch. This counter is how
+// that is checked: the backend records each program run's count as the ExecuteHeapAlloc
+// metric.
+//
+//   HeapCount counting;            // this thread's allocations now count, until scope exit
+//   int64_t before = heap_allocations();
+//   ... run a program ...
+//   int64_t n = heap_allocations() - before;
+//
+// Every call of malloc, calloc, realloc, aligned_alloc, posix_memalign, memalign, valloc and
+// pvalloc (operator new and Eigen reach the heap through these) is counted while the calling
+// thread is inside a HeapCount scope: the device thread while it runs a program, and any
+// thread while it runs a kernel's parallel_range task. Allocations of other threads (the host
+// tracing the next step, a data loader) are not counted. The functions are glibc's, called
+// through their __libc_ entry points; a build on another C library counts nothing
+// (heap_counting_supported() says so).
+#pragma once
+
+#include <cstdint>
+
+namespace loom::runtime {
+
+class HeapCount {
+ public:
+  HeapCount();
+  ~HeapCount();
+  HeapCount(const HeapCount&) = delete;
+  HeapCount& operator=(const HeapCount&) = delete;
+};
+
+// Allocations counted since the process started (all threads together).
+int64_t heap_allocations();
+bool heap_counting_supported();
+
+}  // namespace loom::runtime
