@@ -136,6 +136,8 @@ TEST(Decoder, SteadyTrainingStepCompilesNothing) {
     if (step == 1) metrics::reset();
   }
   EXPECT_EQ(metrics::counter("UncachedCompile"), 0);
+  EXPECT_GT(metrics::counter("ExecuteProgram"), 0);
+  EXPECT_EQ(metrics::counter("ExecuteHeapAlloc"), 0);  // heap_count.h
   EXPECT_LT(losses[2], losses[0]);
 }
 

@@ -1,5 +1,5 @@
 // ResNet: torchvision-compatible names, shapes and parameter counts; gradients reach every
-// parameter; a steady training step compiles nothing.
+// parameter; a steady training step compiles nothing and allocates nothing on the device.
 #include "models/models_test_util.h"
 
 #include <loom/autograd.h>
@@ -213,6 +213,10 @@ TEST(ResNet20, SteadyTrainingStepCompilesNothing) {
     if (step == 1) metrics::reset();
   }
   EXPECT_EQ(metrics::counter("UncachedCompile"), 0);
+  // The steady step's program allocated nothing on the device side (heap_count.h): buffers
+  // come from the caching allocator, intermediates from the arena, scratch is kept.
+  EXPECT_GT(metrics::counter("ExecuteProgram"), 0);
+  EXPECT_EQ(metrics::counter("ExecuteHeapAlloc"), 0);
   EXPECT_LT(losses[2], losses[0]);  // the same batch three times: the loss goes down
 }
 
