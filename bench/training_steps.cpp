@@ -129,6 +129,7 @@ struct Measured {
   double trace_s = 0, build_s = 0, launch_s = 0;  // the best step, device idle (host rows)
   double buffers = 0, new_buffers = 0;            // device buffer allocations per lazy step
   double heap_allocs = -1;                        // the executor's heap allocations per lazy step
+  double donated = 0;                             // results that took over an input's buffer
 };
 
 // One mode's model, its steps and their timings.
@@ -181,6 +182,7 @@ class ModeRun {
     const double buffers = static_cast<double>(metrics::counter("AllocatorCacheHit"));
     const double new_buffers = static_cast<double>(metrics::counter("AllocatorSystemAlloc"));
     const double heap = static_cast<double>(metrics::counter("ExecuteHeapAlloc"));
+    const double donated = static_cast<double>(metrics::counter("DonatedBuffer"));
     for (int64_t i = 0; i <= k; ++i) {
       add_step_closure([&ends, i] { ends[i] = {now_seconds(), stat_total("ExecuteTime")}; });
       step();
@@ -192,6 +194,7 @@ class ModeRun {
     buffers_ += static_cast<double>(metrics::counter("AllocatorCacheHit")) - buffers;
     new_buffers_ += static_cast<double>(metrics::counter("AllocatorSystemAlloc")) - new_buffers;
     heap_ += static_cast<double>(metrics::counter("ExecuteHeapAlloc")) - heap;
+    donated_ += static_cast<double>(metrics::counter("DonatedBuffer")) - donated;
     alloc_steps_ += k + 1;
     if (compiles() != compiled_before)
       progress("warning: " + w_.label + " " + mode_ + " compiled during the timed steps; raise --warmup");
@@ -239,6 +242,7 @@ class ModeRun {
       m.buffers = (buffers_ + new_buffers_) / static_cast<double>(alloc_steps_);
       m.new_buffers = new_buffers_ / static_cast<double>(alloc_steps_);
       m.heap_allocs = heap_ / static_cast<double>(alloc_steps_);
+      m.donated = donated_ / static_cast<double>(alloc_steps_);
     }
   }
 
@@ -249,7 +253,7 @@ class ModeRun {
   std::function<void()> compiled_;
   double window_ = 0, busy_ = 0;
   int64_t steps_ = 0;
-  double buffers_ = 0, new_buffers_ = 0, heap_ = 0;
+  double buffers_ = 0, new_buffers_ = 0, heap_ = 0, donated_ = 0;
   int64_t alloc_steps_ = 0;
 };
 
@@ -273,6 +277,9 @@ void host_rows(const Measured& m, double compiled_step_s, std::vector<Row>& out)
   if (m.buffers > 0)
     out.push_back({.section = "host", .benchmark = m.label + ": device buffers allocated per step", .mode = "lazy",
                    .rate = format("%.0f", m.buffers) + format(" (%.0f new)", m.new_buffers)});
+  if (m.buffers > 0)
+    out.push_back({.section = "host", .benchmark = m.label + ": results written over a donated input", .mode = "lazy",
+                   .rate = format("%.0f", m.donated)});
   if (m.heap_allocs >= 0)
     out.push_back({.section = "host", .benchmark = m.label + ": executor heap allocations per step", .mode = "lazy",
                    .rate = format("%.1f", m.heap_allocs)});

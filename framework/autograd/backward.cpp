@@ -44,7 +44,15 @@ LeafGrads run(const Tensor& root, Tensor g) {
     ready.pop_back();
     Tensor gn = std::move(grads[n]);
     grads.erase(n);
+    if (n->released)
+      lazy::fail("backward", std::string("the graph through ") + ir::op_name(n->op) +
+                                 " was already run by an earlier backward, which freed its saved "
+                                 "values; run the forward again for a second backward");
     auto input_grads = grad_rule(*n, gn);
+    n->inputs.clear();
+    n->inputs.shrink_to_fit();
+    n->output.reset();
+    n->released = true;
     for (std::size_t k = 0; k < n->next.size(); ++k) {
       const auto& e = n->next[k];
       if (!e.needed()) continue;

@@ -25,6 +25,10 @@ struct GradNode {
   ir::NodePtr output;               // the op's value
   std::vector<Edge> next;           // one per operand
   Device device;
+  // Set once backward has run through this node: `inputs` and `output` are then dropped, as
+  // PyTorch frees saved tensors, so a step's tape no longer holds the parameters' old
+  // buffers (which the next program can then take over; compiler/memory_plan.h).
+  bool released = false;
 };
 
 // Called by lazy::apply for every op: links `out` to its operands when grad mode is on and

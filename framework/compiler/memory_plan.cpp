@@ -1,5 +1,7 @@
 #include "compiler/memory_plan.h"
 
+#include "ir/op.h"
+
 #include <algorithm>
 #include <numeric>
 #include <vector>
@@ -27,6 +29,54 @@ int64_t first_fit(const Block& b, const std::vector<const Block*>& placed) {
     at = std::max(at, p->offset + p->bytes);
   }
   return at;
+}
+
+// How many donors a result lists: the first dead one is usually the input it overwrites.
+constexpr std::size_t kMaxDonors = 4;
+
+// Whether instruction `in` (writing its result over the index space of `numel` elements)
+// reads `slot` (through `owner`) only element for element: a fused elementwise kernel whose
+// every load of it is one contiguous run over the whole result.
+bool reads_in_place(const Instr& in, int slot, const std::vector<int>& owner, int64_t numel) {
+  if (!in.fusion || ir::op_info(in.op).group == ir::OpGroup::Reduce) return false;
+  bool reads = false;
+  for (const auto& l : in.fusion->loads) {
+    if (owner[in.args[l.arg]] != slot) continue;
+    reads = true;
+    if (l.sizes.size() != 1 || l.strides[0] != 1 || l.sizes[0] != numel) return false;
+  }
+  for (std::size_t k = 0; k < in.args.size(); ++k) {
+    if (owner[in.args[k]] != slot) continue;
+    bool loaded = false;
+    for (const auto& l : in.fusion->loads) loaded = loaded || l.arg == static_cast<int>(k);
+    if (!loaded) return false;  // an operand the steps do not load: read some other way
+  }
+  return reads;
+}
+
+void plan_donors(Program& p, const std::vector<int>& owner, const std::vector<bool>& escapes,
+                 const std::vector<int>& last) {
+  const auto n_in = static_cast<int>(p.inputs.size());
+  for (int i = 0; i < static_cast<int>(p.instrs.size()); ++i) {
+    auto& in = p.instrs[i];
+    const int s = n_in + i;
+    if (!escapes[s] || owner[s] != s || in.op == ir::Op::Reshape) continue;
+    const int64_t numel = shape_numel(in.shape);
+    if (numel == 0) continue;
+    std::vector<int> in_place, dead;
+    for (int d = 0; d < n_in; ++d) {
+      const auto& t = p.inputs[d];
+      // An input that is itself an output already has a tensor to hold it.
+      if (escapes[d] || t.dtype != in.dtype || shape_numel(t.shape) != numel) continue;
+      if (last[d] < i) dead.push_back(d);
+      else if (last[d] == i && reads_in_place(in, d, owner, numel)) in_place.push_back(d);
+    }
+    // An input this kernel reads in place is the one it overwrites (p - lr * g): first.
+    for (int d : in_place)
+      if (in.donors.size() < kMaxDonors) in.donors.push_back(d);
+    for (int d : dead)
+      if (in.donors.size() < kMaxDonors) in.donors.push_back(d);
+  }
 }
 
 }  // namespace
@@ -74,6 +124,7 @@ Program plan_memory(Program p) {
     int b = block_of[owner[n_in + i]];
     p.instrs[i].arena_offset = b >= 0 ? blocks[b].offset : -1;
   }
+  plan_donors(p, owner, escapes, last);
   return p;
 }
 

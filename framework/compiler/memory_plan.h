@@ -9,6 +9,13 @@
 // operand's memory: the two are one value, alive as long as either is read. Values that leave
 // the program (outputs, and what they reshape) escape: they get their own allocation, because
 // tensors keep them after the step.
+//
+// Donation: an escaping result may take over an input's buffer, as an optimizer step's new
+// parameters take over the old ones'. The plan lists, per escaping result, the inputs of its
+// dtype and size that are dead by then: last read by an earlier instruction, or read by this
+// one, a fused elementwise kernel, only element for element (every load of it contiguous over
+// the whole result, so each block is read before it is written). The runtime donates the
+// first listed input that nothing outside the program holds any more (Instr::donors).
 #pragma once
 
 #include "compiler/program.h"

@@ -49,6 +49,10 @@ std::string to_text(const Program& p) {
     os << ')';
     if (in.fusion) write_fusion(os, *in.fusion);
     if (in.arena_offset >= 0) os << "  @" << in.arena_offset;
+    if (!in.donors.empty()) {
+      os << "  donors";
+      for (auto d : in.donors) os << " $" << d;
+    }
     os << '\n';
   }
   os << "  outputs:";

@@ -58,6 +58,11 @@ struct Instr {
   // Set on an elementwise instruction: run this fusion instead (op is its last step's op).
   // Set on a reduction: the fusion computes the reduced operand (fuse_reduce.cpp).
   std::shared_ptr<const Fusion> fusion;
+  // For a result that leaves the program: input slots whose buffer may hold it instead of a
+  // new allocation, best first, when at run time nothing else holds that buffer (a parameter
+  // or optimizer state that the step overwrites). Each is no longer read once this
+  // instruction starts, or read by it element for element (memory_plan.cpp).
+  std::vector<int> donors;
 };
 
 struct SlotType {

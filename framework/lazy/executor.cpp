@@ -132,6 +132,11 @@ void run_graph(const std::vector<std::shared_ptr<TensorImpl>>& tensors, RunKind 
     owed[k]->set_data(buf);
     outputs.push_back(std::move(buf));
   }
+  // The graph's leaves hold its input buffers; let go of them before the program is queued,
+  // so that an input the step overwrote (an old parameter) is held by the program alone and
+  // can be donated to its result (memory_plan.h).
+  roots.clear();
+  g = ir::Graph{};
   be.execute(std::move(exe), std::move(inputs), std::move(outputs));
   if (kind == RunKind::Eager) metrics::increment("EagerOpExecute");
 }

@@ -228,8 +228,11 @@ class BlockEvaluator {
 template <class T>
 void run_fusion(const Fusion& f, std::span<const TensorView> in, const TensorView& out) {
   const int64_t n = out.numel();
-  const bool direct_out = out.dtype == f.compute;
-  assert((direct_out || out.dtype == DType::Bool) && "fused kernel: bad result dtype");
+  // A result written over a donated operand (memory_plan.cpp) is computed into a register
+  // and then copied: its last step must not write where its operands are read directly.
+  const bool aliased = std::any_of(in.begin(), in.end(), [&](const TensorView& v) { return v.data == out.data; });
+  const bool direct_out = out.dtype == f.compute && !aliased;
+  assert((out.dtype == f.compute || out.dtype == DType::Bool) && "fused kernel: bad result dtype");
   const int64_t blocks = (n + kFusedBlock - 1) / kFusedBlock;
   parallel_range(blocks, 8, [&](int64_t b0, int64_t b1) {
     BlockEvaluator<T> eval(f, in);
@@ -240,6 +243,10 @@ void run_fusion(const Fusion& f, std::span<const TensorView> in, const TensorVie
         continue;
       }
       const T* r = eval.eval(begin, len, nullptr);
+      if (out.dtype == f.compute) {
+        std::copy(r, r + len, out.as<T>() + begin);
+        continue;
+      }
       BoolStorage* po = out.as<BoolStorage>() + begin;
       for (int64_t i = 0; i < len; ++i) po[i] = r[i] != T(0);
     }

@@ -9,6 +9,10 @@
 //     loom::NoGradGuard no_grad;
 //     w.assign(w - 0.1 * g);  // the update is not recorded
 //   }
+//
+// As in PyTorch, backward() and grad() free the saved values of the graph they run through
+// (there is no retain_graph): a second backward through the same graph is an error that
+// says so. Run the forward again instead.
 #pragma once
 
 #include <loom/tensor.h>

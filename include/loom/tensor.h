@@ -79,7 +79,8 @@ class Tensor {
   Tensor grad() const;
   void set_grad(const Tensor& grad);
   // Gradients of this tensor with respect to every leaf that requires grad, accumulated into
-  // their grad(). `gradient` may be omitted for a one-element tensor (it is then 1).
+  // their grad(). `gradient` may be omitted for a one-element tensor (it is then 1). Frees
+  // the graph's saved values: a second backward through it throws.
   void backward(const Tensor& gradient = {}) const;
   // The same value with no autograd history.
   Tensor detach() const;

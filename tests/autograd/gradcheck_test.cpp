@@ -171,6 +171,17 @@ TEST(Autograd, NoGradAndDetachRecordNothing) {
   EXPECT_NE(msg.find("backward: expected a tensor that requires grad"), std::string::npos) << msg;
 }
 
+TEST(Autograd, ASecondBackwardThroughAFreedGraphIsAnError) {
+  auto w = from_vector<double>({1, 2}, {2}).requires_grad_();
+  auto loss = sum(w * w);
+  loss.backward();
+  EXPECT_EQ(w.grad().to_vector<double>(), (std::vector<double>{2, 4}));
+  auto msg = test::error_of([&] { loss.backward(); });
+  EXPECT_NE(msg.find("already run by an earlier backward"), std::string::npos) << msg;
+  sum(w * w).backward();  // a new forward has its own tape
+  EXPECT_EQ(w.grad().to_vector<double>(), (std::vector<double>{4, 8}));
+}
+
 TEST(Autograd, BackwardJoinsTheStepGraph) {
   test::fresh_engine();
   auto w = from_vector<double>({1, 2, 3}, {3}).requires_grad_();

@@ -45,6 +45,24 @@ void expect_no_overlap(const Program& p) {
   }
 }
 
+// Every donor of instruction i is read by no later instruction (through reshapes) and is
+// no output itself.
+void expect_donors_dead(const Program& p) {
+  const auto n_in = static_cast<int>(p.inputs.size());
+  const auto n = static_cast<int>(p.instrs.size());
+  std::vector<int> owner(p.num_slots()), last(p.num_slots(), -1);
+  for (int s = 0; s < p.num_slots(); ++s) owner[s] = s;
+  for (int i = 0; i < n; ++i) {
+    if (p.instrs[i].op == ir::Op::Reshape) owner[n_in + i] = owner[p.instrs[i].args[0]];
+    for (auto a : p.instrs[i].args) last[owner[a]] = std::max(last[owner[a]], i);
+  }
+  for (int i = 0; i < n; ++i)
+    for (int d : p.instrs[i].donors) {
+      EXPECT_LE(last[d], i) << "$" << d << " is read after $" << n_in + i << "\n" << compiler::to_text(p);
+      for (int o : p.outputs) EXPECT_NE(owner[o], d) << "$" << d << " is an output";
+    }
+}
+
 TEST(MemoryPlan, AChainReusesTwoBlocks) {
   test::fresh_engine();
   auto w = from_vector(ramp(64 * 64, 0.1f), {64, 64});
@@ -100,6 +118,78 @@ TEST(MemoryPlan, NoOverlapInATrainingLikeGraph) {
   auto p = compiler::compile(ir::build_graph({loss.impl()->pending(), w.grad().impl()->pending()}));
   EXPECT_GT(p.arena_bytes, 0);
   expect_no_overlap(p);
+  expect_donors_dead(p);
+}
+
+// Donation: which inputs a result may take over (memory_plan.h).
+TEST(MemoryPlan, AnUpdateListsTheInputItOverwritesAsDonor) {
+  test::fresh_engine();
+  auto w = from_vector(ramp(256, 0.1f), {256});
+  auto g = from_vector(ramp(256, 0.7f), {256});
+  auto other = from_vector(ramp(128, 0.2f), {128});
+  mark_step();
+  auto updated = w - g * 0.5f + other.sum();  // w and g are read element for element
+  auto p = compiler::compile(test::graph_of(updated));
+  const auto& last = p.instrs.back();
+  ASSERT_FALSE(last.donors.empty()) << compiler::to_text(p);
+  for (int d : last.donors) {
+    ASSERT_LT(d, static_cast<int>(p.inputs.size())) << "donors are inputs";
+    EXPECT_EQ(p.inputs[d].shape, Shape{256}) << "donors have the result's size";
+  }
+  // An intermediate (the sum) is not an output, so it lists no donors.
+  for (std::size_t i = 0; i + 1 < p.instrs.size(); ++i)
+    EXPECT_TRUE(p.instrs[i].donors.empty()) << compiler::to_text(p);
+}
+
+TEST(MemoryPlan, DonorsAreDeadWhenTheirResultIsWritten) {
+  test::fresh_engine();
+  auto x = from_vector(ramp(64 * 64, 0.1f), {64, 64});
+  auto w = from_vector(ramp(64 * 64, 0.3f), {64, 64});
+  mark_step();
+  auto first = x * 2.0f;                     // x is read again below
+  auto second = matmul(x, w).sum() + first.sum();
+  auto passthrough = w.reshape({4096});      // an input that is an output
+  auto p = compiler::compile(ir::build_graph(
+      {first.impl()->pending(), second.impl()->pending(), passthrough.impl()->pending()}));
+  expect_donors_dead(p);
+}
+
+const void* storage_of(const Tensor& t) { return t.impl()->data()->wait("test").data(); }
+
+TEST(MemoryPlan, AStepTakesOverTheBufferOfTheValueItOverwrites) {
+  test::fresh_engine();
+  auto w = from_vector(ramp(4096, 0.1f), {4096});
+  mark_step();
+  const auto start = w.to_vector<float>();
+  const void* buffer = storage_of(w);
+  for (int step = 1; step <= 3; ++step) {
+    w.assign(w * 0.5f + 1.0f);
+    mark_step();
+    wait_device_ops();
+    EXPECT_EQ(storage_of(w), buffer) << "step " << step << ": the update wrote in place";
+  }
+  EXPECT_EQ(metrics::counter("DonatedBuffer"), 3);
+  const auto now = w.to_vector<float>();
+  for (std::size_t i = 0; i < now.size(); ++i)
+    ASSERT_FLOAT_EQ(now[i], ((start[i] * 0.5f + 1.0f) * 0.5f + 1.0f) * 0.5f + 1.0f) << i;
+}
+
+TEST(MemoryPlan, ABufferSomethingElseHoldsIsNeverDonated) {
+  test::fresh_engine();
+  auto w = from_vector(ramp(4096, 0.1f), {4096});
+  mark_step();
+  const auto start = w.to_vector<float>();
+  Tensor kept = w.detach();  // another tensor on the same buffer
+  Tensor shaped = w.reshape({64, 64});
+  mark_step();
+  w.assign(w * 0.5f + 1.0f);
+  mark_step();
+  wait_device_ops();
+  EXPECT_EQ(metrics::counter("DonatedBuffer"), 0);
+  EXPECT_EQ(kept.to_vector<float>(), start);
+  EXPECT_EQ(shaped.to_vector<float>(), start);
+  const auto now = w.to_vector<float>();
+  for (std::size_t i = 0; i < now.size(); ++i) ASSERT_FLOAT_EQ(now[i], start[i] * 0.5f + 1.0f);
 }
 
 }  // namespace
