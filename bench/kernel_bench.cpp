@@ -9,6 +9,7 @@
 //   build/bench/kernel_bench --threads=1                  # one TBB thread: CPU time is exact
 //   LOOM_CONV=gemm build/bench/kernel_bench               # im2col + GEMM wherever it can run
 //   LOOM_CONV=direct build/bench/kernel_bench             # the direct kernels wherever they fit
+//   LOOM_CONV=winograd build/bench/kernel_bench           # Winograd on every 3x3 stride-1 conv
 //
 // EigenGemmPerThread runs one independent Eigen GEMM on every TBB thread at once: the
 // machine's achievable SGEMM rate, the peak that matmul is measured against.

@@ -1,11 +1,13 @@
 // Compute kernels: batched matmul on Eigen's GEMM, conv2d, and direct-loop pooling.
-// conv2d picks its algorithm by dtype and shape: float32 convs run on the direct AVX-512
-// kernels (conv_direct.h; strided ones by phases) where direct_chosen says they win (output
-// planes of 8x8 and more), the rest (small planes, float64, dilated strided convs, padding
-// beyond the kernel, builds without AVX-512) on im2col + Eigen GEMM, whose 1x1 stride-1 convs
-// skip the im2col. Eigen runs single-threaded (conv_common.h); TBB splits the
-// work above it: (batch, row block, column block) for matmul, (image, group, column block)
-// for conv2d, (image, channel) for pooling.
+// conv2d picks its algorithm by dtype and shape (conv_algorithm, conv_direct.h): float32 3x3
+// stride-1 convs with 64 channels and more on both sides run on Winograd F(2x2, 3x3)
+// (conv_winograd.h); other float32 convs on the direct AVX-512 kernels (conv_direct.h;
+// strided ones by phases) where direct_chosen says they win (output planes of 8x8 and more);
+// the rest (small planes, float64, dilated strided convs, padding beyond the kernel, builds
+// without AVX-512) on im2col + Eigen GEMM, whose 1x1 stride-1 convs skip the im2col. Eigen
+// runs single-threaded (conv_common.h); TBB splits the work above it: (batch, row block,
+// column block) for matmul, (image, group, column block) for conv2d, (image, channel) for
+// pooling.
 #include "runtime/kernels_impl.h"
 
 #include "runtime/conv_common.h"

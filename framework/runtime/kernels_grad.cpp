@@ -3,11 +3,14 @@
 // winner; the avg pool's divisor):
 //   conv2d input:  float32 strided convs on the direct kernels by phases (conv_direct.h)
 //                  where direct_chosen says they win; otherwise, with stride 1, a transposed
-//                  conv on conv2d_forward (which chooses its own algorithm); else per
-//                  (image, group) cols = W_g^T * grad_out_g (Eigen GEMM), then col2im.
-//   conv2d weight: float32 on the direct kernels where they win (narrow channels);
-//                  otherwise grad_W_g = the sum over images of (im2col(input)_g *
-//                  grad_out_g^T)^T (Eigen GEMM, images side by side).
+//                  conv on conv2d_forward (which chooses its own algorithm, Winograd
+//                  included); else per (image, group) cols = W_g^T * grad_out_g (Eigen GEMM),
+//                  then col2im.
+//   conv2d weight: float32 as conv_algorithm says (conv_direct.h): Winograd's adjoint
+//                  (conv_winograd.h) for 3x3 stride-1 convs with 64 channels and more, the
+//                  direct kernels where they win (narrow channels); otherwise grad_W_g = the
+//                  sum over images of (im2col(input)_g * grad_out_g^T)^T (Eigen GEMM,
+//                  images side by side).
 //   max pool:      each output's gradient goes to the element the forward picked.
 //   avg pool:      each output's gradient / the forward's divisor goes to its window.
 // Results do not depend on the thread count: work is split by the shapes only (never by
