@@ -6,7 +6,9 @@
 //   int64_t n = loom::metrics::counter("UncachedCompile");
 //
 // Counters: MarkStep, CachedCompile, UncachedCompile, EagerOpCompile, EagerOpExecute,
-// TransferToDevice, TransferFromDevice, ExecuteProgram, AllocatorCacheHit, ...
+// TransferToDevice, TransferFromDevice, ExecuteProgram, AllocatorCacheHit,
+// AllocatorSystemAlloc, DonatedBuffer (a result written over an input the step overwrote),
+// ExecuteHeapAlloc (heap allocations while programs ran: 0 in a steady step), ...
 // Timers (nanoseconds): CompileTime, ExecuteTime, TransferToDeviceTime,
 // TransferFromDeviceTime, GraphSize (a distribution of node counts per compile).
 #pragma once
