@@ -11,6 +11,7 @@
 #include <loom/metrics.h>
 #include <loom/profiler.h>
 
+#include <algorithm>
 #include <cassert>
 #include <chrono>
 #include <cstddef>
@@ -147,7 +148,7 @@ class CpuBackend final : public Backend {
   void execute(std::shared_ptr<const Executable> exe, BufferList inputs,
                BufferList outputs) override {
     queue_.enqueue([exe = std::move(exe), inputs = std::move(inputs),
-                    outputs = std::move(outputs)] {
+                    outputs = std::move(outputs)]() mutable {
       const auto& program = static_cast<const CpuExecutable&>(*exe);
       profiler::Trace span("execute");
       auto start = std::chrono::steady_clock::now();
@@ -170,9 +171,17 @@ class CpuBackend final : public Backend {
       metrics::increment("DonatedBuffer", donated);
       metrics::record("ExecuteTime", std::chrono::duration<double, std::nano>(
                                          std::chrono::steady_clock::now() - start).count());
-      for (auto& o : outputs) {
-        if (error.empty()) o->ready->set_done();
-        else o->ready->set_failed(error);
+      // The step's buffers are let go of before the readers wake: a host woken by the signal
+      // then finds the inputs the step freed back in the allocator's cache, and the memory a
+      // step needs does not depend on which thread drops its references first.
+      std::vector<std::shared_ptr<Completion>> ready;
+      for (auto& o : outputs)
+        if (std::find(ready.begin(), ready.end(), o->ready) == ready.end()) ready.push_back(o->ready);
+      inputs.clear();
+      outputs.clear();
+      for (auto& r : ready) {
+        if (error.empty()) r->set_done();
+        else r->set_failed(error);
       }
     });
   }

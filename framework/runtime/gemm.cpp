@@ -38,18 +38,19 @@ void gemm_ordered(Index m, Index n, Index k, const T* a, Index lda, const T* b, 
                                                                           blocking, nullptr);
 }
 
-// The product as an Eigen expression, for the shapes where Eigen's expression does not pack
-// (tiny products, evaluated coefficient by coefficient) or is a matrix-vector product.
+// The product as an Eigen expression, for the shapes Eigen does not pack: tiny products
+// (coefficient by coefficient) and matrix-vector products (Eigen's GEMV kernels).
 template <class T>
 void gemm_expression(bool ta, bool tb, Index m, Index n, Index k, const T* a, Index lda,
-                     const T* b, Index ldb, T* c, Index ldc, bool accumulate) {
+                     const T* b, Index ldb, T* c, Index ldc) {
   using Stride = Eigen::OuterStride<>;
   StridedMap<T> cm(c, m, n, Stride(ldc));
   const ConstStridedMap<T> am(a, ta ? k : m, ta ? m : k, Stride(lda));
   const ConstStridedMap<T> bm(b, tb ? n : k, tb ? k : n, Stride(ldb));
+  const bool tiny = m + n + k < 20;
   auto run = [&](const auto& x, const auto& y) {
-    if (accumulate) cm.noalias() += x.lazyProduct(y);
-    else cm.noalias() = x.lazyProduct(y);
+    if (tiny) cm.noalias() += x.lazyProduct(y);
+    else cm.noalias() += x * y;
   };
   if (!ta && !tb) run(am, bm);
   else if (!ta) run(am, bm.transpose());
@@ -66,9 +67,10 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t
   if (!accumulate)
     for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, T(0));
   if (k <= 0) return;
-  // Eigen's own cut-over to a coefficient-based product (EIGEN_GEMM_TO_COEFFBASED_THRESHOLD).
+  // Eigen's own cut-overs: to a coefficient-based product below
+  // EIGEN_GEMM_TO_COEFFBASED_THRESHOLD, to GEMV for one row or column.
   if (m + n + k < 20 || m == 1 || n == 1) {
-    gemm_expression(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, true);
+    gemm_expression(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
     return;
   }
   constexpr int R = Eigen::RowMajor, C = Eigen::ColMajor;

@@ -29,7 +29,7 @@ HeapCount::~HeapCount() { --t_depth; }
 
 int64_t heap_allocations() { return g_allocations.load(std::memory_order_relaxed); }
 
-#ifdef __GLIBC__
+#if defined(__GLIBC__) && LOOM_HEAP_COUNT
 bool heap_counting_supported() { return true; }
 #else
 bool heap_counting_supported() { return false; }
@@ -37,7 +37,7 @@ bool heap_counting_supported() { return false; }
 
 }  // namespace loom::runtime
 
-#ifdef __GLIBC__
+#if defined(__GLIBC__) && LOOM_HEAP_COUNT
 // glibc lets a program define these to wrap its allocator (the GNU C Library manual,
 // "Replacing malloc"); blocks still come from glibc, so glibc's free, malloc_usable_size and
 // the rest work on them unchanged.
@@ -48,6 +48,11 @@ void* __libc_realloc(void*, std::size_t);
 void* __libc_memalign(std::size_t, std::size_t);
 void* __libc_valloc(std::size_t);
 void* __libc_pvalloc(std::size_t);
+void __libc_free(void*);
+
+// free is defined too, so that every block is glibc's even when another allocator is
+// preloaded (LD_PRELOAD of jemalloc or tcmalloc would otherwise free glibc's blocks).
+void free(void* p) noexcept { __libc_free(p); }
 
 void* malloc(std::size_t n) noexcept {
   loom::runtime::note();

@@ -14,7 +14,9 @@
 // thread is inside a HeapCount scope: the device thread while it runs a program, and any
 // thread while it runs a kernel's parallel_range task. Allocations of other threads (the host
 // tracing the next step, a data loader) are not counted. The functions are glibc's, called
-// through their __libc_ entry points; a build on another C library counts nothing
+// through their __libc_ entry points (free too, so that every block stays glibc's). A build
+// on another C library, or configured with -DLOOM_HEAP_COUNT=OFF (for a program that brings
+// its own allocator, such as jemalloc or tcmalloc), counts nothing and wraps nothing
 // (heap_counting_supported() says so).
 #pragma once
 
