@@ -67,6 +67,7 @@ int run_program(const CpuExecutable& exe, const BufferList& inputs, const Buffer
   if (p.arena_bytes > 0 && !exe.arena) exe.arena = allocate(p.arena_bytes);
   auto* arena = exe.arena ? static_cast<std::byte*>(exe.arena->data()) : nullptr;
   std::fill(exe.data.begin(), exe.data.end(), nullptr);
+  for (auto& o : exe.owned) o.reset();  // a failed run (an exception) left its references here
   exe.donatable.resize(n_in);
   for (int i = 0; i < n_in; ++i) {
     // Programs run in queue order, so an input is already computed; it may have failed.
@@ -163,6 +164,10 @@ class CpuBackend final : public Backend {
         } catch (const std::exception& e) {
           error = e.what();
         }
+        // The inputs are let go of before the readers wake (below): a host woken by the
+        // signal then finds the buffers the step freed back in the allocator's cache, so the
+        // memory a step needs does not depend on which thread drops its references first.
+        inputs.clear();
         allocations = heap_allocations() - before;
       }
       // Counted before the outputs are ready, so a reader that waited on them sees the run.
@@ -171,17 +176,19 @@ class CpuBackend final : public Backend {
       metrics::increment("DonatedBuffer", donated);
       metrics::record("ExecuteTime", std::chrono::duration<double, std::nano>(
                                          std::chrono::steady_clock::now() - start).count());
-      // The step's buffers are let go of before the readers wake: a host woken by the signal
-      // then finds the inputs the step freed back in the allocator's cache, and the memory a
-      // step needs does not depend on which thread drops its references first.
-      std::vector<std::shared_ptr<Completion>> ready;
-      for (auto& o : outputs)
-        if (std::find(ready.begin(), ready.end(), o->ready) == ready.end()) ready.push_back(o->ready);
-      inputs.clear();
-      outputs.clear();
-      for (auto& r : ready) {
-        if (error.empty()) r->set_done();
-        else r->set_failed(error);
+      // The outputs too, when they share one Completion (run_graph gives a program one).
+      auto signal = [&](Completion& c) {
+        if (error.empty()) c.set_done();
+        else c.set_failed(error);
+      };
+      auto ready = outputs.empty() ? nullptr : outputs.front()->ready;
+      const bool shared = std::all_of(outputs.begin(), outputs.end(),
+                                      [&](const auto& o) { return o->ready == ready; });
+      if (shared) {
+        outputs.clear();
+        if (ready) signal(*ready);
+      } else {
+        for (auto& o : outputs) signal(*o->ready);
       }
     });
   }
