@@ -382,7 +382,7 @@ int64_t stage_floats(int64_t tiles) {
 }
 
 // V [16][cn][ld] for input channels [c0, c0+cn) of tile rows [r0, r1) (tiles <= ld; columns
-// past the tiles may be written, with values that nothing reads back into an output).
+// past the tiles are left as they are: the forward's GEMMs run over them and drop them).
 void transform_inputs(const ConvGeometry& g, const Tiling& t, const float* x, int64_t c0,
                       int64_t cn, int64_t r0, int64_t r1, float* v, int64_t ld, float* stage) {
   const int64_t tiles = (r1 - r0) * t.tw, row = 2 * t.tw, span = 2 * tiles + 2 * kLanes;
