@@ -64,13 +64,13 @@ bool direct_wins(const ConvGeometry& g, ConvPass pass) {
   return true;
 }
 
-// Where Winograd beats both (kernel_bench, all three forced with LOOM_CONV, side by side):
-// its 16 GEMMs per tile block have the channels as their dimensions, so they run near peak
-// only where both channel counts are wide. From 64 channels on it runs about 1.3x faster than
-// the best of the others in every pass (ResNet-18: 64 to 512 channels on 32x32 to 4x4
-// planes; ResNet-20's 64 channels on 8x8, about even); with 16 or 32 channels (ResNet-20's
-// first stages) the direct kernels run 1.1 to 2x faster, as the transforms and the thin GEMMs
-// cost more than the 2.25x fewer multiplies save. The same threshold holds in each pass.
+// Where Winograd beats both (kernel_bench, all three forced with LOOM_CONV, side by side): its 16
+// GEMMs per tile block have the channels as their dimensions, so they run near peak only where both
+// channel counts are wide. From 64 channels on it runs 1.1 to 1.6x faster than the best of the
+// others in every pass (one thread; ResNet-18: 64 to 512 channels on 32x32 to 4x4 planes;
+// ResNet-20's 64 channels on 8x8: 1.2 to 1.3x); with 16 or 32 channels (ResNet-20's first stages)
+// the direct kernels run 1.1 to 2x faster, as the transforms and the thin GEMMs cost more than the
+// 2.25x fewer multiplies save. The same threshold holds in each pass.
 constexpr int64_t kWinogradMinChannels = 64;
 
 bool winograd_wins(const ConvGeometry& g, ConvPass pass) {

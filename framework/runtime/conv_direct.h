@@ -41,14 +41,13 @@ bool direct_applies(const ConvGeometry& g);
 // choices here: conv_algorithm puts it first.
 bool direct_chosen(const ConvGeometry& g, ConvPass pass);
 
-// Which algorithm runs pass `pass` of the float32 conv `g`: Winograd F(2x2, 3x3)
-// (conv_winograd.h) where it applies and wins, which is 3x3 stride-1 convs with 64 channels
-// and more on both sides (ResNet-18 CIFAR's stride-1 convs past the stem, all three passes:
-// about 1.3x faster than the best of the others there; ResNet-20's third stage: about even);
-// else the direct kernels where direct_chosen says so; else im2col + GEMM. At 16 and 32
-// channels Winograd loses (its GEMMs are too thin to run near peak). LOOM_CONV=winograd
-// forces it wherever it applies (the choice above elsewhere); LOOM_CONV=direct or gemm never
-// picks it.
+// Which algorithm runs pass `pass` of the float32 conv `g`: Winograd F(2x2, 3x3) (conv_winograd.h)
+// where it applies and wins, which is 3x3 stride-1 convs with 64 channels and more on both sides
+// (ResNet-18 CIFAR's stride-1 convs past the stem, all three passes: 1.1 to 1.6x faster than the
+// best of the others there on one thread; ResNet-20's third stage: 1.2 to 1.3x on one thread, about
+// even on two); else the direct kernels where direct_chosen says so; else im2col + GEMM. At 16 and
+// 32 channels Winograd loses (its GEMMs are too thin to run near peak). LOOM_CONV=winograd forces
+// it wherever it applies (the choice above elsewhere); LOOM_CONV=direct or gemm never picks it.
 enum class ConvAlgorithm { kDirect, kGemm, kWinograd };
 ConvAlgorithm conv_algorithm(const ConvGeometry& g, ConvPass pass);
 

@@ -11,10 +11,10 @@
 // loops across a block's tiles (AVX-512, with a scalar path for other builds); the forward's
 // GEMMs run on a register-tile kernel of their own, the weight gradient's on gemm.h.
 //
-// Next to the best of the direct and im2col kernels at ResNet shapes (kernel_bench): about
-// 1.3x faster with 64 to 512 channels on 4x4 to 32x32 planes; slower at 16 and 32 channels,
-// where the GEMMs (inner dimension C or O) are too thin and the transforms, which move 16
-// floats per tile and channel, weigh more.
+// Next to the best of the direct and im2col kernels at ResNet shapes (kernel_bench, one thread):
+// 1.1 to 1.6x faster with 64 to 512 channels on 4x4 to 32x32 planes; slower at 16 and 32 channels,
+// where the GEMMs (inner dimension C or O) are too thin and the transforms, which move 16 floats
+// per tile and channel, weigh more.
 #include "runtime/conv_winograd.h"
 
 #include "runtime/gemm.h"
