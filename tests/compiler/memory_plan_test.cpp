@@ -16,18 +16,29 @@ std::vector<float> ramp(int64_t n, float scale) {
   return v;
 }
 
+// Per slot: the slot whose memory it is (through reshapes), and the last instruction that
+// writes or reads that memory.
+struct Liveness {
+  std::vector<int> owner, last;
+  explicit Liveness(const Program& p) : owner(p.num_slots()), last(p.num_slots(), -1) {
+    const auto n_in = static_cast<int>(p.inputs.size());
+    for (int s = 0; s < p.num_slots(); ++s) owner[s] = s;
+    for (int i = 0; i < static_cast<int>(p.instrs.size()); ++i) {
+      if (p.instrs[i].op == ir::Op::Reshape) owner[n_in + i] = owner[p.instrs[i].args[0]];
+      last[owner[n_in + i]] = std::max(last[owner[n_in + i]], i);
+      for (auto a : p.instrs[i].args) last[owner[a]] = std::max(last[owner[a]], i);
+    }
+  }
+};
+
 // Every pair of intermediates alive at one time (closed intervals [writer, last reader],
 // through reshapes) occupies disjoint bytes.
 void expect_no_overlap(const Program& p) {
   const auto n_in = static_cast<int>(p.inputs.size());
   const auto n = static_cast<int>(p.instrs.size());
-  std::vector<int> owner(p.num_slots()), last(p.num_slots(), -1);
-  for (int s = 0; s < p.num_slots(); ++s) owner[s] = s;
-  for (int i = 0; i < n; ++i) {
-    if (p.instrs[i].op == ir::Op::Reshape) owner[n_in + i] = owner[p.instrs[i].args[0]];
-    last[owner[n_in + i]] = std::max(last[owner[n_in + i]], i);
-    for (auto a : p.instrs[i].args) last[owner[a]] = std::max(last[owner[a]], i);
-  }
+  const Liveness live(p);
+  const auto& owner = live.owner;
+  const auto& last = live.last;
   for (int i = 0; i < n; ++i) {
     const auto& a = p.instrs[i];
     if (a.arena_offset < 0 || owner[n_in + i] != n_in + i) continue;
@@ -49,14 +60,10 @@ void expect_no_overlap(const Program& p) {
 // no output itself.
 void expect_donors_dead(const Program& p) {
   const auto n_in = static_cast<int>(p.inputs.size());
-  const auto n = static_cast<int>(p.instrs.size());
-  std::vector<int> owner(p.num_slots()), last(p.num_slots(), -1);
-  for (int s = 0; s < p.num_slots(); ++s) owner[s] = s;
-  for (int i = 0; i < n; ++i) {
-    if (p.instrs[i].op == ir::Op::Reshape) owner[n_in + i] = owner[p.instrs[i].args[0]];
-    for (auto a : p.instrs[i].args) last[owner[a]] = std::max(last[owner[a]], i);
-  }
-  for (int i = 0; i < n; ++i)
+  const Liveness live(p);
+  const auto& owner = live.owner;
+  const auto& last = live.last;
+  for (int i = 0; i < static_cast<int>(p.instrs.size()); ++i)
     for (int d : p.instrs[i].donors) {
       EXPECT_LE(last[d], i) << "$" << d << " is read after $" << n_in + i << "\n" << compiler::to_text(p);
       for (int o : p.outputs) EXPECT_NE(owner[o], d) << "$" << d << " is an output";
