@@ -2,6 +2,7 @@
 
 #include "compiler/dead_code.h"
 #include "compiler/fold_transpose.h"
+#include "compiler/fuse_epilogue.h"
 #include "compiler/fuse_elementwise.h"
 #include "compiler/fuse_reduce.h"
 #include "compiler/lower.h"
@@ -23,6 +24,8 @@ Program compile(const ir::Graph& graph) {
   after("lower", p);
   p = simplify(std::move(p));
   after("simplify", p);
+  p = fuse_epilogue(std::move(p));
+  after("fuse_epilogue", p);
   p = fuse_elementwise(std::move(p));
   after("fuse_elementwise", p);
   p = fuse_reduce_prologue(std::move(p));

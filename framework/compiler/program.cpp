@@ -48,6 +48,13 @@ std::string to_text(const Program& p) {
     for (std::size_t k = 0; k < in.args.size(); ++k) os << (k ? ", $" : "$") << in.args[k];
     os << ')';
     if (in.fusion) write_fusion(os, *in.fusion);
+    if (in.epilogue.active()) {
+      os << " epilogue{";
+      if (in.epilogue.bias >= 0) os << "bias $" << in.args[in.epilogue.bias];
+      if (in.epilogue.activation != ir::Op::Count_)
+        os << (in.epilogue.bias >= 0 ? " " : "") << ir::op_name(in.epilogue.activation);
+      os << '}';
+    }
     if (in.arena_offset >= 0) os << "  @" << in.arena_offset;
     if (!in.donors.empty()) {
       os << "  donors";

@@ -48,6 +48,15 @@ struct Fusion {
   std::vector<int> register_of;    // per value: scratch register, -1 for a direct read
 };
 
+// What a Matmul or Conv2d does to its result as it writes it (compiler/fuse_epilogue.h):
+// result = activation(product + bias). The bias is a vector read flat: one value per column of
+// a Matmul ([..., M, N]: N values), one per output channel of a Conv2d ([N, O, H, W]: O).
+struct Epilogue {
+  int bias = -1;                         // index into Instr::args, or -1: none
+  ir::Op activation = ir::Op::Count_;    // Relu, Sigmoid, Tanh, Silu, Gelu, GeluTanh; Count_: none
+  bool active() const { return bias >= 0 || activation != ir::Op::Count_; }
+};
+
 struct Instr {
   ir::Op op;
   DType dtype;
@@ -63,6 +72,8 @@ struct Instr {
   // or optimizer state that the step overwrites). Each is no longer read once this
   // instruction starts, or read by it element for element (memory_plan.cpp).
   std::vector<int> donors;
+  // Set on a Matmul or Conv2d by fuse_epilogue.cpp; the bias, if any, is an extra argument.
+  Epilogue epilogue;
 };
 
 struct SlotType {

@@ -109,7 +109,9 @@ int run_program(const CpuExecutable& exe, const BufferList& inputs, const Buffer
     profiler::Trace span(in.fusion && ir::op_info(in.op).group != ir::OpGroup::Reduce
                              ? "fused"
                              : ir::op_name(in.op));
-    if (!in.fusion)
+    if (in.epilogue.active())
+      epilogue_kernel(in.op, in.attr, in.epilogue, views, out);
+    else if (!in.fusion)
       run_kernel(in.op, in.attr, views, out);
     else if (ir::op_info(in.op).group == ir::OpGroup::Reduce)
       fused_reduce_kernel(in.op, in.attr, *in.fusion, views, out);

@@ -14,6 +14,7 @@
 #include "runtime/conv_direct.h"
 #include "runtime/conv_winograd.h"
 #include "runtime/gemm.h"
+#include "runtime/kernels_fused.h"
 
 #include <Eigen/Core>
 #include <tbb/task_arena.h>
@@ -43,11 +44,43 @@ void gemm_block(bool ta, bool tb, const T* pa, const T* pb, T* pc, int64_t m, in
        tb ? k : n, pc + r0 * n + c0, n, false);
 }
 
+// c [rows, cols] (rows ld apart) = act(c + bias), act Count_ for none, bias (if any) read at
+// r * bias_row + j * bias_col: the epilogue of a GEMM or conv (compiler/fuse_epilogue.h) on a
+// block it has just written. The add and then the activation, per element, as the elementwise
+// kernels would do them, so folding the epilogue in changes no bits.
+template <class T>
+void apply_epilogue(T* c, int64_t rows, int64_t cols, int64_t ld, const T* bias, int64_t bias_row,
+                    int64_t bias_col, ir::Op act) {
+  alignas(64) T buf[kFusedBlock];
+  for (int64_t r = 0; r < rows; ++r) {
+    T* row = c + r * ld;
+    const T* b = bias ? bias + r * bias_row : nullptr;
+    for (int64_t j0 = 0; j0 < cols; j0 += kFusedBlock) {
+      const int64_t len = std::min(kFusedBlock, cols - j0);
+      T* x = row + j0;
+      if (act == ir::Op::Count_) {
+        if (b)
+          for (int64_t j = 0; j < len; ++j) x[j] += b[(j0 + j) * bias_col];
+        continue;
+      }
+      if (b) {
+        for (int64_t j = 0; j < len; ++j) buf[j] = x[j] + b[(j0 + j) * bias_col];
+      } else {
+        std::copy(x, x + len, buf);
+      }
+      unary_step<T>(act, buf, x, len);
+    }
+  }
+}
+
 // attr.ints = {transpose_a, transpose_b} (compiler/fold_transpose.cpp), or empty: operands
-// stored as they are multiplied.
+// stored as they are multiplied. With a bias (n values) or an activation, each task applies
+// them to its block of the result right after its GEMM wrote it, while the block is in cache.
 template <class T>
 void matmul_typed(const ir::Attr& attr, const TensorView& a, const TensorView& b,
-                  const TensorView& out) {
+                  const TensorView& out, const T* bias = nullptr,
+                  ir::Op act = ir::Op::Count_) {
+  const bool epilogue = bias || act != ir::Op::Count_;
   const bool ta = attr.ints.size() == 2 && attr.ints[0] != 0;
   const bool tb = attr.ints.size() == 2 && attr.ints[1] != 0;
   const std::size_t r = a.shape.size();
@@ -60,6 +93,7 @@ void matmul_typed(const ir::Attr& attr, const TensorView& a, const TensorView& b
   if (batch * m * n == 0) return;
   if (k == 0) {
     std::fill(pc, pc + batch * m * n, T(0));
+    if (epilogue) apply_epilogue(pc, batch * m, n, n, bias, 0, 1, act);
     return;
   }
   // Tasks are (batch, block of rows, block of columns): two per thread (one with a single
@@ -95,6 +129,9 @@ void matmul_typed(const ir::Attr& attr, const TensorView& a, const TensorView& b
       if (rows <= 0 || cols <= 0) continue;
       gemm_block(ta, tb, pa + bi * m * k, pb + bi * k * n, pc + bi * m * n, m, k, n, r0, rows,
                  c0, cols);
+      if (epilogue)
+        apply_epilogue(pc + bi * m * n + r0 * n + c0, rows, cols, n, bias ? bias + c0 : nullptr,
+                       0, 1, act);
     }
   });
 }
@@ -179,6 +216,32 @@ void conv2d_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& 
   visit_float("conv2d", out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     conv2d_forward<T>(g, x.as<const T>(), w.as<const T>(), out.as<T>(), ConvPass::kForward);
+  });
+}
+
+// The conv's epilogue runs as a second parallel pass over the result, one (image, channel)
+// plane at a time, rather than inside each algorithm's tiling: the Winograd, direct and strided
+// kernels each cut the output their own way, and one pass here serves them all.
+void epilogue_kernel(ir::Op op, const ir::Attr& attr, const compiler::Epilogue& epilogue,
+                     std::span<const TensorView> in, const TensorView& out) {
+  const TensorView* bias = epilogue.bias >= 0 ? &in[epilogue.bias] : nullptr;
+  const ir::Op act = epilogue.activation;
+  visit_float(ir::op_name(op), out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* pb = bias ? bias->as<const T>() : nullptr;
+    if (op == ir::Op::Matmul) return matmul_typed<T>(attr, in[0], in[1], out, pb, act);
+    assert(op == ir::Op::Conv2d && "epilogue_kernel: a Matmul or a Conv2d");
+    conv2d_kernel(attr, in[0], in[1], out);
+    const int64_t channels = out.shape[1], plane = out.shape[2] * out.shape[3];
+    const int64_t planes = out.shape[0] * channels;
+    if (planes * plane == 0) return;
+    T* po = out.as<T>();
+    const int64_t grain = std::max<int64_t>(1, kGrainElementwise / plane);
+    parallel_range(planes, grain, [&](int64_t s, int64_t e) {
+      for (int64_t q = s; q < e; ++q)
+        apply_epilogue(po + q * plane, 1, plane, plane, pb ? pb + q % channels : nullptr, 0, 0,
+                       act);
+    });
   });
 }
 

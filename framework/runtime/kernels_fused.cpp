@@ -24,6 +24,7 @@
 #include <cassert>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 namespace loom::runtime {
@@ -276,4 +277,14 @@ template void eval_fusion<float>(const compiler::Fusion&, std::span<const Tensor
 template void eval_fusion<double>(const compiler::Fusion&, std::span<const TensorView>, int64_t,
                                   int64_t, double*);
 
+
+template <class T>
+void unary_step(ir::Op op, const T* a, T* d, int64_t n) {
+  const FusedStep s{op, -1, -1, -1, 0, std::is_same_v<T, float> ? DType::Float32 : DType::Float64};
+  for (int64_t i = 0; i < n; i += kFusedBlock)
+    run_step<T>(s, a + i, nullptr, nullptr, d + i, std::min(kFusedBlock, n - i));
+}
+
+template void unary_step<float>(ir::Op, const float*, float*, int64_t);
+template void unary_step<double>(ir::Op, const double*, double*, int64_t);
 }  // namespace loom::runtime

@@ -27,4 +27,15 @@ template <class T>
 void eval_fusion(const compiler::Fusion& fusion, std::span<const TensorView> in, int64_t begin,
                  int64_t len, T* dst);
 
+// d[i] = op(a[i]) for a unary elementwise op, computed as a fusion step computes it (a and d
+// must not overlap): the activation of a GEMM/conv epilogue, so that folding it into the
+// product changes no bits of the result.
+template <class T>
+void unary_step(ir::Op op, const T* a, T* d, int64_t n);
+
+// A Matmul or Conv2d with an epilogue (compiler/fuse_epilogue.h): out = activation(op(in[0],
+// in[1]) + in[epilogue.bias]), the bias one value per column (matmul) or output channel (conv).
+void epilogue_kernel(ir::Op op, const ir::Attr& attr, const compiler::Epilogue& epilogue,
+                     std::span<const TensorView> in, const TensorView& out);
+
 }  // namespace loom::runtime

@@ -1,0 +1,243 @@
+// The epilogue pass: a bias add and an activation fold into the matmul or conv that produces
+// their operand, and the folded kernel gives the bits that the separate ops give.
+#include "compiler/pipeline.h"
+#include "test_util.h"
+
+#include <loom/autograd.h>
+
+#include <cmath>
+#include <functional>
+
+namespace loom {
+namespace {
+
+using compiler::Program;
+
+template <class T>
+std::vector<T> ramp(int64_t n, double scale) {
+  std::vector<T> v(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<T>(std::cos(static_cast<double>(i) * scale));
+  return v;
+}
+
+template <class T>
+Tensor ramp_tensor(const Shape& s, double scale) {
+  return from_vector(ramp<T>(shape_numel(s), scale), s);
+}
+
+int count(const Program& p, ir::Op op) {
+  int n = 0;
+  for (const auto& in : p.instrs) n += in.op == op;
+  return n;
+}
+
+// The one instruction that carries an epilogue (fails the test unless there is exactly one).
+const compiler::Instr* folded(const Program& p) {
+  const compiler::Instr* found = nullptr;
+  int n = 0;
+  for (const auto& in : p.instrs)
+    if (in.epilogue.active()) found = &in, ++n;
+  EXPECT_EQ(n, 1) << compiler::to_text(p);
+  return found;
+}
+
+// Compiles f() lazily and runs it, then runs it again op by op: the two results.
+template <class T>
+std::pair<std::vector<T>, std::vector<T>> compiled_and_eager(const std::function<Tensor()>& f,
+                                                             Program* program) {
+  auto y = f();
+  *program = compiler::compile(test::graph_of(y));
+  auto got = y.to_vector<T>();
+  EagerModeGuard eager{true};
+  return {got, f().to_vector<T>()};
+}
+
+// y = act(x @ w^T + b), a Linear layer; x [.., m, k] is multiplied as [rows, k] rows.
+template <class T>
+void check_linear(const Shape& batch, int64_t m, int64_t k, int64_t n, ir::Op act) {
+  test::fresh_engine();
+  Shape sx = batch;
+  sx.insert(sx.end(), {m, k});
+  auto x = ramp_tensor<T>(sx, 0.37);
+  auto w = ramp_tensor<T>({n, k}, 0.11);
+  auto b = ramp_tensor<T>({n}, 0.53);
+  auto f = [&] {
+    auto s = matmul(x, transpose(w, 0, 1)) + b;
+    switch (act) {
+      case ir::Op::Relu: return relu(s);
+      case ir::Op::Sigmoid: return sigmoid(s);
+      case ir::Op::Tanh: return tanh(s);
+      default: return s;
+    }
+  };
+  Program p;
+  auto [got, want] = compiled_and_eager<T>(f, &p);
+  EXPECT_EQ(count(p, ir::Op::Matmul), 1) << compiler::to_text(p);
+  EXPECT_EQ(count(p, ir::Op::Add), 0) << compiler::to_text(p);
+  EXPECT_EQ(p.instrs.size(), batch.empty() ? 1u : 2u) << compiler::to_text(p);  // + x's reshape
+  if (const auto* in = folded(p)) {
+    EXPECT_EQ(in->op, ir::Op::Matmul);
+    EXPECT_EQ(in->args.size(), 3u);
+    EXPECT_EQ(in->epilogue.activation, act == ir::Op::Add ? ir::Op::Count_ : act);
+  }
+  ASSERT_EQ(got.size(), want.size());
+  if (act == ir::Op::Relu || act == ir::Op::Add) {
+    // The same GEMM, then the same add and max per element: the same bits as eager mode.
+    EXPECT_EQ(got, want);
+  } else {
+    // Eager's sigmoid and tanh call the C library; the compiled kernels Eigen's vectorised
+    // functions, a few ulps apart.
+    const double tol = std::is_same_v<T, float> ? 1e-6 : 1e-14;
+    for (std::size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], tol) << i;
+  }
+}
+
+TEST(FuseEpilogue, LinearBiasRelu) { check_linear<float>({}, 67, 33, 300, ir::Op::Relu); }
+TEST(FuseEpilogue, LinearBiasReluFloat64) { check_linear<double>({}, 67, 33, 300, ir::Op::Relu); }
+TEST(FuseEpilogue, LinearBiasOnly) { check_linear<float>({}, 40, 16, 24, ir::Op::Add); }
+TEST(FuseEpilogue, LinearBiasSigmoid) { check_linear<float>({}, 31, 20, 150, ir::Op::Sigmoid); }
+TEST(FuseEpilogue, LinearBiasTanhFloat64) { check_linear<double>({}, 31, 20, 150, ir::Op::Tanh); }
+TEST(FuseEpilogue, BatchedRowsThroughReshape) { check_linear<float>({3}, 45, 28, 70, ir::Op::Relu); }
+TEST(FuseEpilogue, BatchedRowsThroughReshapeFloat64) {
+  check_linear<double>({2, 3}, 17, 9, 33, ir::Op::Relu);
+}
+
+// A true batched product [B, M, K] x [B, K, N] plus bias [N].
+template <class T>
+void check_batched() {
+  test::fresh_engine();
+  auto x = ramp_tensor<T>({4, 19, 13}, 0.29);
+  auto w = ramp_tensor<T>({4, 13, 37}, 0.07);
+  auto b = ramp_tensor<T>({37}, 0.5);
+  Program p;
+  auto [got, want] = compiled_and_eager<T>([&] { return relu(matmul(x, w) + b); }, &p);
+  EXPECT_EQ(p.instrs.size(), 1u) << compiler::to_text(p);
+  folded(p);
+  EXPECT_EQ(got, want);
+}
+
+TEST(FuseEpilogue, BatchedMatmul) { check_batched<float>(); }
+TEST(FuseEpilogue, BatchedMatmulFloat64) { check_batched<double>(); }
+
+// relu(conv2d(x, w, b)) over shapes that reach each conv algorithm.
+template <class T>
+void check_conv(const Shape& sx, const Shape& sw, Conv2dOptions o) {
+  test::fresh_engine();
+  auto x = ramp_tensor<T>(sx, 0.013);
+  auto w = ramp_tensor<T>(sw, 0.021);
+  auto b = ramp_tensor<T>({sw[0]}, 0.7);
+  Program p;
+  auto [got, want] = compiled_and_eager<T>([&] { return relu(conv2d(x, w, b, o)); }, &p);
+  EXPECT_EQ(p.instrs.size(), 1u) << compiler::to_text(p);
+  if (const auto* in = folded(p)) {
+    EXPECT_EQ(in->op, ir::Op::Conv2d);
+    EXPECT_EQ(in->epilogue.activation, ir::Op::Relu);
+  }
+  EXPECT_EQ(got, want);
+}
+
+TEST(FuseEpilogue, ConvBiasReluSmallPlanes) { check_conv<float>({2, 3, 5, 5}, {6, 3, 3, 3}, {}); }
+TEST(FuseEpilogue, ConvBiasReluDirect) {
+  Conv2dOptions o;
+  o.padding = {1, 1};
+  check_conv<float>({2, 16, 12, 12}, {8, 16, 3, 3}, o);
+}
+TEST(FuseEpilogue, ConvBiasReluWinograd) {
+  Conv2dOptions o;
+  o.padding = {1, 1};
+  check_conv<float>({1, 64, 10, 10}, {64, 64, 3, 3}, o);
+}
+TEST(FuseEpilogue, ConvBiasReluStrided) {
+  Conv2dOptions o;
+  o.stride = {2, 2};
+  o.padding = {1, 1};
+  check_conv<float>({2, 8, 17, 17}, {5, 8, 3, 3}, o);
+}
+TEST(FuseEpilogue, ConvBiasReluFloat64) {
+  Conv2dOptions o;
+  o.padding = {1, 1};
+  check_conv<double>({2, 4, 9, 9}, {6, 4, 3, 3}, o);
+}
+TEST(FuseEpilogue, ConvPointwiseFloat64) { check_conv<double>({2, 4, 6, 6}, {5, 4, 1, 1}, {}); }
+
+TEST(FuseEpilogue, AProductWithAnotherReaderStaysStored) {
+  test::fresh_engine();
+  auto x = ramp_tensor<float>({8, 5}, 0.3);
+  auto w = ramp_tensor<float>({5, 6}, 0.2);
+  auto b = ramp_tensor<float>({6}, 0.4);
+  auto mm = matmul(x, w);
+  auto y = relu(mm + b) * mm;
+  auto p = compiler::compile(test::graph_of(y));
+  for (const auto& in : p.instrs) EXPECT_FALSE(in.epilogue.active()) << compiler::to_text(p);
+  auto got = y.to_vector<float>();
+  EagerModeGuard eager{true};
+  auto mm2 = matmul(x, w);
+  EXPECT_EQ(got, (relu(mm2 + b) * mm2).to_vector<float>());
+}
+
+TEST(FuseEpilogue, AProductThatIsAnOutputStaysStored) {
+  test::fresh_engine();
+  auto x = ramp_tensor<float>({8, 5}, 0.3);
+  auto w = ramp_tensor<float>({5, 6}, 0.2);
+  auto b = ramp_tensor<float>({6}, 0.4);
+  auto mm = matmul(x, w);
+  auto y = relu(mm + b);
+  auto p = compiler::compile(ir::build_graph({mm.impl()->pending(), y.impl()->pending()}));
+  for (const auto& in : p.instrs) EXPECT_FALSE(in.epilogue.active()) << compiler::to_text(p);
+  EXPECT_EQ(count(p, ir::Op::Matmul), 1);
+}
+
+TEST(FuseEpilogue, ASumWithAnotherReaderKeepsItsActivationApart) {
+  test::fresh_engine();
+  auto x = ramp_tensor<float>({8, 5}, 0.3);
+  auto w = ramp_tensor<float>({5, 6}, 0.2);
+  auto b = ramp_tensor<float>({6}, 0.4);
+  auto f = [&] {
+    auto s = matmul(x, w) + b;
+    return relu(s) + s;
+  };
+  Program p;
+  auto [got, want] = compiled_and_eager<float>(f, &p);
+  if (const auto* in = folded(p)) {
+    EXPECT_EQ(in->epilogue.activation, ir::Op::Count_);
+  }
+  EXPECT_EQ(got, want);
+}
+
+TEST(FuseEpilogue, ANonBroadcastAddIsLeftAlone) {
+  test::fresh_engine();
+  auto x = ramp_tensor<float>({8, 5}, 0.3);
+  auto w = ramp_tensor<float>({5, 6}, 0.2);
+  auto c = ramp_tensor<float>({8, 1}, 0.4);  // one value per row, not per column
+  auto y = relu(matmul(x, w) + c);
+  auto p = compiler::compile(test::graph_of(y));
+  for (const auto& in : p.instrs) EXPECT_FALSE(in.epilogue.active()) << compiler::to_text(p);
+}
+
+// A training step through Linear + ReLU: the backward pass reads relu's output, which the
+// folded matmul still writes, so the forward folds and the gradients match eager mode.
+TEST(FuseEpilogue, GradientsThroughAFoldedLinearRelu) {
+  auto run = [](bool eager_mode) {
+    test::fresh_engine();
+    EagerModeGuard eager{eager_mode};
+    auto x = ramp_tensor<double>({12, 7}, 0.3);
+    auto w = ramp_tensor<double>({9, 7}, 0.2).requires_grad_();
+    auto b = ramp_tensor<double>({9}, 0.4).requires_grad_();
+    auto loss = (relu(matmul(x, transpose(w, 0, 1)) + b) * 0.5).sum();
+    loss.backward();
+    if (!eager_mode) {
+      auto p = compiler::compile(
+          ir::build_graph({w.grad().impl()->pending(), b.grad().impl()->pending()}));
+      EXPECT_EQ(folded(p)->epilogue.activation, ir::Op::Relu);
+    }
+    auto gw = w.grad().to_vector<double>();
+    auto gb = b.grad().to_vector<double>();
+    gw.insert(gw.end(), gb.begin(), gb.end());
+    return gw;
+  };
+  const auto compiled = run(false);
+  EXPECT_EQ(compiled, run(true));
+}
+
+}  // namespace
+}  // namespace loom
