@@ -7,7 +7,8 @@
 // without AVX-512) on im2col + Eigen GEMM, whose 1x1 stride-1 convs skip the im2col. Eigen
 // runs single-threaded (conv_common.h); TBB splits the work above it: (batch, row block,
 // column block) for matmul, (image, group, column block) for conv2d, (image, channel) for
-// pooling.
+// pooling. A bias/activation epilogue (compiler/fuse_epilogue.h) runs on each matmul block
+// right after its GEMM, and on each conv output plane after the conv.
 #include "runtime/kernels_impl.h"
 
 #include "runtime/conv_common.h"

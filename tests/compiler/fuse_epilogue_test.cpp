@@ -97,7 +97,9 @@ TEST(FuseEpilogue, LinearBiasReluFloat64) { check_linear<double>({}, 67, 33, 300
 TEST(FuseEpilogue, LinearBiasOnly) { check_linear<float>({}, 40, 16, 24, ir::Op::Add); }
 TEST(FuseEpilogue, LinearBiasSigmoid) { check_linear<float>({}, 31, 20, 150, ir::Op::Sigmoid); }
 TEST(FuseEpilogue, LinearBiasTanhFloat64) { check_linear<double>({}, 31, 20, 150, ir::Op::Tanh); }
-TEST(FuseEpilogue, BatchedRowsThroughReshape) { check_linear<float>({3}, 45, 28, 70, ir::Op::Relu); }
+TEST(FuseEpilogue, BatchedRowsThroughReshape) {
+  check_linear<float>({3}, 45, 28, 70, ir::Op::Relu);
+}
 TEST(FuseEpilogue, BatchedRowsThroughReshapeFloat64) {
   check_linear<double>({2, 3}, 17, 9, 33, ir::Op::Relu);
 }
