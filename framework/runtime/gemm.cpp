@@ -22,7 +22,8 @@ class ScratchBlocking : public Eigen::internal::level3_blocking<T, T> {
     this->m_mc = n;
     this->m_nc = m;
     this->m_kc = k;
-    Eigen::internal::computeProductBlockingSizes<T, T, 1, Index>(this->m_kc, this->m_mc, this->m_nc, Index(1));
+    Eigen::internal::computeProductBlockingSizes<T, T, 1, Index>(this->m_kc, this->m_mc,
+                                                                 this->m_nc, Index(1));
     this->m_blockA = scratch<T>(this->m_mc * this->m_kc, Scratch::kGemmA);
     this->m_blockB = scratch<T>(this->m_kc * this->m_nc, Scratch::kGemmB);
   }

@@ -231,7 +231,8 @@ void run_fusion(const Fusion& f, std::span<const TensorView> in, const TensorVie
   const int64_t n = out.numel();
   // A result written over a donated operand (memory_plan.cpp) is computed into a register
   // and then copied: its last step must not write where its operands are read directly.
-  const bool aliased = std::any_of(in.begin(), in.end(), [&](const TensorView& v) { return v.data == out.data; });
+  const bool aliased =
+      std::any_of(in.begin(), in.end(), [&](const TensorView& v) { return v.data == out.data; });
   const bool direct_out = out.dtype == f.compute && !aliased;
   assert((out.dtype == f.compute || out.dtype == DType::Bool) && "fused kernel: bad result dtype");
   const int64_t blocks = (n + kFusedBlock - 1) / kFusedBlock;
@@ -277,7 +278,6 @@ template void eval_fusion<float>(const compiler::Fusion&, std::span<const Tensor
 template void eval_fusion<double>(const compiler::Fusion&, std::span<const TensorView>, int64_t,
                                   int64_t, double*);
 
-
 template <class T>
 void unary_step(ir::Op op, const T* a, T* d, int64_t n) {
   const FusedStep s{op, -1, -1, -1, 0, std::is_same_v<T, float> ? DType::Float32 : DType::Float64};
@@ -287,4 +287,5 @@ void unary_step(ir::Op op, const T* a, T* d, int64_t n) {
 
 template void unary_step<float>(ir::Op, const float*, float*, int64_t);
 template void unary_step<double>(ir::Op, const double*, double*, int64_t);
+
 }  // namespace loom::runtime

@@ -65,7 +65,8 @@ void expect_donors_dead(const Program& p) {
   const auto& last = live.last;
   for (int i = 0; i < static_cast<int>(p.instrs.size()); ++i)
     for (int d : p.instrs[i].donors) {
-      EXPECT_LE(last[d], i) << "$" << d << " is read after $" << n_in + i << "\n" << compiler::to_text(p);
+      EXPECT_LE(last[d], i) << "$" << d << " is read after $" << n_in + i << "\n"
+                            << compiler::to_text(p);
       for (int o : p.outputs) EXPECT_NE(owner[o], d) << "$" << d << " is an output";
     }
 }

@@ -34,7 +34,8 @@ void check(bool ta, bool tb, bool accumulate, Case c) {
     for (int64_t j = 0; j < c.n; ++j) {
       double want = accumulate ? double(start[i * ldc + j]) : 0.0;
       for (int64_t p = 0; p < c.k; ++p)
-        want += double(ta ? a[p * lda + i] : a[i * lda + p]) * double(tb ? b[j * ldb + p] : b[p * ldb + j]);
+        want += double(ta ? a[p * lda + i] : a[i * lda + p]) *
+                double(tb ? b[j * ldb + p] : b[p * ldb + j]);
       const double tol = (sizeof(T) == 4 ? 2e-5 : 1e-12) * (1 + std::sqrt(double(c.k)));
       ASSERT_NEAR(out[i * ldc + j], want, tol)
           << "m=" << c.m << " n=" << c.n << " k=" << c.k << " ta=" << ta << " tb=" << tb
