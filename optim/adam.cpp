@@ -21,8 +21,9 @@ Adam::Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled, cons
   };
   check(o_.beta1 >= 0 && o_.beta1 < 1, "beta1 in [0, 1), got " + std::to_string(o_.beta1));
   check(o_.beta2 >= 0 && o_.beta2 < 1, "beta2 in [0, 1), got " + std::to_string(o_.beta2));
-  check(o_.eps >= 0, "eps >= 0, got " + std::to_string(o_.eps));
-  check(o_.weight_decay >= 0, "weight_decay >= 0, got " + std::to_string(o_.weight_decay));
+  check(o_.eps >= 0 && std::isfinite(o_.eps), "a finite eps >= 0, got " + std::to_string(o_.eps));
+  check(o_.weight_decay >= 0 && std::isfinite(o_.weight_decay),
+        "a finite weight_decay >= 0, got " + std::to_string(o_.weight_decay));
 }
 
 // torch.optim.Adam / AdamW (single-tensor path of PyTorch 1.13):

@@ -1,12 +1,19 @@
 #include <loom/autograd.h>
 #include <loom/optim.h>
 
+#include <cmath>
+
 namespace loom::optim {
 
 SGD::SGD(std::vector<Tensor> params, SGDOptions options)
     : Optimizer(std::move(params), options.lr, "SGD"), o_(options), momentum_(params_.size()) {
-  if (o_.momentum < 0) throw Error("SGD: expected momentum >= 0, got " + std::to_string(o_.momentum));
-  if (o_.weight_decay < 0) throw Error("SGD: expected weight_decay >= 0, got " + std::to_string(o_.weight_decay));
+  auto check = [](const char* what, double v) {
+    if (!(v >= 0) || !std::isfinite(v))
+      throw Error(std::string("SGD: expected a finite ") + what + " >= 0, got " + std::to_string(v));
+  };
+  check("momentum", o_.momentum);
+  check("weight_decay", o_.weight_decay);
+  check("dampening", o_.dampening);
   if (o_.nesterov && (o_.momentum <= 0 || o_.dampening != 0))
     throw Error("SGD: nesterov momentum needs momentum > 0 and dampening 0");
 }

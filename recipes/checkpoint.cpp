@@ -1,9 +1,14 @@
 #include <loom/checkpoint.h>
 #include <loom/data/hdf5.h>
 
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <fcntl.h>
 #include <filesystem>
 #include <sstream>
+#include <unistd.h>
 
 namespace loom {
 namespace {
@@ -28,11 +33,27 @@ std::string string_of(const HostArray& a) {
   return s;
 }
 
+// The first element of `h` that is NaN or infinite, or -1.
+int64_t first_non_finite(const HostTensor& h) {
+  auto scan = [&](const auto* v) -> int64_t {
+    for (int64_t i = 0; i < h.numel(); ++i)
+      if (!std::isfinite(v[i])) return i;
+    return -1;
+  };
+  if (h.dtype == DType::Float32) return scan(h.data<float>());
+  if (h.dtype == DType::Float64) return scan(h.data<double>());
+  return -1;
+}
+
 // HDF5 paths cannot hold '/' inside a name; state_dict keys use '.', so keep them as they are.
 void write_group(data::HDF5Writer& w, const std::string& group,
                  const std::vector<std::pair<std::string, Tensor>>& tensors, std::ostringstream& index) {
   for (const auto& [name, t] : tensors) {
     auto h = t.to_host();
+    // A run that diverged must not replace a good checkpoint with NaN weights.
+    if (auto i = first_non_finite(h); i >= 0)
+      throw Error(group + "/" + name + " holds a non-finite value (" + std::to_string(h.at(i)) + " at element " +
+                  std::to_string(i) + ")");
     HostArray a(data::host_dtype(h.dtype), h.shape.empty() ? Shape{1} : h.shape);  // HDF5 needs a rank
     a.bytes = std::move(h.bytes);
     w.write(group + "/" + name, a);
@@ -42,27 +63,53 @@ void write_group(data::HDF5Writer& w, const std::string& group,
   }
 }
 
+// Flushes `path` (a file, or a directory after a rename in it) to the disk.
+void sync_to_disk(const std::string& path, bool directory) {
+  int fd = ::open(path.c_str(), O_RDONLY | (directory ? O_DIRECTORY : 0));
+  if (fd < 0 || ::fsync(fd) != 0) {
+    std::string why = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    throw Error("cannot flush '" + path + "' to the disk: " + why);
+  }
+  ::close(fd);
+}
+
+void write_file(const std::string& tmp, const Checkpoint& ck) {
+  data::HDF5Writer w(tmp);
+  std::ostringstream index;
+  write_group(w, "model", ck.model, index);
+  write_group(w, "optimizer", ck.optimizer, index);
+  w.write("meta/index", bytes_of(index.str()));
+  w.write("meta/model_name", bytes_of(ck.model_name));
+  w.write("meta/options", bytes_of(ck.options));
+  // [format version, step, epoch, batch_in_epoch, seed, optimizer_steps]
+  w.write("meta/counters", HostArray::from_vector<int64_t>(
+                               {1, ck.step, ck.epoch, ck.batch_in_epoch, ck.seed, ck.optimizer_steps}, {6}));
+  w.close();
+}
+
 }  // namespace
+
+std::string checkpoint_temp_path(const std::string& path) { return path + ".tmp"; }
 
 void save_checkpoint(const std::string& path, const Checkpoint& ck) {
   if (path.empty()) throw Error("save_checkpoint: expected a file name, got an empty one");
-  std::string tmp = path + ".tmp";
-  {
-    data::HDF5Writer w(tmp);
-    std::ostringstream index;
-    write_group(w, "model", ck.model, index);
-    write_group(w, "optimizer", ck.optimizer, index);
-    w.write("meta/index", bytes_of(index.str()));
-    w.write("meta/model_name", bytes_of(ck.model_name));
-    w.write("meta/options", bytes_of(ck.options));
-    // [format version, step, epoch, batch_in_epoch, seed, optimizer_steps]
-    w.write("meta/counters", HostArray::from_vector<int64_t>(
-                                 {1, ck.step, ck.epoch, ck.batch_in_epoch, ck.seed, ck.optimizer_steps}, {6}));
-    w.close();
+  const std::string tmp = checkpoint_temp_path(path);
+  try {
+    write_file(tmp, ck);
+    // Durable before it replaces the last good checkpoint: the data, then the rename.
+    sync_to_disk(tmp, false);
+    std::error_code ec;
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) throw Error("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
+  } catch (const std::exception& e) {
+    std::error_code ec;
+    std::filesystem::remove(tmp, ec);  // a partial file must not fill the disk
+    std::string kept = std::filesystem::exists(path, ec) ? "the previous checkpoint is kept" : "nothing was saved";
+    throw Error("save_checkpoint: '" + path + "' not written (" + kept + "): " + e.what());
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw Error("save_checkpoint: cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
+  auto dir = std::filesystem::path(path).parent_path();
+  sync_to_disk(dir.empty() ? "." : dir.string(), true);
 }
 
 Checkpoint load_checkpoint(const std::string& path) {

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 #include <tbb/global_control.h>
 
+#include <cmath>
 #include <iostream>
 
 namespace loom::recipes {
@@ -38,12 +39,15 @@ std::string command_line(int argc, char** argv) {
 }
 
 void require_positive(const char* option, double value, bool allow_zero) {
+  if (!std::isfinite(value))
+    throw Error(fmt::format("--{}: expected a finite value, got {}", option, value));
   if (value > 0 || (allow_zero && value == 0)) return;
-  std::string msg = "--";
-  msg += option;
-  msg += allow_zero ? ": expected a non-negative value, got " : ": expected a positive value, got ";
-  msg += std::to_string(value);
-  throw Error(msg);
+  throw Error(fmt::format("--{}: expected a {} value, got {}", option, allow_zero ? "non-negative" : "positive", value));
+}
+
+void require_range(const char* option, double value, double low, double high) {
+  if (std::isfinite(value) && value >= low && value < high) return;
+  throw Error(fmt::format("--{}: expected a value in [{}, {}), got {}", option, low, high, value));
 }
 
 void set_threads(int threads) {

@@ -39,8 +39,11 @@ TrainerOptions run_options(const po::variables_map& vm, int argc, char** argv);
 // The command line as one string (stored in checkpoints).
 std::string command_line(int argc, char** argv);
 
-// Checks `value > 0` (or >= 0 when allow_zero), naming the option in the error.
+// Checks that `value` is finite and > 0 (or >= 0 when allow_zero), naming the option in the
+// error: "--lr: expected a finite value, got nan".
 void require_positive(const char* option, double value, bool allow_zero = false);
+// Checks low <= value < high (so NaN fails), naming the option in the error.
+void require_range(const char* option, double value, double low, double high);
 
 // Limits loom's intra-op parallelism to `threads` (0: all cores) for the program's lifetime.
 void set_threads(int threads);

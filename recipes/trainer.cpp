@@ -9,23 +9,51 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
+#include <fcntl.h>
 #include <filesystem>
 #include <unistd.h>
 
 namespace loom {
 namespace {
 
-std::atomic<bool> g_stop{false};
-extern "C" void on_stop_signal(int) { g_stop = true; }
+// Signals received during fit(): the first stops training after the step in progress (the
+// checkpoint is written); a second ends the process at once. Only the async-signal-safe
+// write() and _exit() run in the handler. The last good checkpoint is never at risk: a save
+// writes "<path>.tmp" and renames it, and fit() removes a .tmp left behind by an exit.
+std::atomic<int> g_signals{0};
+std::atomic<bool> g_quiet{false};
+static_assert(std::atomic<int>::is_always_lock_free);
+
+void say(const char* text, std::size_t size) {
+  if (g_quiet) return;
+  ssize_t written = ::write(STDERR_FILENO, text, size);
+  (void)written;  // nothing to do about a failed message in a signal handler
+}
+
+extern "C" void on_stop_signal(int) {
+  if (g_signals.fetch_add(1) == 0) {
+    static const char first[] = "\nsignal: stopping after this step and writing the checkpoint "
+                                "(a second signal exits at once)\n";
+    say(first, sizeof first - 1);
+    return;
+  }
+  static const char second[] = "\nsecond signal: exiting now; the last checkpoint written is kept\n";
+  say(second, sizeof second - 1);
+  ::_exit(130);
+}
 
 // Installs SIGINT/SIGTERM handlers for the duration of fit() and restores the old ones.
 class StopSignals {
  public:
-  StopSignals() {
-    g_stop = false;
+  explicit StopSignals(bool quiet) {
+    g_signals = 0;
+    g_quiet = quiet;
     struct sigaction sa {};
     sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
@@ -36,11 +64,32 @@ class StopSignals {
     sigaction(SIGINT, &old_int_, nullptr);
     sigaction(SIGTERM, &old_term_, nullptr);
   }
+  static bool stop_requested() { return g_signals > 0; }
 
  private:
   struct sigaction old_int_ {};
   struct sigaction old_term_ {};
 };
+
+// Fails at the start, not after an epoch of training, when `path` cannot be written: a
+// directory, a missing directory, a read-only place. Creates and removes a probe file beside
+// it, as the real write will.
+void check_writable(const std::string& option, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const std::string what = option + " '" + path + "'";
+  if (fs::is_directory(path, ec)) throw Error(what + ": is a directory, expected a file name");
+  fs::path dir = fs::path(path).parent_path();
+  if (!dir.empty() && !fs::is_directory(dir, ec))
+    throw Error(what + ": the directory '" + dir.string() + "' does not exist");
+  if (fs::exists(path, ec) && ::access(path.c_str(), W_OK) != 0)
+    throw Error(what + ": cannot be written: " + std::strerror(errno));
+  const std::string probe = path + ".probe" + std::to_string(::getpid());
+  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+  if (fd < 0) throw Error(what + ": cannot create a file there: " + std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -148,6 +197,15 @@ void Trainer::run_step(const data::Batch& batch) {
 
 void Trainer::log_step(int64_t step, double loss, double lr) {
   std::lock_guard lock(loss_mutex_);
+  if (diverged_) return;  // the steps queued after it: the error is already on its way
+  if (!std::isfinite(loss)) {
+    // Thrown on the device thread, rethrown by the host's next mark_step (a step or two on):
+    // fit() ends with this error instead of training on, and no checkpoint is written from
+    // the non-finite parameters that follow.
+    diverged_ = true;
+    throw Error("step " + std::to_string(step) + ": the training loss is " + fmt::format("{}", loss) +
+                "; stopping. Look for NaN or Inf in the data, or lower the learning rate");
+  }
   losses_.push_back(loss);
   interval_loss_ += loss;
   ++interval_steps_;
@@ -200,8 +258,10 @@ std::map<std::string, double> Trainer::evaluate(data::DeviceLoader& eval) {
 }
 
 void Trainer::fit(data::DeviceLoader& train, data::DeviceLoader* eval) {
-  StopSignals signals;
+  StopSignals signals(options_.quiet);
   interrupted_ = false;
+  diverged_ = false;
+  check_destinations();
   bool found = options_.resume && std::filesystem::exists(options_.checkpoint);
   if (options_.resume && dist::is_distributed()) {
     // Every rank reads the checkpoint that rank 0 wrote, so every rank must see the file.
@@ -215,7 +275,10 @@ void Trainer::fit(data::DeviceLoader& train, data::DeviceLoader* eval) {
     if (logs())
       spdlog::info("resumed from {} at step {} (epoch {}, batch {})", options_.checkpoint, step_, epoch_ + 1,
                    batch_in_epoch_);
+  } else if (options_.resume && logs()) {
+    spdlog::info("--resume: no checkpoint at {} yet; starting from scratch", options_.checkpoint);
   }
+  saved_at_ = found ? step_ : -1;
   if (!options_.profile.empty()) profiler::start();
   int64_t per_epoch = train.batches_per_epoch();
   total_steps_ = options_.epochs * per_epoch;
@@ -230,7 +293,7 @@ void Trainer::fit(data::DeviceLoader& train, data::DeviceLoader* eval) {
   const data::Batch* current = nullptr;
   auto compiled = compile([&] { run_step(*current); });
   int64_t evaluated_at = -1;
-  auto run_eval = [&] {
+  auto run_eval = [&](int64_t epoch) {
     mark_step();
     wait_device_ops();  // the steps still queued are training time, not evaluation time
     double start = now_seconds();
@@ -241,7 +304,7 @@ void Trainer::fit(data::DeviceLoader& train, data::DeviceLoader* eval) {
     if (isatty(fileno(stderr))) std::fprintf(stderr, "\n");
     std::string line;
     for (auto& [k, v] : last_eval_) line += fmt::format("  {} {:.4f}", k, v);
-    spdlog::info("step {} (epoch {}) evaluation:{}", step_, epoch_ + 1, line);
+    spdlog::info("step {} (epoch {}) evaluation:{}", step_, epoch + 1, line);
   };
   bool done = step_ >= total_steps_;
   while (epoch_ < options_.epochs && !done) {
@@ -268,31 +331,31 @@ void Trainer::fit(data::DeviceLoader& train, data::DeviceLoader* eval) {
       if (schedule_) schedule_->step();  // the next step's LR: a new scalar, not a new graph
       batch_in_epoch_ = b;
       done = step_ >= total_steps_;
-      if (options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0 && !options_.checkpoint.empty()) {
-        mark_step();
-        save_checkpoint(options_.checkpoint);
-      }
-      if (eval && options_.eval_every > 0 && step_ % options_.eval_every == 0) run_eval();
+      if (options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0) save();
+      if (eval && options_.eval_every > 0 && step_ % options_.eval_every == 0) run_eval(epoch_);
       // A signal may reach one rank only: all stop at the same step, or the others would wait
       // for its gradients for ever.
-      bool stop = g_stop;
+      bool stop = StopSignals::stop_requested();
       if (dist::is_distributed()) stop = dist::all_reduce(stop ? 1.0 : 0.0, dist::ReduceOp::Max) > 0;
       if (stop) interrupted_ = true;
       if (interrupted_ || done) break;
     }
     mark_step();
     if (batch_in_epoch_ < per_epoch) break;  // stopped inside the epoch
-    // The epoch is complete: a checkpoint from here starts the next one.
-    if (eval && options_.eval_every == 0) run_eval();
-    on_epoch_end(epoch_);
-    ++epoch_;
+    // The epoch is complete: a checkpoint from here starts the next one. It is written before
+    // the evaluation, so an evaluation that fails loses none of the epoch's training.
+    const int64_t finished = epoch_++;
     batch_in_epoch_ = 0;
-    if (!options_.checkpoint.empty()) save_checkpoint(options_.checkpoint);
+    save();
+    if (eval && options_.eval_every == 0) run_eval(finished);
+    on_epoch_end(finished);
     if (interrupted_) break;
   }
-  if (eval && evaluated_at != step_ && !interrupted_) run_eval();
+  // A signal during the last evaluation or after the last step still means "stop now".
+  if (StopSignals::stop_requested()) interrupted_ = true;
+  if (eval && evaluated_at != step_ && !interrupted_) run_eval(std::min(epoch_, options_.epochs - 1));
   wait_device_ops();
-  if (!options_.checkpoint.empty() && (interrupted_ || done)) save_checkpoint(options_.checkpoint);
+  if (interrupted_ || done) save();
   if (interrupted_ && logs())
     spdlog::warn("interrupted at step {}; {}", step_,
                  options_.checkpoint.empty() ? std::string("no --checkpoint was given, nothing saved")
@@ -307,6 +370,24 @@ void Trainer::fit(data::DeviceLoader& train, data::DeviceLoader* eval) {
   double units = dist::all_reduce(static_cast<double>(units_trained));
   double train_seconds = dist::all_reduce(seconds - eval_seconds, dist::ReduceOp::Max);
   if (logs()) log_summary(seconds, units / std::max(train_seconds, 1e-9));
+}
+
+void Trainer::save() {
+  if (options_.checkpoint.empty() || saved_at_ == step_) return;
+  mark_step();
+  save_checkpoint(options_.checkpoint);
+  saved_at_ = step_;
+}
+
+void Trainer::check_destinations() const {
+  if (!options_.profile.empty()) check_writable("--profile", options_.profile);
+  if (options_.checkpoint.empty() || dist::rank() != 0) return;
+  check_writable("--checkpoint", options_.checkpoint);
+  // What a run killed while saving left behind (the checkpoint itself is whole).
+  const auto stale = checkpoint_temp_path(options_.checkpoint);
+  std::error_code ec;
+  if (std::filesystem::remove(stale, ec) && logs())
+    spdlog::info("removed {}, left by a run that stopped while saving", stale);
 }
 
 void Trainer::log_summary(double seconds, double rate) const {

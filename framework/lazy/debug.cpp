@@ -43,7 +43,7 @@ State& state() {
   return *s;
 }
 
-thread_local bool in_closure = false;
+thread_local bool closure_running = false;
 
 std::vector<NodeDesc> describe(const ir::Graph& g) {
   std::map<const ir::Node*, int> index;
@@ -135,13 +135,13 @@ std::string note_compile(const ir::Graph& g, const std::string& site) {
   s.last_graph[site] = std::move(desc);
   s.causes.push_back({site, cause});
   if (s.causes.size() > kMaxCauses) s.causes.pop_front();
-  if (!in_closure) ++s.steps.back().compiles;
+  if (!closure_running) ++s.steps.back().compiles;
   if (debug_on()) std::cerr << "loom: compiling graph of " << g.nodes.size() << " nodes at " << site << ": " << cause << '\n';
   return cause;
 }
 
 void note_transfer(const std::string& site) {
-  if (in_closure) return;
+  if (closure_running) return;
   auto& s = state();
   std::lock_guard lock(s.mutex);
   ++s.steps.back().transfers[site];
@@ -176,7 +176,8 @@ void note_step() {
   if (s.steps.size() > kWindow) s.steps.pop_front();
 }
 
-void set_in_closure(bool on) { in_closure = on; }
+void set_in_closure(bool on) { closure_running = on; }
+bool in_closure() { return closure_running; }
 
 std::vector<RecompileCause> recompile_causes() {
   auto& s = state();

@@ -17,5 +17,6 @@ void note_transfer(const std::string& site);
 void note_step();
 // Set while step closures run: their reads are expected and not counted.
 void set_in_closure(bool on);
+bool in_closure();
 
 }  // namespace loom::debug

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
@@ -26,12 +27,30 @@ namespace loom {
 namespace lazy {
 namespace {
 
+// LOOM_MAX_STEPS_IN_FLIGHT, or 2: the host traces the next step while the device runs the
+// current one and has the one after queued, and gets no further ahead.
+int steps_in_flight_from_env() {
+  const char* v = std::getenv("LOOM_MAX_STEPS_IN_FLIGHT");
+  if (!v || !*v) return 2;
+  char* end = nullptr;
+  long n = std::strtol(v, &end, 10);
+  if (*end || n < 1 || n > 1000)
+    throw Error(std::string("LOOM_MAX_STEPS_IN_FLIGHT: expected an integer from 1 to 1000, got '") + v + "'");
+  return static_cast<int>(n);
+}
+
 struct Executor {
   std::mutex mutex;  // serializes tracing-side execution (host thread and closures)
   std::unordered_map<uint64_t, std::shared_ptr<const runtime::Executable>> cache;
   std::mutex closure_mutex;
   std::vector<std::function<void()>> closures;
   std::exception_ptr closure_error;
+  // Back-pressure: what each of the last steps queued last (its program, or its closures),
+  // oldest first; mark_step waits for the oldest while more than max_in_flight are unfinished.
+  std::shared_ptr<runtime::Completion> last_queued;  // under `mutex`
+  std::mutex flight_mutex;
+  std::deque<std::shared_ptr<runtime::Completion>> in_flight;
+  std::atomic<int> max_in_flight{steps_in_flight_from_env()};
 };
 
 Executor& executor() {
@@ -137,6 +156,7 @@ void run_graph(const std::vector<std::shared_ptr<TensorImpl>>& tensors, RunKind 
   // can be donated to its result (memory_plan.h).
   roots.clear();
   g = ir::Graph{};
+  ex.last_queued = ready;
   be.execute(std::move(exe), std::move(inputs), std::move(outputs));
   if (kind == RunKind::Eager) metrics::increment("EagerOpExecute");
 }
@@ -174,6 +194,27 @@ void note_traced_op() {
   cutting = false;
 }
 
+void limit_steps_in_flight(std::shared_ptr<runtime::Completion> last) {
+  auto& ex = executor();
+  // A closure that marks a step runs on the device thread, which must never wait for itself.
+  if (debug::in_closure()) return;
+  for (;;) {
+    std::shared_ptr<runtime::Completion> oldest;
+    {
+      std::lock_guard lock(ex.flight_mutex);
+      if (last) ex.in_flight.push_back(std::move(last));
+      while (!ex.in_flight.empty() && ex.in_flight.front()->done()) ex.in_flight.pop_front();
+      if (static_cast<int>(ex.in_flight.size()) <= ex.max_in_flight) return;
+      oldest = ex.in_flight.front();
+    }
+    profiler::Trace span("wait_in_flight");
+    auto start = std::chrono::steady_clock::now();
+    oldest->wait();  // a failed program is done too: its error surfaces where it is read
+    metrics::increment("MarkStepWait");
+    metrics::record("MarkStepWaitTime", since(start));
+  }
+}
+
 void clear_compile_cache() {
   auto& ex = executor();
   std::lock_guard lock(ex.mutex);
@@ -198,21 +239,29 @@ void mark_step(std::source_location site) {
     std::lock_guard lock(ex.closure_mutex);
     closures.swap(ex.closures);
   }
-  if (closures.empty()) return;
-  runtime::backend(device).enqueue_callback([closures = std::move(closures)] {
-    debug::set_in_closure(true);
-    for (const auto& fn : closures) {
-      try {
-        profiler::Trace span("step_closure");
-        fn();
-      } catch (...) {
-        auto& e = lazy::executor();
-        std::lock_guard lock(e.closure_mutex);
-        if (!e.closure_error) e.closure_error = std::current_exception();
+  std::shared_ptr<runtime::Completion> last;
+  if (!closures.empty()) {
+    last = std::make_shared<runtime::Completion>();
+    runtime::backend(device).enqueue_callback([closures = std::move(closures), last] {
+      debug::set_in_closure(true);
+      for (const auto& fn : closures) {
+        try {
+          profiler::Trace span("step_closure");
+          fn();
+        } catch (...) {
+          auto& e = lazy::executor();
+          std::lock_guard lock(e.closure_mutex);
+          if (!e.closure_error) e.closure_error = std::current_exception();
+        }
       }
-    }
-    debug::set_in_closure(false);
-  });
+      debug::set_in_closure(false);
+      last->set_done();
+    });
+  } else {
+    std::lock_guard lock(ex.mutex);
+    last = std::move(ex.last_queued);  // the step's program, or the last eager op's
+  }
+  if (last) lazy::limit_steps_in_flight(std::move(last));
 }
 
 void empty_device_cache() { runtime::empty_cache(); }
@@ -233,6 +282,14 @@ std::atomic<bool> eager{false};
 }  // namespace
 
 void eager_mode(bool on) { eager = on; }
+
+void set_max_steps_in_flight(int steps) {
+  if (steps < 1 || steps > 1000)
+    throw Error("set_max_steps_in_flight: expected 1 to 1000 steps, got " + std::to_string(steps));
+  lazy::executor().max_in_flight = steps;
+}
+
+int max_steps_in_flight() { return lazy::executor().max_in_flight; }
 bool is_eager_mode() { return eager; }
 
 namespace testing {

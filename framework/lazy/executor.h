@@ -3,6 +3,7 @@
 #pragma once
 
 #include "lazy/tensor_impl.h"
+#include "runtime/buffer.h"
 
 #include <memory>
 #include <vector>
@@ -21,6 +22,10 @@ void run_graph(const std::vector<std::shared_ptr<TensorImpl>>& tensors, RunKind 
 // warning (an automatic mark_step) so a loop with no barrier cannot grow a huge graph.
 void note_traced_op();
 void reset_traced_ops();
+
+// Back-pressure, called by mark_step with what its step queued last: waits (counted as
+// MarkStepWait) until at most max_steps_in_flight() steps are unfinished on the device.
+void limit_steps_in_flight(std::shared_ptr<runtime::Completion> last);
 
 // Removes every cached program (for tests of compile counts).
 void clear_compile_cache();

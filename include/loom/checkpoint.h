@@ -1,5 +1,6 @@
 // Checkpoints: a model's state_dict, the optimizer's state and the training position, in one
-// HDF5 file. Written to "<path>.tmp" and renamed, so a crash never leaves a broken checkpoint.
+// HDF5 file. Written to "<path>.tmp", flushed to the disk and renamed over the last one (the
+// directory flushed after), so a crash or a power cut never leaves a broken checkpoint.
 //
 //   loom::Checkpoint ck;
 //   ck.model = model->state_dict();
@@ -36,7 +37,11 @@ struct Checkpoint {
   std::string options;         // the run's options, as text
 };
 
+// Throws loom::Error, keeping the file already at `path` and removing the partial one, when
+// a tensor holds NaN or Inf (a diverged run) or the file cannot be written (a full disk).
 void save_checkpoint(const std::string& path, const Checkpoint& checkpoint);
+// Where save_checkpoint writes before the rename ("<path>.tmp").
+std::string checkpoint_temp_path(const std::string& path);
 // Throws loom::Error naming the file for a missing, truncated or foreign file.
 Checkpoint load_checkpoint(const std::string& path);
 

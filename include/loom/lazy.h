@@ -18,9 +18,17 @@
 namespace loom {
 
 // Compiles (or finds in the cache) the graph of every live pending tensor, gives each its
-// device buffer, queues the program on the device thread and returns without waiting.
-// `site` (the caller's line) is what recompile causes and warnings name.
+// device buffer, queues the program (and the step closures) on the device thread and returns
+// without waiting for it, unless more than max_steps_in_flight() steps would then be
+// unfinished on the device: it then waits for the oldest (counted as MarkStepWait), so the
+// host stays a step or two ahead, never further. `site` (the caller's line) is what
+// recompile causes and warnings name.
 void mark_step(std::source_location site = std::source_location::current());
+// The bound on unfinished steps (default 2, or the environment's LOOM_MAX_STEPS_IN_FLIGHT):
+// 1 runs each step before the host traces the next; more lets a host with uneven steps run
+// further ahead, at the cost of memory and of a later reaction to a signal. 1 to 1000.
+void set_max_steps_in_flight(int steps);
+int max_steps_in_flight();
 // Waits until everything queued on the device has run.
 void wait_device_ops();
 // Returns the device memory that no tensor holds (the caching allocator's free blocks) to

@@ -8,9 +8,11 @@
 // Counters: MarkStep, CachedCompile, UncachedCompile, EagerOpCompile, EagerOpExecute,
 // TransferToDevice, TransferFromDevice, ExecuteProgram, AllocatorCacheHit,
 // AllocatorSystemAlloc, DonatedBuffer (a result written over an input the step overwrote),
-// ExecuteHeapAlloc (heap allocations while programs ran: 0 in a steady step), ...
+// ExecuteHeapAlloc (heap allocations while programs ran: 0 in a steady step), MarkStepWait
+// (mark_step waited for the device: max_steps_in_flight() steps were unfinished), ...
 // Timers (nanoseconds): CompileTime, ExecuteTime, TransferToDeviceTime,
-// TransferFromDeviceTime, GraphSize (a distribution of node counts per compile).
+// TransferFromDeviceTime, MarkStepWaitTime, GraphSize (a distribution of node counts per
+// compile).
 #pragma once
 
 #include <cstdint>

@@ -21,9 +21,18 @@
 //   trainer.net = net;
 //   trainer.fit(train_loader, &test_loader);
 //
-// SIGINT/SIGTERM during fit() finish the current step, write the checkpoint (when a path is
-// set) and return with interrupted() true; fit() with resume = true then continues exactly
-// where it stopped: the same batches, the same losses as a run that never stopped.
+// SIGINT/SIGTERM during fit() finish the current step (the host is at most
+// max_steps_in_flight() steps ahead of the device, so that is soon), write the checkpoint
+// (when a path is set) and return with interrupted() true; fit() with resume = true then
+// continues exactly where it stopped: the same batches, the same losses as a run that never
+// stopped. A second signal ends the process at once (exit code 130), leaving the last
+// checkpoint written as it was.
+//
+// A NaN or infinite training loss ends fit() with a loom::Error naming the step, a step or
+// two after it (the loss is read where the progress line reads it, without a sync), and a
+// checkpoint is never written from non-finite values. fit() checks at its start that the
+// checkpoint and profile paths can be written, and removes a "<checkpoint>.tmp" that a
+// killed run left. The epoch-end checkpoint is written before the epoch-end evaluation.
 //
 // Under mpirun (loom/dist.h) fit() is data-parallel: give the training loader this rank's
 // shard (DeviceLoaderOptions rank / world_size); gradients are averaged over the ranks before
@@ -113,6 +122,10 @@ class Trainer {
 
  private:
   void run_step(const data::Batch& batch);
+  // Writes the checkpoint (when a path is set) unless this step's is already written.
+  void save();
+  // --checkpoint and --profile can be written; removes a stale "<checkpoint>.tmp".
+  void check_destinations() const;
   void log_step(int64_t step, double loss, double lr);
   void log_summary(double seconds, double rate) const;
   // Log lines come from rank 0 only, and not at all when quiet.
@@ -126,10 +139,12 @@ class Trainer {
   int64_t epoch_ = 0;
   int64_t batch_in_epoch_ = 0;
   bool interrupted_ = false;
+  int64_t saved_at_ = -1;  // the step of the last checkpoint written or loaded
   std::map<std::string, double> last_eval_;
 
   mutable std::mutex loss_mutex_;  // losses_ is filled by step closures on the device thread
   std::vector<double> losses_;
+  bool diverged_ = false;  // a non-finite loss was seen
   double interval_loss_ = 0;
   int64_t interval_steps_ = 0;
   double interval_start_ = 0;

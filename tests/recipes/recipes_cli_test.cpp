@@ -1,40 +1,26 @@
 // The recipe binaries as a user runs them: a profiled train_resnet run writes a Chrome trace
 // with host, device and loader spans; bad options end with one clear error line.
+#include "cli_util.h"
 #include "json_check.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <sys/wait.h>
+#include <unistd.h>
 
 namespace loom {
 namespace {
 
 using ::testing::HasSubstr;
 
-struct Result {
-  int status;
-  std::string output;
-};
-
-Result run(const std::string& command) {
-  std::string out;
-  FILE* p = popen((command + " 2>&1").c_str(), "r");
-  if (!p) return {-1, "popen failed"};
-  std::array<char, 4096> buf;
-  while (std::fgets(buf.data(), buf.size(), p)) out += buf.data();
-  int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using test::run_cli;
 
 TEST(TrainResnet, ProfileOfAFewStepsIsAChromeTraceFromEveryThread) {
   auto trace = std::filesystem::temp_directory_path() / ("loom_profile_" + std::to_string(::getpid()) + ".json");
-  auto r = run(std::string(LOOM_TRAIN_RESNET) + " --synthetic --max-steps 3 --batch-size 16 --log-every 1 --profile " +
+  auto r = run_cli(std::string(LOOM_TRAIN_RESNET) + " --synthetic --max-steps 3 --batch-size 16 --log-every 1 --profile " +
                trace.string());
   ASSERT_EQ(r.status, 0) << r.output;
   std::ifstream f(trace);
@@ -59,7 +45,7 @@ TEST(TrainResnet, BadOptionsEndWithOneClearErrorLine) {
            {"--mode fast --synthetic", "--mode: expected lazy, eager or compiled, got 'fast'"},
            {"--bogus", "unrecognised option '--bogus'"},
        }) {
-    auto r = run(bin + " " + c.args);
+    auto r = run_cli(bin + " " + c.args);
     EXPECT_EQ(r.status, 1) << c.args << "\n" << r.output;
     EXPECT_THAT(r.output, HasSubstr(c.message)) << c.args;
     EXPECT_THAT(r.output, HasSubstr("train_resnet: error: ")) << c.args;
@@ -67,7 +53,7 @@ TEST(TrainResnet, BadOptionsEndWithOneClearErrorLine) {
 }
 
 TEST(TrainDecoder, GenerateNeedsACheckpointOfTheSameModel) {
-  auto r = run(std::string(LOOM_TRAIN_DECODER) + " --generate hello");
+  auto r = run_cli(std::string(LOOM_TRAIN_DECODER) + " --generate hello");
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.output, HasSubstr("--generate: needs --checkpoint FILE"));
 }

@@ -1,0 +1,119 @@
+// Back-pressure: mark_step lets at most max_steps_in_flight() steps be unfinished on the
+// device, so the host cannot trace ahead without limit (memory grows with every queued step,
+// and a signal would act only when the host next waits).
+#include "test_util.h"
+
+#include <loom/testing.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
+
+namespace loom {
+namespace {
+
+using test::error_of;
+using test::fresh_engine;
+
+// Sets the bound for one test and restores the previous one.
+class InFlightBound {
+ public:
+  explicit InFlightBound(int steps) : previous_(max_steps_in_flight()) { set_max_steps_in_flight(steps); }
+  ~InFlightBound() { set_max_steps_in_flight(previous_); }
+
+ private:
+  int previous_;
+};
+
+// Polls `ready` for up to five seconds.
+template <class Fn>
+bool eventually(Fn ready) {
+  for (int i = 0; i < 500 && !ready(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return ready();
+}
+
+TEST(InFlight, MarkStepWaitsOnceTheBoundIsReached) {
+  fresh_engine();
+  InFlightBound bound(2);
+  auto hold = std::make_unique<testing::DeviceQueueHold>();  // no step can finish
+  std::atomic<int> returned{0};
+  std::thread host([&] {
+    auto x = from_vector<float>({1, 2, 3}, {3});
+    std::vector<Tensor> kept;
+    for (int i = 0; i < 4; ++i) {
+      kept.push_back(x * static_cast<float>(i + 1));
+      mark_step();
+      ++returned;
+    }
+  });
+  ASSERT_TRUE(eventually([&] { return returned == 2; }));
+  // The third step is queued, but its mark_step waits for the first.
+  ASSERT_TRUE(eventually([&] { return testing::pending_device_programs() == 3; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(returned, 2);
+  EXPECT_EQ(metrics::counter("MarkStepWait"), 0);  // counted when the wait ends
+  hold.reset();
+  host.join();
+  EXPECT_EQ(returned, 4);
+  EXPECT_GE(metrics::counter("MarkStepWait"), 1);
+  EXPECT_GT(metrics::stat("MarkStepWaitTime").total, 0);
+}
+
+TEST(InFlight, WithABoundOfOneEachStepHasRunWhenTheNextMarkStepReturns) {
+  fresh_engine();
+  InFlightBound bound(1);
+  auto w = from_vector<float>({1, 2, 3, 4}, {4});
+  std::shared_ptr<runtime::DeviceBuffer> previous;
+  for (int i = 0; i < 8; ++i) {
+    w = tanh(matmul(reshape(w, {2, 2}), reshape(w, {2, 2}))) + 1.0f;
+    w = reshape(w, {4});
+    mark_step();
+    if (previous) {
+      EXPECT_TRUE(previous->ready->done()) << "step " << i;
+    }
+    previous = w.impl()->data();
+  }
+  wait_device_ops();
+}
+
+TEST(InFlight, EagerOpsAreBoundedByTheStepToo) {
+  fresh_engine();
+  InFlightBound bound(1);
+  EagerModeGuard eager(true);
+  auto x = from_vector<float>({1, 2, 3}, {3});
+  std::shared_ptr<runtime::DeviceBuffer> previous;
+  for (int i = 0; i < 5; ++i) {
+    x = exp(x * 0.5f);  // runs at once: a queued one-op program
+    mark_step();
+    if (previous) {
+      EXPECT_TRUE(previous->ready->done()) << "step " << i;
+    }
+    previous = x.impl()->data();
+  }
+  wait_device_ops();
+}
+
+TEST(InFlight, AClosureThatMarksAStepDoesNotWaitForItself) {
+  fresh_engine();
+  InFlightBound bound(1);
+  auto x = from_vector<float>({1, 2}, {2});
+  float seen = 0;
+  add_step_closure([&] {
+    auto y = x * 3.0f;
+    mark_step();  // on the device thread: runs inline, must not wait for its own step
+    seen = y.to_vector<float>()[0];
+  });
+  mark_step();
+  wait_device_ops();
+  EXPECT_FLOAT_EQ(seen, 3.0f);
+}
+
+TEST(InFlight, TheBoundIsChecked) {
+  EXPECT_NE(error_of([] { set_max_steps_in_flight(0); }).find("set_max_steps_in_flight: expected 1 to 1000"),
+            std::string::npos);
+  EXPECT_GE(max_steps_in_flight(), 1);
+}
+
+}  // namespace
+}  // namespace loom
