@@ -39,8 +39,24 @@ void gemm_ordered(Index m, Index n, Index k, const T* a, Index lda, const T* b, 
                                                                           blocking, nullptr);
 }
 
-// The product as an Eigen expression, for the shapes Eigen does not pack: tiny products
-// (coefficient by coefficient) and matrix-vector products (Eigen's GEMV kernels).
+// Tiny products, coefficient by coefficient, each a sum over k in order: the same bits
+// whichever operand is stored transposed (Eigen's coefficient-based product vectorises the
+// dot products of contiguous rows only, so a^T b and a b differed in the last bits, and a
+// folded transpose gave other values than a materialised one).
+template <class T>
+void gemm_tiny(bool ta, bool tb, Index m, Index n, Index k, const T* a, Index lda, const T* b,
+               Index ldb, T* c, Index ldc) {
+  for (Index i = 0; i < m; ++i)
+    for (Index j = 0; j < n; ++j) {
+      T acc = 0;
+      for (Index p = 0; p < k; ++p)
+        acc += (ta ? a[p * lda + i] : a[i * lda + p]) * (tb ? b[j * ldb + p] : b[p * ldb + j]);
+      c[i * ldc + j] += acc;
+    }
+}
+
+// The product as an Eigen expression, for matrix-vector products (Eigen's GEMV kernels),
+// which Eigen does not pack.
 template <class T>
 void gemm_expression(bool ta, bool tb, Index m, Index n, Index k, const T* a, Index lda,
                      const T* b, Index ldb, T* c, Index ldc) {
@@ -48,11 +64,7 @@ void gemm_expression(bool ta, bool tb, Index m, Index n, Index k, const T* a, In
   StridedMap<T> cm(c, m, n, Stride(ldc));
   const ConstStridedMap<T> am(a, ta ? k : m, ta ? m : k, Stride(lda));
   const ConstStridedMap<T> bm(b, tb ? n : k, tb ? k : n, Stride(ldb));
-  const bool tiny = m + n + k < 20;
-  auto run = [&](const auto& x, const auto& y) {
-    if (tiny) cm.noalias() += x.lazyProduct(y);
-    else cm.noalias() += x * y;
-  };
+  auto run = [&](const auto& x, const auto& y) { cm.noalias() += x * y; };
   if (!ta && !tb) run(am, bm);
   else if (!ta) run(am, bm.transpose());
   else if (!tb) run(am.transpose(), bm);
@@ -70,7 +82,11 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t
   if (k <= 0) return;
   // Eigen's own cut-overs: to a coefficient-based product below
   // EIGEN_GEMM_TO_COEFFBASED_THRESHOLD, to GEMV for one row or column.
-  if (m + n + k < 20 || m == 1 || n == 1) {
+  if (m + n + k < 20) {
+    gemm_tiny(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+    return;
+  }
+  if (m == 1 || n == 1) {
     gemm_expression(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
     return;
   }
