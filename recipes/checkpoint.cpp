@@ -75,7 +75,7 @@ void sync_to_disk(const std::string& path, bool directory) {
 }
 
 void write_file(const std::string& tmp, const Checkpoint& ck) {
-  data::HDF5Writer w(tmp);
+  data::HDF5Writer w(tmp, /*in_memory=*/true);
   std::ostringstream index;
   write_group(w, "model", ck.model, index);
   write_group(w, "optimizer", ck.optimizer, index);

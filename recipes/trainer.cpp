@@ -347,7 +347,7 @@ void Trainer::fit(data::DeviceLoader& train, data::DeviceLoader* eval) {
     const int64_t finished = epoch_++;
     batch_in_epoch_ = 0;
     save();
-    if (eval && options_.eval_every == 0) run_eval(finished);
+    if (eval && options_.eval_every == 0 && !interrupted_) run_eval(finished);  // a signal: stop now
     on_epoch_end(finished);
     if (interrupted_) break;
   }
@@ -375,6 +375,9 @@ void Trainer::fit(data::DeviceLoader& train, data::DeviceLoader* eval) {
 void Trainer::save() {
   if (options_.checkpoint.empty() || saved_at_ == step_) return;
   mark_step();
+  // The save reads every parameter anyway; waiting for the closures too makes a non-finite
+  // loss the error reported, rather than the parameters it made non-finite.
+  wait_device_ops();
   save_checkpoint(options_.checkpoint);
   saved_at_ = step_;
 }

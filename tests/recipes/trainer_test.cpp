@@ -3,6 +3,7 @@
 #include "test_util.h"
 
 #include <loom/data/dataset.h>
+#include <loom/checkpoint.h>
 #include <loom/data/loader.h>
 #include <loom/nn/functional.h>
 #include <loom/nn/init.h>
@@ -51,13 +52,19 @@ class BlobTrainer : public Trainer {
         interrupt_at_(interrupt_at) {}
 
   Tensor train_step(const data::Batch& b) override {
-    if (interrupt_at_ && ++calls_ == interrupt_at_) std::raise(SIGINT);  // as if Ctrl-C
-    return F::cross_entropy(net_->forward(b["input"]), b["target"]);
+    ++calls_;
+    if (interrupt_at_ && calls_ == interrupt_at_) std::raise(SIGINT);  // as if Ctrl-C
+    auto loss = F::cross_entropy(net_->forward(b["input"]), b["target"]);
+    return calls_ == poison_at ? loss * std::nan("") : loss;  // as a NaN in the data would
   }
   std::map<std::string, Tensor> eval_step(const data::Batch& b) override {
+    if (fail_eval) throw Error("evaluation failed");
     auto correct = eq(argmax(net_->forward(b["input"]), 1), b["target"]).to(DType::Float32);
     return {{"accuracy", sum(correct)}};
   }
+
+  int64_t poison_at = 0;   // the step whose loss is NaN (0: none)
+  bool fail_eval = false;  // eval_step throws
 
  private:
   std::shared_ptr<Mlp> net_;
@@ -184,6 +191,88 @@ TEST(Trainer, ACheckpointOfAnotherModelIsAClearError) {
   auto msg = test::error_of([&] { t.fit(train); });
   EXPECT_NE(msg.find("is of model 'mlp'"), std::string::npos) << msg;
   std::filesystem::remove(ck);
+}
+
+TEST(Trainer, ANonFiniteLossStopsNamingTheStepAndKeepsTheLastGoodCheckpoint) {
+  auto ck = temp_checkpoint("loom_nan_");
+  {
+    auto train = loader();
+    BlobTrainer t(fresh_model(), quiet({.epochs = 1, .checkpoint = ck}));
+    t.fit(train);
+  }
+  ASSERT_EQ(load_checkpoint(ck).step, 8);
+  std::filesystem::copy_file(ck, ck + ".good", std::filesystem::copy_options::overwrite_existing);
+  for (auto mode : {ExecutionMode::Lazy, ExecutionMode::Compiled, ExecutionMode::Eager}) {
+    std::filesystem::copy_file(ck + ".good", ck, std::filesystem::copy_options::overwrite_existing);
+    auto train = loader();
+    BlobTrainer t(fresh_model(), quiet({.epochs = 3, .checkpoint = ck, .checkpoint_every = 1, .resume = true,
+                                        .mode = mode}));
+    t.poison_at = 3;  // step 11 of the run
+    auto msg = test::error_of([&] { t.fit(train); });
+    EXPECT_NE(msg.find("step 11: the training loss is nan; stopping"), std::string::npos) << msg;
+    // Steps 9 and 10 were finite and saved; nothing after them.
+    auto kept = load_checkpoint(ck);
+    EXPECT_EQ(kept.step, 10);
+    for (auto& [name, value] : kept.model)
+      for (double v : value.to(DType::Float64).to_vector<double>()) ASSERT_TRUE(std::isfinite(v)) << name;
+    EXPECT_FALSE(std::filesystem::exists(checkpoint_temp_path(ck)));
+  }
+  std::filesystem::remove(ck);
+  std::filesystem::remove(ck + ".good");
+}
+
+TEST(Trainer, ACheckpointIsNeverWrittenFromNonFiniteValues) {
+  auto ck = temp_checkpoint("loom_nonfinite_");
+  auto net = fresh_model();
+  Checkpoint c;
+  c.model = net->state_dict();
+  c.model_name = "mlp";
+  save_checkpoint(ck, c);
+  const auto size = std::filesystem::file_size(ck);
+  for (double bad : {std::nan(""), HUGE_VAL, -HUGE_VAL}) {
+    Checkpoint d = c;
+    auto w = d.model[1].second.to_host();
+    std::vector<float> values(w.data<float>(), w.data<float>() + w.numel());
+    values[3] = static_cast<float>(bad);
+    d.model[1].second = from_vector(values, w.shape);
+    auto msg = test::error_of([&] { save_checkpoint(ck, d); });
+    EXPECT_NE(msg.find("save_checkpoint: '" + ck + "' not written (the previous checkpoint is kept): model/" +
+                       d.model[1].first + " holds a non-finite value"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("at element 3"), std::string::npos) << msg;
+    EXPECT_FALSE(std::filesystem::exists(checkpoint_temp_path(ck)));
+    EXPECT_EQ(std::filesystem::file_size(ck), size);
+  }
+  EXPECT_EQ(load_checkpoint(ck).model_name, "mlp");
+  std::filesystem::remove(ck);
+}
+
+TEST(Trainer, AFailingEpochEndEvaluationKeepsTheEpochsTraining) {
+  auto ck = temp_checkpoint("loom_evalfail_");
+  auto train = loader();
+  auto test = data::DeviceLoader(blobs(16), {.batch_size = 8});
+  BlobTrainer t(fresh_model(), quiet({.epochs = 2, .checkpoint = ck}));
+  t.fail_eval = true;
+  EXPECT_EQ(test::error_of([&] { t.fit(train, &test); }), "evaluation failed");
+  auto saved = load_checkpoint(ck);
+  EXPECT_EQ(saved.step, 8);  // the first epoch, saved before its evaluation
+  EXPECT_EQ(saved.epoch, 1);
+  EXPECT_EQ(saved.batch_in_epoch, 0);
+  std::filesystem::remove(ck);
+}
+
+TEST(Trainer, DestinationsAreCheckedBeforeTheFirstStep) {
+  auto dir = std::filesystem::temp_directory_path();
+  for (auto o : {TrainerOptions{.checkpoint = dir.string()}, TrainerOptions{.checkpoint = "/nonexistent/x/ck.h5"},
+                 TrainerOptions{.profile = dir.string()}}) {
+    auto train = loader();
+    BlobTrainer t(fresh_model(), quiet(o));
+    auto msg = test::error_of([&] { t.fit(train); });
+    EXPECT_TRUE(msg.find("is a directory") != std::string::npos || msg.find("does not exist") != std::string::npos)
+        << msg;
+    EXPECT_TRUE(t.losses().empty());
+  }
 }
 
 }  // namespace
