@@ -73,7 +73,8 @@ TEST(Signals, ASecondSignalExitsAtOnceAndKeepsTheLastCheckpoint) {
   TempDir dir("sigint2");
   const auto ck = dir / "run.ckpt.h5";
   // Slow steps (ResNet-56, batch 64): the first signal's stop takes long enough for the second.
-  const std::string slow = kResnet + "--model resnet56 --batch-size 64 --checkpoint " + ck;
+  const std::string slow = std::string(LOOM_TRAIN_RESNET) +
+                           " --synthetic --model resnet56 --batch-size 64 --eval-batch-size 100 --checkpoint " + ck;
   ASSERT_EQ(run_cli(slow + " --max-steps 2").status, 0);
   CliProcess p(slow + " --log-every 1 --checkpoint-every 1 --resume");
   ASSERT_TRUE(p.read_until("step 3/")) << p.output();
@@ -84,7 +85,7 @@ TEST(Signals, ASecondSignalExitsAtOnceAndKeepsTheLastCheckpoint) {
   EXPECT_THAT(p.output(), HasSubstr("second signal: exiting now"));
   EXPECT_THAT(p.output(), Not(HasSubstr("interrupted at step")));  // it did not finish the stop
   // Whatever step it died in, the checkpoint is a whole one, and the next run cleans up.
-  auto r = run_cli(kResnet + "--max-steps 40 --checkpoint " + ck + " --resume");
+  auto r = run_cli(slow + " --max-steps 3 --resume");
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_GE(last_number_after(r.output, "at step "), 2) << r.output;
   EXPECT_FALSE(fs::exists(ck + ".tmp"));
