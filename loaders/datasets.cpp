@@ -114,6 +114,7 @@ TokenWindowDataset::TokenWindowDataset(HostArray tokens, int64_t seq_len, TokenW
   if (!options_.random && windows_ > tiles)
     throw Error(who + ": " + std::to_string(windows_) + " sequential windows of " +
                 std::to_string(seq_len_) + " need more than the " + std::to_string(n) + " tokens");
+  if (options_.range) check_values(tokens_, *options_.range, who, 0, "token");
 }
 
 int64_t TokenWindowDataset::window_start(int64_t index, int64_t epoch) const {

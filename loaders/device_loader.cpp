@@ -395,7 +395,7 @@ DeviceLoader::DeviceLoader(std::shared_ptr<Dataset> dataset, DeviceLoaderOptions
   st.transforms = std::move(transforms);
   if (batches_per_epoch() == 0)
     throw Error(who + ": " + std::to_string(st.sampler->size()) + " samples per epoch make no batch of " +
-                std::to_string(st.options.batch_size) + " with LastBatch::Drop");
+                std::to_string(st.options.batch_size) + " with " + last_batch_name(st.options.last_batch));
 }
 
 DeviceLoader::~DeviceLoader() = default;

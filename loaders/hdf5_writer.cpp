@@ -1,9 +1,14 @@
-// HDF5Writer: creates datasets (chunked, optionally shuffled + deflated) and writes rows.
+// HDF5Writer: creates datasets (chunked, optionally shuffled + deflated or LZF) and writes rows.
 #include "hdf5_util.h"
 
 #include <loom/data/hdf5.h>
 
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
 #include <map>
+#include <unistd.h>
+#include <vector>
 
 namespace loom::data {
 
@@ -15,12 +20,44 @@ struct HDF5Writer::Impl {
   Handle file;
   std::map<std::string, Handle> datasets;
   std::map<std::string, std::pair<HostDType, Shape>> layouts;
+  bool in_memory = false;
 };
 
-HDF5Writer::HDF5Writer(std::string file) : file_(std::move(file)), impl_(std::make_unique<Impl>()) {
+namespace {
+
+// Writes `bytes` to a new `file` (replacing one), with the system's reason on failure.
+void write_whole_file(const std::string& file, const std::vector<char>& bytes, const std::string& context) {
+  int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw Error(context + ": cannot create: " + std::strerror(errno));
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      std::string why = n < 0 ? std::strerror(errno) : "nothing written";
+      ::close(fd);
+      throw Error(context + ": cannot write (" + std::to_string(done) + " of " + std::to_string(bytes.size()) +
+                  " bytes written): " + why);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::close(fd) != 0) throw Error(context + ": cannot close: " + std::strerror(errno));
+}
+
+}  // namespace
+
+HDF5Writer::HDF5Writer(std::string file, bool in_memory)
+    : file_(std::move(file)), impl_(std::make_unique<Impl>()) {
+  const std::string context = "HDF5Writer: '" + file_ + "'";
   Hdf5Lock lock;
-  impl_->file = Handle(check(H5Fcreate(file_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
-                             "HDF5Writer: '" + file_ + "'", "cannot create"));
+  impl_->in_memory = in_memory;
+  Handle fapl;
+  if (in_memory) {  // HDF5's core driver, without a backing file: close() writes the image
+    fapl = Handle(check(H5Pcreate(H5P_FILE_ACCESS), context, "cannot create an access list"));
+    check(H5Pset_fapl_core(fapl.get(), std::size_t{1} << 20, 0), context, "cannot select the in-memory driver");
+  }
+  impl_->file = Handle(check(H5Fcreate(file_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, in_memory ? fapl.get() : H5P_DEFAULT),
+                             context, "cannot create"));
 }
 
 HDF5Writer::~HDF5Writer() {
@@ -36,6 +73,7 @@ void HDF5Writer::create(const std::string& path, HostDType dtype, const Shape& s
   if (dtype == HostDType::Bool) throw Error(context + ": bool is not written (use uint8)");
   if (options.deflate < 0 || options.deflate > 9)
     throw Error(context + ": expected a deflate level 0-9, got " + std::to_string(options.deflate));
+  if (options.deflate > 0 && options.lzf) throw Error(context + ": expected deflate or lzf, got both");
   if (impl_->datasets.count(path)) throw Error(context + ": already created");
   Hdf5Lock lock;
   std::vector<hsize_t> dims(shape.begin(), shape.end());
@@ -50,11 +88,15 @@ void HDF5Writer::create(const std::string& path, HostDType dtype, const Shape& s
     std::vector<hsize_t> chunk = dims;
     chunk[0] = std::min<hsize_t>(dims[0], static_cast<hsize_t>(options.chunk_rows));
     check(H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()), context, "cannot set chunks");
-    if (options.deflate > 0) {
+    if (options.deflate > 0 || options.lzf) {
       if (host_dtype_size(dtype) > 1) check(H5Pset_shuffle(dcpl.get()), context, "cannot set the shuffle filter");
-      check(H5Pset_deflate(dcpl.get(), static_cast<unsigned>(options.deflate)), context, "cannot set deflate");
+      if (options.lzf)  // optional, as h5py sets it: a chunk LZF cannot shrink is stored as it is
+        check(H5Pset_filter(dcpl.get(), detail::kLzfFilter, H5Z_FLAG_OPTIONAL, 0, nullptr), context,
+              "cannot set the LZF filter");
+      else
+        check(H5Pset_deflate(dcpl.get(), static_cast<unsigned>(options.deflate)), context, "cannot set deflate");
     }
-  } else if (options.deflate > 0 && !empty) {
+  } else if ((options.deflate > 0 || options.lzf) && !empty) {
     throw Error(context + ": compression needs chunk_rows > 0");
   }
   Handle dset(check(H5Dcreate2(impl_->file.get(), path.c_str(), detail::file_h5_type(dtype), space.get(),
@@ -112,7 +154,17 @@ void HDF5Writer::close() {
   for (auto& [path, dset] : impl_->datasets)
     if (dset.close() < 0) detail::throw_hdf5(context + " dataset '" + path + "'", "cannot close");
   impl_->datasets.clear();
+  std::vector<char> image;
+  if (impl_->in_memory) {
+    if (H5Fflush(impl_->file.get(), H5F_SCOPE_GLOBAL) < 0) detail::throw_hdf5(context, "cannot flush");
+    ssize_t size = H5Fget_file_image(impl_->file.get(), nullptr, 0);
+    if (size < 0) detail::throw_hdf5(context, "cannot size the file image");
+    image.resize(static_cast<std::size_t>(size));
+    if (H5Fget_file_image(impl_->file.get(), image.data(), image.size()) < 0)
+      detail::throw_hdf5(context, "cannot copy the file image");
+  }
   if (impl_->file.close() < 0) detail::throw_hdf5(context, "cannot close (flush)");
+  if (impl_->in_memory) write_whole_file(file_, image, context);
 }
 
 }  // namespace loom::data

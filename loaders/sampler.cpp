@@ -75,6 +75,15 @@ std::vector<int64_t> DistributedSampler::indices(int64_t epoch) const {
   return out;
 }
 
+const char* last_batch_name(LastBatch last) {
+  switch (last) {
+    case LastBatch::Drop: return "LastBatch::Drop";
+    case LastBatch::Pad: return "LastBatch::Pad";
+    case LastBatch::Keep: return "LastBatch::Keep";
+  }
+  return "LastBatch(?)";
+}
+
 std::vector<std::vector<int64_t>> make_batches(const std::vector<int64_t>& indices,
                                                int64_t batch_size, LastBatch last) {
   if (batch_size < 1) throw Error("make_batches: expected batch_size >= 1, got " + std::to_string(batch_size));

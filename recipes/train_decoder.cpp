@@ -145,6 +145,9 @@ int run(int argc, char** argv) {
   recipes::require_positive("lr", vm["lr"].as<double>());
   recipes::require_positive("weight-decay", vm["weight-decay"].as<double>(), true);
   recipes::require_positive("clip", vm["clip"].as<double>(), true);
+  recipes::require_positive("warmup", static_cast<double>(vm["warmup"].as<int64_t>()), true);
+  recipes::require_positive("length", static_cast<double>(vm["length"].as<int64_t>()), true);
+  recipes::require_positive("temperature", vm["temperature"].as<double>(), true);
   TrainerOptions to = recipes::run_options(vm, argc, argv);
   auto cfg = config_of(vm);
   auto seed = vm["seed"].as<int64_t>();
@@ -181,13 +184,19 @@ int run(int argc, char** argv) {
     if (train_tokens.shape.size() != 1 || val_tokens.shape.size() != 1)
       throw Error("--data: '" + path + "' train/tokens and val/tokens must be 1-D");
     spdlog::info("{}: {} training and {} validation tokens", path, train_tokens.numel(), val_tokens.numel());
+    // Every token of both splits is checked against --vocab here, before any training step.
+    const data::ValueRange vocab{0, cfg.vocab_size, "a token (--vocab)"};
     train_set = std::make_shared<data::TokenWindowDataset>(
         std::move(train_tokens), seq,
-        data::TokenWindowOptions{.windows = vm["steps"].as<int64_t>() * batch * world, .random = true, .seed = static_cast<uint64_t>(seed)}, path);
+        data::TokenWindowOptions{.windows = vm["steps"].as<int64_t>() * batch * world, .random = true,
+                                 .seed = static_cast<uint64_t>(seed), .range = vocab},
+        path + " train/tokens");
     int64_t fit = (val_tokens.numel() - 1) / seq;
     val_set = std::make_shared<data::TokenWindowDataset>(
         std::move(val_tokens), seq,
-        data::TokenWindowOptions{.windows = std::min(fit, vm["eval-windows"].as<int64_t>()), .random = false}, path);
+        data::TokenWindowOptions{.windows = std::min(fit, vm["eval-windows"].as<int64_t>()), .random = false,
+                                 .range = vocab},
+        path + " val/tokens");
   }
   // Under mpirun each process takes every world-th training window and its part of the
   // validation windows; the Trainer adds the validation parts up.

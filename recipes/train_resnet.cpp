@@ -78,6 +78,7 @@ int train(int argc, char** argv) {
   recipes::require_positive("lr", vm["lr"].as<double>());
   recipes::require_positive("momentum", vm["momentum"].as<double>(), true);
   recipes::require_positive("weight-decay", vm["weight-decay"].as<double>(), true);
+  recipes::require_range("label-smoothing", vm["label-smoothing"].as<double>(), 0, 1);
   recipes::require_positive("warmup", static_cast<double>(vm["warmup"].as<int64_t>()), true);
   recipes::require_positive("eval-batch-size", static_cast<double>(vm["eval-batch-size"].as<int64_t>()));
   TrainerOptions to = recipes::run_options(vm, argc, argv);
@@ -97,8 +98,17 @@ int train(int argc, char** argv) {
     auto path = vm["data"].as<std::string>();
     if (!std::filesystem::exists(path))
       throw Error("--data: no such file '" + path + "'; create it with: prepare_data --fashion-mnist --output " + path);
-    auto train_h5 = std::make_shared<data::HDF5Dataset>(path, data::HDF5Fields{{"train/images", "input"}, {"train/labels", "target"}});
-    test_set = std::make_shared<data::HDF5Dataset>(path, data::HDF5Fields{{"test/images", "input"}, {"test/labels", "target"}});
+    // Both splits' labels are read and checked here, before any training step.
+    const data::HDF5DatasetOptions labels{.ranges = {{"target", {0, classes, "a class"}}}};
+    auto train_h5 = std::make_shared<data::HDF5Dataset>(
+        path, data::HDF5Fields{{"train/images", "input"}, {"train/labels", "target"}}, labels);
+    auto test_h5 = std::make_shared<data::HDF5Dataset>(
+        path, data::HDF5Fields{{"test/images", "input"}, {"test/labels", "target"}}, labels);
+    for (const auto& [h5, split] : {std::pair{train_h5.get(), "train"}, std::pair{test_h5.get(), "test"}})
+      if (auto s = h5->sample_shape("target"); !s.empty())
+        throw Error("--data: '" + path + "' " + split + "/labels must be [N] class indices, got samples of " +
+                    shape_str(s));
+    test_set = test_h5;
     auto shape = train_h5->sample_shape("input");
     if (shape.size() != 3) throw Error("--data: '" + path + "' train/images must be [N,C,H,W], got samples of " + shape_str(shape));
     channels = shape[0];

@@ -119,6 +119,41 @@ TEST(TokenWindowDataset, InputAndTargetAreShiftedByOne) {
               HasSubstr("cannot hold one window"));
 }
 
+TEST(TokenWindowDataset, ErrorsNameTheSourceTokenAndValue) {
+  EXPECT_EQ(test::error_of([] {
+              TokenWindowDataset(HostArray::from_vector<uint8_t>({1, 2, 3}, {3}), 8, {}, "data/f.h5 val/tokens");
+            }),
+            "TokenWindowDataset ('data/f.h5 val/tokens'): 3 tokens cannot hold one window of seq_len + 1 = 9");
+  std::vector<int32_t> tokens(20, 7);
+  tokens[5] = 300;
+  tokens[11] = -2;
+  const ValueRange vocab{0, 256, "a token (--vocab)"};
+  EXPECT_EQ(test::error_of([&] {
+              TokenWindowDataset(HostArray::from_vector(tokens, {20}), 4, {.range = vocab}, "data/f.h5 train/tokens");
+            }),
+            "TokenWindowDataset ('data/f.h5 train/tokens'): token 5 is 300, expected a token (--vocab) in [0, 256) "
+            "(out of range: 2 of 20 tokens)");
+  tokens[5] = tokens[11] = 255;
+  EXPECT_EQ(TokenWindowDataset(HostArray::from_vector(tokens, {20}), 4, {.range = vocab}).size(), 19 / 4);
+}
+
+TEST(CheckValues, NamesTheFirstValueOutOfRangeAndCountsThem) {
+  const ValueRange classes{0, 10, "a class"};
+  EXPECT_NO_THROW(check_values(HostArray::from_vector<uint8_t>({0, 9, 3}, {3}), classes, "src"));
+  EXPECT_EQ(test::error_of([&] { check_values(HostArray::from_vector<uint8_t>({0, 10, 3}, {3}), classes, "src"); }),
+            "src: sample 1 is 10, expected a class in [0, 10) (out of range: 1 of 3 samples)");
+  EXPECT_EQ(test::error_of([&] {
+              check_values(HostArray::from_vector<int64_t>({1, 2, 3, -4, 5, 60}, {3, 2}), classes, "src", 100, "row");
+            }),
+            "src: row 101 element 1 is -4, expected a class in [0, 10) (out of range: 2 of 6 values)");
+  EXPECT_EQ(test::error_of([&] { check_values(HostArray::from_vector<int64_t>({12}, {}), classes, "src", 17); }),
+            "src: sample 17 is 12, expected a class in [0, 10) (out of range: 1 of 1 samples)");
+  EXPECT_EQ(test::error_of([&] { check_values(HostArray::from_vector<double>({1.0}, {1}), classes, "src"); }),
+            "src: expected integers (a class in [0, 10)), got float64 values");
+  EXPECT_EQ(test::error_of([&] { check_values(HostArray::from_vector<int32_t>({1}, {1}), {5, 5, "a class"}, "src"); }),
+            "src: an empty range of values, a class in [5, 5)");
+}
+
 TEST(Sampler, RandomIsAPermutationThatDependsOnSeedAndEpoch) {
   RandomSampler s(1000, 7);
   auto e0 = s.indices(0), e1 = s.indices(1);

@@ -20,6 +20,7 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using test::TempDir;
 
 std::vector<Transform> augmentation() {
@@ -234,6 +235,20 @@ TEST(DeviceLoader, WorkerExceptionIsRethrownWithTheSampleIndex) {
   }
 }
 
+TEST(DeviceLoader, RefusingAnEmptyEpochNamesTheLastBatchModePassed) {
+  auto empty = std::make_shared<InMemoryDataset>(
+      std::map<std::string, HostArray>{{"x", HostArray(HostDType::Float32, {0, 2})}});
+  for (auto [mode, name] : {std::pair{LastBatch::Drop, "Drop"}, std::pair{LastBatch::Pad, "Pad"},
+                            std::pair{LastBatch::Keep, "Keep"}})
+    EXPECT_EQ(test::error_of([&] { DeviceLoader(empty, {.batch_size = 4, .last_batch = mode}); }),
+              std::string("DeviceLoader ('<memory>'): 0 samples per epoch make no batch of 4 with LastBatch::") + name);
+  auto three = std::make_shared<InMemoryDataset>(
+      std::map<std::string, HostArray>{{"x", HostArray(HostDType::Float32, {3, 2})}});
+  EXPECT_EQ(test::error_of([&] { DeviceLoader(three, {.batch_size = 4}); }),
+            "DeviceLoader ('<memory>'): 3 samples per epoch make no batch of 4 with LastBatch::Drop");
+  EXPECT_EQ(DeviceLoader(three, {.batch_size = 4, .last_batch = LastBatch::Keep}).batches_per_epoch(), 1);
+}
+
 TEST(DeviceLoader, Uint8FieldsMustBeConverted) {
   auto ds = std::make_shared<SyntheticDataset>(
       16, std::map<std::string, FieldSpec>{{"input", {HostDType::UInt8, {2}, 0, 256}}});
@@ -246,26 +261,8 @@ TEST(DeviceLoader, CorruptChunkMidEpochNamesFileAndDatasetAndEndsTheLoop) {
   TempDir dir;
   const std::string file = dir.file("corrupt.h5");
   test::write_image_file(file, 128, 8, 8, /*chunk_rows=*/16, /*deflate=*/6);
-  {
-    // Overwrite the compressed bytes of the 5th chunk (rows 64-79) of train/images.
-    std::lock_guard lock(hdf5_mutex());
-    hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-    hid_t ds = H5Dopen2(f, "train/images", H5P_DEFAULT);
-    hid_t space = H5Dget_space(ds);
-    hsize_t offset[4];
-    unsigned mask = 0;
-    haddr_t addr = 0;
-    hsize_t size = 0;
-    ASSERT_GE(H5Dget_chunk_info(ds, space, 4, offset, &mask, &addr, &size), 0);
-    ASSERT_EQ(offset[0], 64u);
-    H5Sclose(space);
-    H5Dclose(ds);
-    H5Fclose(f);
-    std::fstream io(file, std::ios::in | std::ios::out | std::ios::binary);
-    io.seekp(static_cast<std::streamoff>(addr));
-    std::string junk(static_cast<std::size_t>(size), '\xA5');
-    io.write(junk.data(), static_cast<std::streamsize>(junk.size()));
-  }
+  // The 5th chunk: rows 64-79 of train/images.
+  ASSERT_EQ(test::corrupt_chunk(file, "train/images", 4), 64u);
   auto ds = std::make_shared<HDF5Dataset>(file, HDF5Fields{{"train/images", "input"}, {"train/labels", "target"}});
   DeviceLoader loader(ds, {.batch_size = 16, .threads = 2}, {to_float("input")});
   int delivered = 0;
@@ -277,6 +274,22 @@ TEST(DeviceLoader, CorruptChunkMidEpochNamesFileAndDatasetAndEndsTheLoop) {
   });
   EXPECT_EQ(delivered, 4);
   EXPECT_THAT(message, AllOf(HasSubstr(file), HasSubstr("dataset 'train/images'"), HasSubstr("64")));
+}
+
+TEST(DeviceLoader, CorruptChunkInAShuffledBatchNamesItsRowsNotTheBatchs) {
+  TempDir dir;
+  const std::string file = dir.file("corrupt.h5");
+  test::write_image_file(file, 480, 4, 4, /*chunk_rows=*/16, /*deflate=*/6);
+  ASSERT_EQ(test::corrupt_chunk(file, "train/images", 20), 320u);
+  auto ds = std::make_shared<HDF5Dataset>(file, HDF5Fields{{"train/images", "input"}, {"train/labels", "target"}});
+  // The first shuffled batch of 240 needs every chunk: one read of rows 0..479, which fails.
+  DeviceLoader loader(ds, {.batch_size = 240, .shuffle = true, .threads = 1}, {to_float("input")});
+  const std::string message = test::error_of([&] {
+    for (auto& b : loader) (void)b;
+  });
+  EXPECT_THAT(message, HasSubstr("of '" + file + " train/images, train/labels' (epoch 0, batch 0): HDF5Dataset: '" +
+                                 file + "' dataset 'train/images': cannot read samples 320..335: "));
+  EXPECT_THAT(message, Not(HasSubstr("0..479")));
 }
 
 int thread_count() {

@@ -1,5 +1,5 @@
 // HDF5Dataset: layouts and dtypes, whole-batch reads in any order, the writer, and every error
-// naming the file and the dataset.
+// naming the file and the dataset: bad labels before any read, the rows a corrupt chunk holds.
 #include "loaders_test_util.h"
 #include "test_util.h"
 
@@ -16,6 +16,7 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::StartsWith;
 using test::TempDir;
 
 struct Layout {
@@ -208,6 +209,94 @@ TEST(HDF5Errors, TruncatedFile) {
   std::filesystem::resize_file(file, 100);  // not even a whole superblock
   EXPECT_THAT(test::error_of([&] { HDF5Dataset(file, {{"train/images", "input"}}); }),
               AllOf(HasSubstr(file), HasSubstr("train/images")));
+}
+
+TEST(HDF5Errors, CorruptChunkNamesTheRowsThatCannotBeRead) {
+  TempDir dir;
+  const std::string file = dir.file("corrupt.h5");
+  test::write_image_file(file, 128, 8, 8, /*chunk_rows=*/16, /*deflate=*/6);
+  ASSERT_EQ(test::corrupt_chunk(file, "train/images", 4), 64u);  // rows 64-79
+  const std::string prefix = "HDF5Dataset: '" + file + "' dataset 'train/images': cannot read samples ";
+  struct Case {
+    HDF5DatasetOptions options;
+    std::string rows;  // cached: a whole chunk (block) is decoded or not; uncached: rows
+  };
+  for (const auto& [options, rows] : std::vector<Case>{{{}, "64..79"},
+                                                       {{.single_selection = true}, "64..79"},
+                                                       {{.block_cache = false}, "70"},
+                                                       {{.block_cache = false, .single_selection = true}, "70"}}) {
+    SCOPED_TRACE("block_cache " + std::to_string(options.block_cache) + " single_selection " +
+                 std::to_string(options.single_selection));
+    HDF5Dataset ds(file, {{"train/images", "input"}, {"train/labels", "target"}}, options);
+    // Chunks 0, 4 and 7 (one read of three runs, or of one selection), only chunk 4 corrupt.
+    EXPECT_EQ(test::error_of([&] { ds.get_batch(std::vector<int64_t>{127, 70, 0, 3}); }),
+              prefix + rows + ": inflate() failed");
+    EXPECT_EQ(ds.get_batch(std::vector<int64_t>{127, 0, 3, 80}).size(), 4u) << "the other chunks still read";
+  }
+}
+
+TEST(HDF5Ranges, LabelsOutOfRangeFailAtConstructionNamingSampleAndValue) {
+  TempDir dir;
+  const std::string file = dir.file("labels.h5");
+  const int64_t n = 40;
+  auto images = test::fake_images(n, 4);
+  auto labels = test::fake_labels(n);
+  labels[17] = 12;
+  labels[30] = -1;
+  std::vector<int32_t> labels32(labels.begin(), labels.end());
+  std::vector<float> float_labels(n, 1.0f);
+  std::vector<int64_t> pairs(2 * n, 1);
+  pairs[2 * 9 + 1] = 10;
+  test::write_h5(file, {{"test/images", H5T_STD_U8LE, H5T_NATIVE_UINT8, {n, 1, 2, 2}, images.data(), 8, 4},
+                        {"test/labels", H5T_STD_I64LE, H5T_NATIVE_INT64, {n}, labels.data(), 8, 4},
+                        {"test/labels32", H5T_STD_I32BE, H5T_NATIVE_INT32, {n}, labels32.data()},
+                        {"test/float_labels", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {n}, float_labels.data()},
+                        {"test/pairs", H5T_STD_I64LE, H5T_NATIVE_INT64, {n, 2}, pairs.data(), 8, 0}});
+  const ValueRange classes{0, 10, "a class"};
+  const std::map<std::string, ValueRange> target{{"target", classes}};
+  auto error = [&](const std::string& labels_path, const HDF5DatasetOptions& options) {
+    return test::error_of([&] { HDF5Dataset(file, {{"test/images", "input"}, {labels_path, "target"}}, options); });
+  };
+  const std::string want = "HDF5Dataset: '" + file + "' dataset 'test/labels': sample 17 is 12, expected a class in " +
+                           "[0, 10) (out of range: 2 of 40 samples)";
+  EXPECT_EQ(error("test/labels", {.ranges = target}), want) << "cached, blocks of 8 rows";
+  EXPECT_EQ(error("test/labels", {.block_cache = false, .ranges = target}), want) << "read through HDF5";
+  EXPECT_EQ(error("test/labels32", {.ranges = target}),
+            "HDF5Dataset: '" + file + "' dataset 'test/labels32': sample 17 is 12, expected a class in [0, 10) " +
+                "(out of range: 2 of 40 samples)");
+  EXPECT_NO_THROW(HDF5Dataset(file, {{"test/labels", "target"}}, {.ranges = {{"target", {-1, 13, "a class"}}}}));
+  EXPECT_EQ(error("test/float_labels", {.ranges = target}),
+            "HDF5Dataset: '" + file + "' dataset 'test/float_labels': expected integers (a class in [0, 10)), " +
+                "got float32 values");
+  EXPECT_EQ(error("test/pairs", {.ranges = target}),
+            "HDF5Dataset: '" + file + "' dataset 'test/pairs': sample 9 element 1 is 10, expected a class in " +
+                "[0, 10) (out of range: 1 of 80 values)");
+  EXPECT_EQ(error("test/labels", {.ranges = {{"label", classes}}}),
+            "HDF5Dataset: '" + file + "' (datasets 'test/images', 'test/labels'): a value range is given for " +
+                "field 'label', which no dataset maps to");
+
+  // In range: the checked column is served as usual.
+  labels[17] = 7;
+  labels[30] = 0;
+  const std::string good = dir.file("good.h5");
+  test::write_h5(good, {{"test/labels", H5T_STD_I64LE, H5T_NATIVE_INT64, {n}, labels.data(), 8, 4}});
+  HDF5Dataset ds(good, {{"test/labels", "target"}}, {.ranges = target});
+  EXPECT_EQ(ds.get(17).at("target").data<int64_t>()[0], 7);
+  EXPECT_EQ(ds.source(), good + " test/labels");
+}
+
+TEST(HDF5Writer, ErrorsAreOneLineWithHDF5sCause) {
+  const std::string missing_dir = test::error_of([] { HDF5Writer("/nonexistent/dir/out.h5"); });
+  EXPECT_THAT(missing_dir, StartsWith("HDF5Writer: '/nonexistent/dir/out.h5': cannot create: unable to open file: "
+                                      "name = '/nonexistent/dir/out.h5', errno = 2, error message = 'No such file "
+                                      "or directory'"));
+  // HDF5 writes the time of a failed write with ctime(), which ends in a newline.
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full to fill";
+  const std::string full = test::error_of([] { HDF5Writer("/dev/full"); });
+  EXPECT_THAT(full, StartsWith("HDF5Writer: '/dev/full': cannot create: file write failed: time = "));
+  EXPECT_THAT(full, HasSubstr(", filename = '/dev/full', file descriptor = "));
+  EXPECT_THAT(full, HasSubstr("errno = 28, error message = 'No space left on device'"));
+  EXPECT_EQ(full.find('\n'), std::string::npos) << full;
 }
 
 }  // namespace

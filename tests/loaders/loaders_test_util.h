@@ -9,6 +9,7 @@
 #include <hdf5.h>
 
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <random>
 #include <string>
@@ -104,6 +105,30 @@ inline void write_image_file(const std::string& file, int64_t n, int64_t h, int6
                    images.data(), chunk_rows, deflate},
                   {"train/labels", H5T_STD_I64LE, H5T_NATIVE_INT64, {static_cast<hsize_t>(n)},
                    labels.data(), chunk_rows, deflate}});
+}
+
+// Overwrites the stored (compressed) bytes of chunk `chunk` of dataset `path` with junk;
+// returns the chunk's first row.
+inline hsize_t corrupt_chunk(const std::string& file, const std::string& path, hsize_t chunk) {
+  hsize_t offset[H5S_MAX_RANK] = {};
+  unsigned mask = 0;
+  haddr_t addr = 0;
+  hsize_t size = 0;
+  {
+    std::lock_guard lock(data::hdf5_mutex());
+    hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t ds = H5Dopen2(f, path.c_str(), H5P_DEFAULT);
+    hid_t space = H5Dget_space(ds);
+    EXPECT_GE(H5Dget_chunk_info(ds, space, chunk, offset, &mask, &addr, &size), 0) << file << " " << path;
+    H5Sclose(space);
+    H5Dclose(ds);
+    H5Fclose(f);
+  }
+  std::fstream io(file, std::ios::in | std::ios::out | std::ios::binary);
+  io.seekp(static_cast<std::streamoff>(addr));
+  std::string junk(static_cast<std::size_t>(size), '\xA5');
+  io.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+  return offset[0];
 }
 
 }  // namespace loom::test

@@ -103,6 +103,23 @@ struct HostArray {
   void check_type(HostDType requested) const;
 };
 
+// The values an integer field may hold: [low, high), e.g. the classes of a label or the ids of
+// a token. Declared where the data enters (HDF5DatasetOptions::ranges, TokenWindowOptions::
+// range), it is checked there, before any training: a label 12 among 10 classes then fails
+// naming the file, the sample and the value, not as an index error inside a training step.
+struct ValueRange {
+  int64_t low = 0;
+  int64_t high = 0;
+  std::string what = "a value";  // for messages: "sample 17 is 12, expected a class in [0, 10)"
+};
+
+// Throws loom::Error("<source>: sample 17 is 12, expected a class in [0, 10)") for the first
+// element of `values` outside `range` (or when `values` is not of an integer dtype). Row i of
+// `values` is sample first_sample + i, `unit` names samples in the message ("sample", "token");
+// rows of more than one element also name the element.
+void check_values(const HostArray& values, const ValueRange& range, const std::string& source,
+                  int64_t first_sample = 0, const std::string& unit = "sample");
+
 // One sample: field name → array (e.g. "input", "target").
 class Example {
  public:
@@ -140,7 +157,8 @@ class Dataset {
   // The examples at `indices`, in that order (indices may repeat). The default calls get()
   // for each; datasets that can read many samples at once (HDF5) override it.
   virtual std::vector<Example> get_batch(std::span<const int64_t> indices) const;
-  // Where the data comes from, for error messages: a file name, or "<memory>".
+  // Where the data comes from, for error messages: a file and what in it
+  // ("data/fortunes.h5 val/tokens"), or "<memory>".
   virtual std::string source() const { return "<memory>"; }
   // Called before each epoch, before any get() of that epoch; for datasets whose samples
   // depend on the epoch (random token windows).
@@ -190,11 +208,15 @@ struct TokenWindowOptions {
   // false: window i starts at i * seq_len (tiles the tokens; windows must fit).
   bool random = true;
   uint64_t seed = 0;
+  // The token ids, e.g. {0, vocab, "a token (--vocab)"}; every token is checked by the
+  // constructor. Unset: not checked.
+  std::optional<ValueRange> range = std::nullopt;
 };
 
 // Next-token prediction windows over a 1-D token array (any integer dtype; uint8 for byte
 // level text): sample i holds "input" = tokens[s, s+seq_len) and "target" =
-// tokens[s+1, s+seq_len+1), both int64 [seq_len].
+// tokens[s+1, s+seq_len+1), both int64 [seq_len]. `source` names the tokens in messages:
+// the file and the HDF5 dataset ("data/fortunes.h5 val/tokens") for tokens read from HDF5.
 class TokenWindowDataset : public Dataset {
  public:
   TokenWindowDataset(HostArray tokens, int64_t seq_len, TokenWindowOptions options = {},

@@ -8,12 +8,21 @@
 //   train->size();                   // 60000
 //   auto e = train->get(0);          // e.at("input"): uint8 [1,28,28], e.at("target"): int64 []
 //
-//   // Byte-level tokens for a TokenWindowDataset:
+//   // The same with every label checked by the constructor, before any training:
+//   loom::data::HDF5Dataset checked("fashion_mnist.h5", {{"train/images", "input"}, {"train/labels", "target"}},
+//                                   {.ranges = {{"target", {0, 10, "a class"}}}});
+//
+//   // Byte-level tokens for a TokenWindowDataset, every token checked below the vocabulary:
 //   auto tokens = loom::data::read_hdf5("fortunes.h5", "train/tokens");
+//   loom::data::TokenWindowDataset windows(tokens, 128, {.range = loom::data::ValueRange{0, 256, "a token"}},
+//                                          "fortunes.h5 train/tokens");
 //
 // Every HDF5 dataset named in the mapping must have at least one dimension, the same first
 // dimension (the sample axis), and an element type among uint8, int32, int64, float32 and
-// float64 (any byte order); chunked or contiguous, compressed or not. Sample i is row i of
+// float64 (any byte order); chunked or contiguous, uncompressed or compressed with HDF5's own
+// filters (deflate, shuffle, ...) or LZF (h5py's compression="lzf"). A dataset that needs a
+// filter this process lacks (blosc, zstd, ... without a plugin) fails when the HDF5Dataset is
+// constructed, naming the filter's id and name. Sample i is row i of
 // each. get_batch() reads each field of a whole batch under one acquisition of the HDF5 lock:
 // the distinct rows it needs (or the blocks holding them, see HDF5DatasetOptions), sorted and
 // merged into runs of consecutive rows, are read as hyperslabs; rows are then copied into the
@@ -25,14 +34,21 @@
 // transforms on host memory after it. Code that calls the HDF5 library itself while a loader
 // runs must hold hdf5_mutex() too.
 //
-// Errors: every negative HDF5 status becomes a loom::Error naming the file, the HDF5 dataset
-// and what failed, with HDF5's own innermost message; HDF5's automatic error printing to
-// stderr is turned off by the first loom HDF5 call.
+// Errors: every negative HDF5 status becomes a loom::Error of one line naming the file, the
+// HDF5 dataset and what failed, with HDF5's own innermost message; a read that fails names the
+// samples that cannot be read (a corrupt chunk's rows), not the whole batch's. HDF5's
+// automatic error printing to stderr is turned off by the first loom HDF5 call.
+//
+// Integer fields with a declared range (class labels, HDF5DatasetOptions::ranges) are read
+// and checked whole by the constructor, so a bad label fails before training starts:
+//   HDF5Dataset: 'data/x.h5' dataset 'test/labels': sample 17 is 12, expected a class in
+//   [0, 10) (out of range: 1 of 10000 samples)
 #pragma once
 
 #include <loom/data/dataset.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -67,6 +83,10 @@ struct HDF5DatasetOptions {
   // Fashion-MNIST, chunks cached: 9-10 ms vs 0.3-0.8 ms per shuffled batch of 256), hence the
   // default.
   bool single_selection = false;
+  // Field name → the values it may hold, e.g. {{"target", {0, 10, "a class"}}}: the
+  // constructor reads each such field whole (blocks kept when cached) and throws loom::Error
+  // naming the first sample out of range, its value and how many are.
+  std::map<std::string, ValueRange> ranges = {};
 };
 
 class HDF5Dataset : public Dataset {
@@ -80,7 +100,8 @@ class HDF5Dataset : public Dataset {
   int64_t size() const override;
   Example get(int64_t index) const override;
   std::vector<Example> get_batch(std::span<const int64_t> indices) const override;
-  std::string source() const override { return file_; }
+  // "data/x.h5 test/images, test/labels": the file and the HDF5 datasets read.
+  std::string source() const override;
 
   const std::string& file() const { return file_; }
   // Per-sample shape and element type of a field.
@@ -107,12 +128,16 @@ HostArray read_hdf5(const std::string& file, const std::string& path);
 struct HDF5WriteOptions {
   int64_t chunk_rows = 0;  // rows per chunk along the first dimension; 0 = contiguous
   int deflate = 0;         // gzip level 1-9; 0 = none (needs chunk_rows > 0)
+  bool lzf = false;        // LZF as h5py writes it (filter 32000) instead; needs chunk_rows > 0
 };
 
 class HDF5Writer {
  public:
-  // Creates `file`, replacing an existing one.
-  explicit HDF5Writer(std::string file);
+  // Creates `file`, replacing an existing one. With `in_memory` the file is built in memory
+  // and close() writes it out with plain writes: a write that fails (a full disk) is then an
+  // error naming the system's reason, and leaves HDF5 nothing half-written to flush at exit
+  // (checkpoints are written so).
+  explicit HDF5Writer(std::string file, bool in_memory = false);
   ~HDF5Writer();
   HDF5Writer(const HDF5Writer&) = delete;
   HDF5Writer& operator=(const HDF5Writer&) = delete;

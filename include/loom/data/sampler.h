@@ -80,6 +80,9 @@ enum class LastBatch {
   Keep,  // deliver it short
 };
 
+// "LastBatch::Drop", "LastBatch::Pad", "LastBatch::Keep", for messages.
+const char* last_batch_name(LastBatch last);
+
 // Cuts `indices` into batches of batch_size. With Pad, the padded batch's extra entries repeat
 // indices[0], indices[1], ... (cycling when there are fewer indices than batch_size).
 std::vector<std::vector<int64_t>> make_batches(const std::vector<int64_t>& indices,
