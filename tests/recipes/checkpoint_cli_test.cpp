@@ -147,6 +147,30 @@ TEST(CheckpointWrites, AFullDiskIsOneErrorLineAndKeepsThePreviousCheckpoint) {
   EXPECT_EQ(resumed_step(ck, 2), 2);
 }
 
+TEST(CheckpointWrites, TheFileIsFlushedBeforeTheRenameAndTheDirectoryAfter) {
+  if (run_cli("strace -V").status != 0) GTEST_SKIP() << "strace is not installed: the system calls cannot be seen";
+  TempDir dir("fsync");
+  const auto ck = dir / "run.ckpt.h5";
+  auto r = run_cli("strace -f -y -e trace=fsync,rename,renameat,renameat2 " + kResnet + "--max-steps 1 --checkpoint " +
+                   ck);
+  if (r.output.find("PTRACE") != std::string::npos || r.output.find("Operation not permitted") != std::string::npos)
+    GTEST_SKIP() << "strace may not trace here: " << r.output.substr(0, 200);
+  ASSERT_EQ(r.status, 0) << r.output;
+  // With -y, strace names each descriptor's file: fsync(5</tmp/.../run.ckpt.h5.tmp>) = 0.
+  const auto synced_tmp = r.output.find("fsync(");
+  ASSERT_NE(synced_tmp, std::string::npos) << r.output;
+  const std::string first = r.output.substr(synced_tmp, r.output.find('\n', synced_tmp) - synced_tmp);
+  EXPECT_NE(first.find("<" + ck + ".tmp>)"), std::string::npos) << "the first fsync is not the .tmp file's\n"
+                                                                     << r.output;
+  const auto renamed = r.output.find("\"" + ck + "\"", synced_tmp);  // rename*(..., "<ck>") = 0, after it
+  ASSERT_NE(renamed, std::string::npos) << "no rename after the fsync\n" << r.output;
+  std::string directory = dir / "";
+  directory.pop_back();
+  EXPECT_NE(r.output.find("fsync(", renamed), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("<" + directory + ">)", renamed), std::string::npos)
+      << "no fsync of the directory after the rename\n" << r.output;
+}
+
 TEST(CheckpointWrites, DestinationsThatCannotBeWrittenAreRefusedBeforeTraining) {
   TempDir dir("dest");
   struct Case {
