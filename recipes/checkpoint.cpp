@@ -109,7 +109,11 @@ void save_checkpoint(const std::string& path, const Checkpoint& ck) {
     throw Error("save_checkpoint: '" + path + "' not written (" + kept + "): " + e.what());
   }
   auto dir = std::filesystem::path(path).parent_path();
-  sync_to_disk(dir.empty() ? "." : dir.string(), true);
+  try {
+    sync_to_disk(dir.empty() ? "." : dir.string(), true);
+  } catch (const Error& e) {
+    throw Error("save_checkpoint: '" + path + "' was renamed into place, but " + e.what());
+  }
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
