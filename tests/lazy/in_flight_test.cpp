@@ -60,38 +60,25 @@ TEST(InFlight, MarkStepWaitsOnceTheBoundIsReached) {
   EXPECT_GT(metrics::stat("MarkStepWaitTime").total, 0);
 }
 
+// In lazy mode a step is one program; in eager mode each op is one, and mark_step bounds the
+// step by its last op.
 TEST(InFlight, WithABoundOfOneEachStepHasRunWhenTheNextMarkStepReturns) {
-  fresh_engine();
-  InFlightBound bound(1);
-  auto w = from_vector<float>({1, 2, 3, 4}, {4});
-  std::shared_ptr<runtime::DeviceBuffer> previous;
-  for (int i = 0; i < 8; ++i) {
-    w = tanh(matmul(reshape(w, {2, 2}), reshape(w, {2, 2}))) + 1.0f;
-    w = reshape(w, {4});
-    mark_step();
-    if (previous) {
-      EXPECT_TRUE(previous->ready->done()) << "step " << i;
+  for (bool eager_ops : {false, true}) {
+    fresh_engine();
+    InFlightBound bound(1);
+    EagerModeGuard eager(eager_ops);
+    auto w = from_vector<float>({1, 2, 3, 4}, {4});
+    std::shared_ptr<runtime::DeviceBuffer> previous;
+    for (int i = 0; i < 8; ++i) {
+      w = reshape(tanh(matmul(reshape(w, {2, 2}), reshape(w, {2, 2}))) + 1.0f, {4});
+      mark_step();
+      if (previous) {
+        EXPECT_TRUE(previous->ready->done()) << (eager_ops ? "eager" : "lazy") << " step " << i;
+      }
+      previous = w.impl()->data();
     }
-    previous = w.impl()->data();
+    wait_device_ops();
   }
-  wait_device_ops();
-}
-
-TEST(InFlight, EagerOpsAreBoundedByTheStepToo) {
-  fresh_engine();
-  InFlightBound bound(1);
-  EagerModeGuard eager(true);
-  auto x = from_vector<float>({1, 2, 3}, {3});
-  std::shared_ptr<runtime::DeviceBuffer> previous;
-  for (int i = 0; i < 5; ++i) {
-    x = exp(x * 0.5f);  // runs at once: a queued one-op program
-    mark_step();
-    if (previous) {
-      EXPECT_TRUE(previous->ready->done()) << "step " << i;
-    }
-    previous = x.impl()->data();
-  }
-  wait_device_ops();
 }
 
 TEST(InFlight, AClosureThatMarksAStepDoesNotWaitForItself) {
