@@ -13,7 +13,7 @@
 //
 // EigenGemmPerThread runs one independent Eigen GEMM on every TBB thread at once: the
 // machine's achievable SGEMM rate, the peak that matmul is measured against.
-#include "runtime/kernels.h"
+#include "runtime/cpu/kernels.h"
 
 #include <Eigen/Core>
 #include <benchmark/benchmark.h>

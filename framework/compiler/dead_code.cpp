@@ -4,7 +4,7 @@
 
 namespace loom::compiler {
 
-Program eliminate_dead_code(Program p) {
+ir::Program eliminate_dead_code(ir::Program p) {
   const auto n_in = static_cast<int>(p.inputs.size());
   std::vector<bool> live(p.num_slots(), false);
   for (auto o : p.outputs) live[o] = true;
@@ -13,10 +13,10 @@ Program eliminate_dead_code(Program p) {
       for (auto a : p.instrs[i].args) live[a] = true;
   std::vector<int> slot_map(p.num_slots(), -1);
   for (int s = 0; s < n_in; ++s) slot_map[s] = s;
-  std::vector<Instr> kept;
+  std::vector<ir::Instr> kept;
   for (int i = 0; i < static_cast<int>(p.instrs.size()); ++i) {
     if (!live[n_in + i]) continue;
-    Instr in = std::move(p.instrs[i]);
+    ir::Instr in = std::move(p.instrs[i]);
     for (auto& a : in.args) a = slot_map[a];
     slot_map[n_in + i] = n_in + static_cast<int>(kept.size());
     kept.push_back(std::move(in));

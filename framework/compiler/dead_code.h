@@ -1,14 +1,14 @@
-// Dead-code elimination on a Program: drops instructions whose result no output needs.
+// Dead-code elimination on a ir::Program: drops instructions whose result no output needs.
 //
 // Graphs hold only what their roots reach, so lowering leaves nothing dead; passes that fold
 // an instruction into its readers (fusion folds constants and broadcasts) do, and run this
 // after them. Inputs stay: they are bound by position.
 #pragma once
 
-#include "compiler/program.h"
+#include "ir/program.h"
 
 namespace loom::compiler {
 
-Program eliminate_dead_code(Program p);
+ir::Program eliminate_dead_code(ir::Program p);
 
 }  // namespace loom::compiler

@@ -16,7 +16,7 @@ bool swaps_last_two(const std::vector<int64_t>& perm) {
 
 }  // namespace
 
-Program fold_transpose(Program p) {
+ir::Program fold_transpose(ir::Program p) {
   const auto n_in = static_cast<int>(p.inputs.size());
   for (auto& in : p.instrs) {
     if (in.op != ir::Op::Matmul) continue;
@@ -24,7 +24,7 @@ Program fold_transpose(Program p) {
     for (int k = 0; k < 2; ++k) {
       const int slot = in.args[k];
       if (slot < n_in) continue;
-      const Instr& producer = p.instrs[slot - n_in];
+      const ir::Instr& producer = p.instrs[slot - n_in];
       if (producer.op != ir::Op::Permute || !swaps_last_two(producer.attr.ints)) continue;
       in.args[k] = producer.args[0];
       in.attr.ints[k] = 1;

@@ -11,10 +11,10 @@
 // GEMM over the same packed blocks, so results do not change.
 #pragma once
 
-#include "compiler/program.h"
+#include "ir/program.h"
 
 namespace loom::compiler {
 
-Program fold_transpose(Program p);
+ir::Program fold_transpose(ir::Program p);
 
 }  // namespace loom::compiler

@@ -41,7 +41,7 @@ bool tests_operands(Op op) {
 
 class Fuser {
  public:
-  explicit Fuser(const Program& p) : p_(p), n_in_(static_cast<int>(p.inputs.size())) {
+  explicit Fuser(const ir::Program& p) : p_(p), n_in_(static_cast<int>(p.inputs.size())) {
     readers_.resize(p.num_slots());
     is_output_.assign(p.num_slots(), false);
     for (auto o : p.outputs) is_output_[o] = true;
@@ -50,7 +50,7 @@ class Fuser {
         if (readers_[a].empty() || readers_[a].back() != i) readers_[a].push_back(i);
   }
 
-  Program run() {
+  ir::Program run() {
     const auto n = static_cast<int>(p_.instrs.size());
     group_.assign(n, -1);
     for (int i = n; i-- > 0;) grow(i);
@@ -58,12 +58,12 @@ class Fuser {
   }
 
  private:
-  const Instr* producer(int slot) const {
+  const ir::Instr* producer(int slot) const {
     return slot >= n_in_ ? &p_.instrs[slot - n_in_] : nullptr;
   }
 
   // The compute type of a fusion headed by `in`, if it can head one.
-  std::optional<DType> root_compute(const Instr& in) const {
+  std::optional<DType> root_compute(const ir::Instr& in) const {
     if (!is_elementwise(in.op)) return std::nullopt;
     if (is_float(in.dtype)) return in.dtype;
     if (in.dtype == DType::Bool && tests_operands(in.op)) {
@@ -73,7 +73,7 @@ class Fuser {
     return std::nullopt;
   }
 
-  bool fits(const Instr& in, DType compute) const {
+  bool fits(const ir::Instr& in, DType compute) const {
     if (!is_elementwise(in.op)) return false;
     if (in.dtype != compute && in.dtype != DType::Bool) return false;
     bool converts_to_compute = in.op == Op::Cast && in.dtype == compute;
@@ -86,7 +86,7 @@ class Fuser {
   // Instructions are visited last to first, so all of i's readers are placed already: i joins
   // their fusion when they all belong to one, else heads a fusion of its own (if it can).
   void grow(int i) {
-    const Instr& in = p_.instrs[i];
+    const ir::Instr& in = p_.instrs[i];
     const auto& readers = readers_[n_in_ + i];
     int g = readers.empty() ? -1 : group_[readers[0]];
     for (int r : readers)
@@ -105,7 +105,7 @@ class Fuser {
 
   // A broadcast load of an Expand's source over the Expand's shape, dimensions merged; none if
   // it needs more than kMaxFusedRank dimensions.
-  std::optional<FusedLoad> broadcast_load(const Instr& expand) const {
+  std::optional<ir::FusedLoad> broadcast_load(const ir::Instr& expand) const {
     auto src = p_.slot_type(expand.args[0]);
     const Shape& out = expand.shape;
     std::vector<int64_t> sizes, strides;
@@ -126,8 +126,8 @@ class Fuser {
       }
     }
     if (sizes.empty()) sizes = {1}, strides = {1};
-    if (sizes.size() > kMaxFusedRank) return std::nullopt;
-    return FusedLoad{-1, src.dtype, std::move(sizes), std::move(strides)};
+    if (sizes.size() > ir::kMaxFusedRank) return std::nullopt;
+    return ir::FusedLoad{-1, src.dtype, std::move(sizes), std::move(strides)};
   }
 
   // A constant's value as its own dtype stores it (the kernel then converts to the compute type).
@@ -149,22 +149,22 @@ class Fuser {
   };
 
   // The fused instruction for group g; `slot_map` maps old slots to the new program's.
-  Instr build(const Group& g, const std::vector<int>& slot_map) const {
+  ir::Instr build(const Group& g, const std::vector<int>& slot_map) const {
     auto members = g.members;
     std::sort(members.begin(), members.end());
     auto in_group = [&](int slot) {
       return slot >= n_in_ && group_[slot - n_in_] == group_[g.root];
     };
     // A constant, possibly reshaped and broadcast: one value everywhere.
-    auto constant_of = [&](int slot) -> const Instr* {
-      const Instr* src = producer(slot);
+    auto constant_of = [&](int slot) -> const ir::Instr* {
+      const ir::Instr* src = producer(slot);
       while (src && (src->op == Op::Expand || src->op == Op::Reshape)) src = producer(src->args[0]);
       return src && src->op == Op::Constant ? src : nullptr;
     };
-    auto fusion = std::make_shared<Fusion>();
+    auto fusion = std::make_shared<ir::Fusion>();
     fusion->compute = g.compute;
     fusion->shape = p_.instrs[g.root].shape;
-    Instr out{p_.instrs[g.root].op, p_.instrs[g.root].dtype, p_.instrs[g.root].shape,
+    ir::Instr out{p_.instrs[g.root].op, p_.instrs[g.root].dtype, p_.instrs[g.root].shape,
               p_.instrs[g.root].attr, {}, -1, nullptr};
     std::map<int, int> value_of;  // old slot -> value
     std::map<int, int> arg_of;    // new slot -> index into out.args
@@ -178,27 +178,27 @@ class Fuser {
     for (int m : members)
       for (auto a : p_.instrs[m].args) {
         if (in_group(a) || constant_of(a) || value_of.count(a)) continue;
-        const Instr* src = producer(a);
-        std::optional<FusedLoad> load;
+        const ir::Instr* src = producer(a);
+        std::optional<ir::FusedLoad> load;
         if (src && src->op == Op::Expand) load = broadcast_load(*src);
         if (load) {
           load->arg = add_arg(src->args[0]);
         } else {
           auto t = p_.slot_type(a);
-          load = FusedLoad{add_arg(a), t.dtype, {shape_numel(t.shape)}, {1}};
+          load = ir::FusedLoad{add_arg(a), t.dtype, {shape_numel(t.shape)}, {1}};
         }
         value_of[a] = static_cast<int>(fusion->loads.size());
         fusion->loads.push_back(std::move(*load));
       }
     auto next_value = [&] { return static_cast<int>(fusion->loads.size() + fusion->steps.size()); };
     for (int m : members) {
-      const Instr& in = p_.instrs[m];
-      FusedStep step{in.op, -1, -1, -1, 0, in.dtype};
+      const ir::Instr& in = p_.instrs[m];
+      ir::FusedStep step{in.op, -1, -1, -1, 0, in.dtype};
       int* operand[] = {&step.a, &step.b, &step.c};
       for (std::size_t k = 0; k < in.args.size(); ++k) {
         int a = in.args[k];
         if (!value_of.count(a)) {  // a constant not seen yet
-          const Instr* c = constant_of(a);
+          const ir::Instr* c = constant_of(a);
           assert(c && "fusion: operand neither loaded nor computed");
           value_of[a] = next_value();
           fusion->steps.push_back({Op::Constant, -1, -1, -1, stored_value(c->attr.scalar, c->dtype),
@@ -216,7 +216,7 @@ class Fuser {
 
   // Scratch registers by liveness. A step's register is taken before its operands' are
   // released, so a step never writes over what it reads.
-  static void allocate_registers(Fusion& f) {
+  static void allocate_registers(ir::Fusion& f) {
     const auto n_loads = static_cast<int>(f.loads.size());
     const auto n_values = n_loads + static_cast<int>(f.steps.size());
     std::vector<int> last_use(n_values, -1);
@@ -248,8 +248,8 @@ class Fuser {
     }
   }
 
-  Program emit() const {
-    Program out;
+  ir::Program emit() const {
+    ir::Program out;
     out.hash = p_.hash;
     out.inputs = p_.inputs;
     out.graph_nodes = p_.graph_nodes;
@@ -258,7 +258,7 @@ class Fuser {
     for (int i = 0; i < static_cast<int>(p_.instrs.size()); ++i) {
       int g = group_[i];
       if (g >= 0 && groups_[g].root != i) continue;  // computed inside its root's fusion
-      Instr in;
+      ir::Instr in;
       if (g >= 0) {
         in = build(groups_[g], slot_map);
       } else {
@@ -272,7 +272,7 @@ class Fuser {
     return out;
   }
 
-  const Program& p_;
+  const ir::Program& p_;
   const int n_in_;
   std::vector<std::vector<int>> readers_;  // per slot: instructions that read it, ascending
   std::vector<bool> is_output_;  // per slot
@@ -282,6 +282,6 @@ class Fuser {
 
 }  // namespace
 
-Program fuse_elementwise(Program p) { return Fuser(p).run(); }
+ir::Program fuse_elementwise(ir::Program p) { return Fuser(p).run(); }
 
 }  // namespace loom::compiler

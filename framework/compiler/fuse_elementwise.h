@@ -1,7 +1,7 @@
-// Fusion of elementwise chains.
+// ir::Fusion of elementwise chains.
 //
 // Rewrites each floating-point elementwise instruction (unary, binary, where, cast, and
-// comparisons of floats) into a fused instruction (Instr::fusion) that also computes every
+// comparisons of floats) into a fused instruction (ir::Instr::fusion) that also computes every
 // elementwise producer feeding only it, so a chain like sin(cos(x)) or BatchNorm's
 // normalise-scale-shift reads each input once and writes one result. Constants and
 // broadcasts (Expand) that feed a fused instruction are folded into it: a constant becomes a
@@ -16,10 +16,10 @@
 // into its readers (it would be computed twice); it heads a fusion of its own.
 #pragma once
 
-#include "compiler/program.h"
+#include "ir/program.h"
 
 namespace loom::compiler {
 
-Program fuse_elementwise(Program p);
+ir::Program fuse_elementwise(ir::Program p);
 
 }  // namespace loom::compiler

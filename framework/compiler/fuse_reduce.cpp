@@ -4,7 +4,7 @@
 
 namespace loom::compiler {
 
-Program fuse_reduce_prologue(Program p) {
+ir::Program fuse_reduce_prologue(ir::Program p) {
   const auto n_in = static_cast<int>(p.inputs.size());
   std::vector<int> reads(p.num_slots(), 0);
   for (const auto& in : p.instrs)
@@ -13,7 +13,7 @@ Program fuse_reduce_prologue(Program p) {
   for (auto& in : p.instrs) {
     bool reduction = in.op == ir::Op::Sum || in.op == ir::Op::Mean || in.op == ir::Op::Max;
     if (!reduction || in.fusion || in.args[0] < n_in || reads[in.args[0]] != 1) continue;
-    const Instr& producer = p.instrs[in.args[0] - n_in];
+    const ir::Instr& producer = p.instrs[in.args[0] - n_in];
     if (!producer.fusion || producer.dtype != in.dtype) continue;
     // The producer is now unread; dead-code elimination drops it.
     in.fusion = producer.fusion;

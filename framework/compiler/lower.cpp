@@ -5,8 +5,8 @@
 
 namespace loom::compiler {
 
-Program lower(const ir::Graph& graph) {
-  Program p;
+ir::Program lower(const ir::Graph& graph) {
+  ir::Program p;
   p.hash = graph.hash;
   p.graph_nodes = graph.nodes.size();
   std::unordered_map<const ir::Node*, int> slot;
@@ -18,7 +18,7 @@ Program lower(const ir::Graph& graph) {
   int next = static_cast<int>(p.inputs.size());
   for (const auto& n : graph.nodes) {
     if (n->op() == ir::Op::DeviceData) continue;
-    Instr in{n->op(), n->dtype(), n->shape(), n->attr(), {}};
+    ir::Instr in{n->op(), n->dtype(), n->shape(), n->attr(), {}};
     for (const auto& o : n->operands()) in.args.push_back(slot.at(o.get()));
     slot.emplace(n.get(), next++);
     p.instrs.push_back(std::move(in));

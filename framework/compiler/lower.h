@@ -1,11 +1,11 @@
 // Lowering: one instruction per non-input node, in the graph's topological order.
 #pragma once
 
-#include "compiler/program.h"
+#include "ir/program.h"
 #include "ir/graph.h"
 
 namespace loom::compiler {
 
-Program lower(const ir::Graph& graph);
+ir::Program lower(const ir::Graph& graph);
 
 }  // namespace loom::compiler

@@ -37,7 +37,7 @@ constexpr std::size_t kMaxDonors = 4;
 // Whether instruction `in` (writing its result over the index space of `numel` elements)
 // reads `slot` (through `owner`) only element for element: a fused elementwise kernel whose
 // every load of it is one contiguous run over the whole result.
-bool reads_in_place(const Instr& in, int slot, const std::vector<int>& owner, int64_t numel) {
+bool reads_in_place(const ir::Instr& in, int slot, const std::vector<int>& owner, int64_t numel) {
   if (!in.fusion || ir::op_info(in.op).group == ir::OpGroup::Reduce) return false;
   bool reads = false;
   for (const auto& l : in.fusion->loads) {
@@ -54,7 +54,7 @@ bool reads_in_place(const Instr& in, int slot, const std::vector<int>& owner, in
   return reads;
 }
 
-void plan_donors(Program& p, const std::vector<int>& owner, const std::vector<bool>& escapes,
+void plan_donors(ir::Program& p, const std::vector<int>& owner, const std::vector<bool>& escapes,
                  const std::vector<int>& last) {
   const auto n_in = static_cast<int>(p.inputs.size());
   for (int i = 0; i < static_cast<int>(p.instrs.size()); ++i) {
@@ -81,7 +81,7 @@ void plan_donors(Program& p, const std::vector<int>& owner, const std::vector<bo
 
 }  // namespace
 
-Program plan_memory(Program p) {
+ir::Program plan_memory(ir::Program p) {
   const auto n_in = static_cast<int>(p.inputs.size());
   const auto n = static_cast<int>(p.instrs.size());
   // The value each slot's memory belongs to: itself, or what its reshape chain starts from.

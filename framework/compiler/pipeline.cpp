@@ -14,13 +14,13 @@
 
 namespace loom::compiler {
 
-Program compile(const ir::Graph& graph) {
+ir::Program compile(const ir::Graph& graph) {
   static const bool dump = std::getenv("LOOM_DUMP_PASSES") != nullptr;
-  auto after = [&](const char* pass, const Program& p) {
+  auto after = [&](const char* pass, const ir::Program& p) {
     if (dump) std::cerr << "== after " << pass << '\n' << to_text(p);
   };
   if (dump) std::cerr << "== input\n" << ir::to_text(graph);
-  Program p = lower(graph);
+  ir::Program p = lower(graph);
   after("lower", p);
   p = simplify(std::move(p));
   after("simplify", p);

@@ -1,7 +1,7 @@
-// The compiler pipeline: graph in, Program out. The graph is lowered to a Program (one
-// instruction per node), then each pass is a function Program -> Program in its own file,
+// The compiler pipeline: graph in, ir::Program out. The graph is lowered to a ir::Program (one
+// instruction per node), then each pass is a function ir::Program -> ir::Program in its own file,
 // run in a fixed order: simplify, fuse_elementwise, fuse_reduce_prologue, fold_transpose,
-// eliminate_dead_code, plan_memory. With LOOM_DUMP_PASSES=1 the graph and the Program after each pass are printed
+// eliminate_dead_code, plan_memory. With LOOM_DUMP_PASSES=1 the graph and the ir::Program after each pass are printed
 // to stderr.
 //
 // Common-subexpression elimination happens while tracing (nodes are hash-consed: one node per
@@ -9,11 +9,11 @@
 // a graph with neither duplicates nor dead nodes.
 #pragma once
 
-#include "compiler/program.h"
+#include "ir/program.h"
 #include "ir/graph.h"
 
 namespace loom::compiler {
 
-Program compile(const ir::Graph& graph);
+ir::Program compile(const ir::Graph& graph);
 
 }  // namespace loom::compiler

@@ -12,32 +12,32 @@ using ir::Op;
 
 class Simplifier {
  public:
-  explicit Simplifier(Program& p) : p_(p), n_in_(static_cast<int>(p.inputs.size())) {}
+  explicit Simplifier(ir::Program& p) : p_(p), n_in_(static_cast<int>(p.inputs.size())) {}
 
   void run() {
     for (auto& in : p_.instrs) rewrite(in);
   }
 
  private:
-  Instr* producer(int slot) { return slot >= n_in_ ? &p_.instrs[slot - n_in_] : nullptr; }
+  ir::Instr* producer(int slot) { return slot >= n_in_ ? &p_.instrs[slot - n_in_] : nullptr; }
 
   // The scalar of a constant operand (possibly reshaped and broadcast).
   std::optional<double> constant(int slot) {
-    const Instr* src = producer(slot);
+    const ir::Instr* src = producer(slot);
     while (src && (src->op == Op::Expand || src->op == Op::Reshape)) src = producer(src->args[0]);
     if (src && src->op == Op::Constant) return src->attr.scalar;
     return std::nullopt;
   }
 
-  bool same_type(const Instr& in, int slot) const {
-    const SlotType t = p_.slot_type(slot);
+  bool same_type(const ir::Instr& in, int slot) const {
+    const ir::SlotType t = p_.slot_type(slot);
     return t.dtype == in.dtype && t.shape == in.shape;
   }
 
   // `in` becomes a view of `slot`, which holds its value: a reshape of what slot's own chain
   // of reshapes starts from (reshapes compose, and all of them share that memory).
-  void alias(Instr& in, int slot) {
-    for (const Instr* src = producer(slot); src && src->op == Op::Reshape; src = producer(slot))
+  void alias(ir::Instr& in, int slot) {
+    for (const ir::Instr* src = producer(slot); src && src->op == Op::Reshape; src = producer(slot))
       slot = src->args[0];
     in.op = Op::Reshape;
     in.args = {slot};
@@ -51,15 +51,15 @@ class Simplifier {
     return true;
   }
 
-  void rewrite(Instr& in) {
+  void rewrite(ir::Instr& in) {
     switch (in.op) {
       case Op::Reshape: {
-        const Instr* src = producer(in.args[0]);
+        const ir::Instr* src = producer(in.args[0]);
         if (src && src->op == Op::Reshape) in.args = {src->args[0]};
         return;
       }
       case Op::Permute: {
-        const Instr* src = producer(in.args[0]);
+        const ir::Instr* src = producer(in.args[0]);
         if (src && src->op == Op::Permute) {  // out[i] = x[inner[outer[i]]]
           std::vector<int64_t> composed(in.attr.ints.size());
           for (std::size_t i = 0; i < composed.size(); ++i)
@@ -75,7 +75,7 @@ class Simplifier {
         if (same_type(in, in.args[0])) alias(in, in.args[0]);
         return;
       case Op::Neg: {
-        const Instr* src = producer(in.args[0]);
+        const ir::Instr* src = producer(in.args[0]);
         if (src && src->op == Op::Neg) alias(in, src->args[0]);
         return;
       }
@@ -98,13 +98,13 @@ class Simplifier {
     }
   }
 
-  Program& p_;
+  ir::Program& p_;
   const int n_in_;
 };
 
 }  // namespace
 
-Program simplify(Program p) {
+ir::Program simplify(ir::Program p) {
   Simplifier(p).run();
   return p;
 }

@@ -14,10 +14,10 @@
 // reached through Reshape and Expand.
 #pragma once
 
-#include "compiler/program.h"
+#include "ir/program.h"
 
 namespace loom::compiler {
 
-Program simplify(Program p);
+ir::Program simplify(ir::Program p);
 
 }  // namespace loom::compiler

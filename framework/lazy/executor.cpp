@@ -3,7 +3,7 @@
 #include "compiler/pipeline.h"
 #include "ir/graph.h"
 #include "lazy/debug.h"
-#include "runtime/allocator.h"
+#include "runtime/cpu/allocator.h"
 #include "runtime/backend.h"
 
 #include <loom/lazy.h>
@@ -64,7 +64,7 @@ double since(std::chrono::steady_clock::time_point start) {
 
 // LOOM_DUMP_GRAPHS=dir: every compiled graph as text and Graphviz dot, named by its hash,
 // before the compiler passes, and the Program they produce.
-void dump(const ir::Graph& g, const compiler::Program& p) {
+void dump(const ir::Graph& g, const ir::Program& p) {
   const char* dir = std::getenv("LOOM_DUMP_GRAPHS");
   if (!dir || !*dir) return;
   std::error_code ec;
@@ -77,7 +77,7 @@ void dump(const ir::Graph& g, const compiler::Program& p) {
   };
   write(name.str() + ".before.txt", ir::to_text(g));
   write(name.str() + ".before.dot", ir::to_dot(g));
-  write(name.str() + ".after.txt", compiler::to_text(p));
+  write(name.str() + ".after.txt", ir::to_text(p));
 }
 
 std::shared_ptr<const runtime::Executable> lookup_or_compile(Executor& ex, const ir::Graph& g,

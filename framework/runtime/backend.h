@@ -3,7 +3,7 @@
 // queues and returns; output buffers become readable when their Completion is signalled.
 #pragma once
 
-#include "compiler/program.h"
+#include "ir/program.h"
 #include "runtime/buffer.h"
 
 #include <loom/dtype.h>
@@ -30,7 +30,7 @@ class Backend {
   virtual void copy_in(const void* host, Storage& dst, std::size_t bytes) = 0;
   virtual void copy_out(const Storage& src, void* host, std::size_t bytes) = 0;
   virtual bool supports(ir::Op op, DType dtype) const = 0;
-  virtual std::shared_ptr<const Executable> compile(compiler::Program program) = 0;
+  virtual std::shared_ptr<const Executable> compile(ir::Program program) = 0;
   // Queues `exe` over `inputs` (in Program::inputs order); fills `outputs` when it runs.
   virtual void execute(std::shared_ptr<const Executable> exe, BufferList inputs,
                        BufferList outputs) = 0;

@@ -8,7 +8,7 @@
 namespace loom {
 namespace {
 
-using compiler::Program;
+using ir::Program;
 
 std::vector<float> ramp(int64_t n, float scale) {
   std::vector<float> v(static_cast<std::size_t>(n));
@@ -36,8 +36,8 @@ void check(const Shape& batch, int64_t m, int64_t k, int64_t n) {
   auto y2 = matmul(transpose(at, -1, -2), transpose(b, -1, -2));
   auto p1 = compiler::compile(test::graph_of(y1));
   auto p2 = compiler::compile(test::graph_of(y2));
-  EXPECT_EQ(count(p1, ir::Op::Permute), 0) << compiler::to_text(p1);
-  EXPECT_EQ(count(p2, ir::Op::Permute), 0) << compiler::to_text(p2);
+  EXPECT_EQ(count(p1, ir::Op::Permute), 0) << ir::to_text(p1);
+  EXPECT_EQ(count(p2, ir::Op::Permute), 0) << ir::to_text(p2);
   auto got1 = y1.to_vector<float>(), got2 = y2.to_vector<float>();
   std::vector<float> want1, want2;
   {
@@ -69,7 +69,7 @@ TEST(FoldTranspose, APermuteOfBatchDimensionsStaysStored) {
   auto b = from_vector(ramp(3 * 2 * 5 * 6, 0.2f), {3, 2, 5, 6});
   auto y = matmul(a, b.permute({1, 0, 2, 3}));
   auto p = compiler::compile(test::graph_of(y));
-  EXPECT_EQ(count(p, ir::Op::Permute), 1) << compiler::to_text(p);
+  EXPECT_EQ(count(p, ir::Op::Permute), 1) << ir::to_text(p);
   std::vector<float> want;
   auto got = y.to_vector<float>();
   {

@@ -8,7 +8,7 @@
 namespace loom {
 namespace {
 
-using compiler::Program;
+using ir::Program;
 
 Program compiled(const Tensor& t) { return compiler::compile(test::graph_of(t)); }
 
@@ -23,7 +23,7 @@ TEST(FuseElementwise, ChainBecomesOneInstructionReadingItsInputOnce) {
   auto x = from_vector(values(4099), {4099});
   auto y = sin(cos(x));
   auto p = compiled(y);
-  ASSERT_EQ(p.instrs.size(), 1u) << compiler::to_text(p);
+  ASSERT_EQ(p.instrs.size(), 1u) << ir::to_text(p);
   const auto& f = *p.instrs[0].fusion;
   ASSERT_EQ(f.steps.size(), 2u);
   EXPECT_EQ(f.steps[0].op, ir::Op::Cos);
@@ -48,8 +48,8 @@ TEST(FuseElementwise, BroadcastsAndConstantsFoldIntoTheFusion) {
     fused += in.fusion != nullptr;
     expands += in.op == ir::Op::Expand;
   }
-  EXPECT_EQ(fused, 1) << compiler::to_text(p);
-  EXPECT_EQ(expands, 0) << "broadcasts are strided loads, not materialised\n" << compiler::to_text(p);
+  EXPECT_EQ(fused, 1) << ir::to_text(p);
+  EXPECT_EQ(expands, 0) << "broadcasts are strided loads, not materialised\n" << ir::to_text(p);
 
   // The same expression one op at a time (eager: every broadcast materialised).
   std::vector<float> eager;
@@ -80,9 +80,9 @@ TEST(FuseElementwise, AValueReadTwiceIsComputedOnce) {
     ++fused;
     int exps = 0;
     for (const auto& s : in.fusion->steps) exps += s.op == ir::Op::Exp;
-    EXPECT_EQ(exps, &in == &p.instrs[0] ? 1 : 0) << "exp runs once, first\n" << compiler::to_text(p);
+    EXPECT_EQ(exps, &in == &p.instrs[0] ? 1 : 0) << "exp runs once, first\n" << ir::to_text(p);
   }
-  EXPECT_EQ(fused, 3) << compiler::to_text(p);
+  EXPECT_EQ(fused, 3) << ir::to_text(p);
 }
 
 TEST(FuseElementwise, ComparisonsWhereAndCastsInFloat64) {
@@ -94,7 +94,7 @@ TEST(FuseElementwise, ComparisonsWhereAndCastsInFloat64) {
   auto mask = gt(x, y);
   auto z = where(mask, x - y, y * y) + mask.to(DType::Float64) - logical_not(lt(x, scalar_tensor(0.0, DType::Float64))).to(DType::Float64);
   auto p = compiled(z);
-  EXPECT_EQ(p.instrs.size(), 1u) << compiler::to_text(p);
+  EXPECT_EQ(p.instrs.size(), 1u) << ir::to_text(p);
   auto got = z.to_vector<double>();
   for (int i = 0; i < 1000; ++i) {
     bool m = xv[i] > yv[i];
@@ -138,7 +138,7 @@ TEST(DeadCode, FoldedBroadcastsLeaveNothingBehind) {
   auto b = from_vector(values(4), {4});
   auto p = compiled(x + b);
   // What is left: the bias reshaped to [1,4] (no copy: reshapes share storage) and the fusion.
-  ASSERT_EQ(p.instrs.size(), 2u) << compiler::to_text(p);
+  ASSERT_EQ(p.instrs.size(), 2u) << ir::to_text(p);
   EXPECT_EQ(p.instrs[0].op, ir::Op::Reshape);
   ASSERT_NE(p.instrs[1].fusion, nullptr);
   EXPECT_EQ(p.instrs[1].fusion->loads.size(), 2u);
@@ -160,10 +160,10 @@ TEST(FuseReduce, AReductionComputesItsOperandsChainAsItReads) {
     for (const auto& in : p.instrs) {
       if (in.op == ir::Op::Reshape) continue;
       ++computing;
-      EXPECT_EQ(ir::op_info(in.op).group, ir::OpGroup::Reduce) << compiler::to_text(p);
-      EXPECT_NE(in.fusion, nullptr) << "the chain is the reduction's prologue\n" << compiler::to_text(p);
+      EXPECT_EQ(ir::op_info(in.op).group, ir::OpGroup::Reduce) << ir::to_text(p);
+      EXPECT_NE(in.fusion, nullptr) << "the chain is the reduction's prologue\n" << ir::to_text(p);
     }
-    EXPECT_EQ(computing, 1) << compiler::to_text(p);
+    EXPECT_EQ(computing, 1) << ir::to_text(p);
   }
   // One op at a time, the operand goes to memory first; the sums fold in the same order.
   std::vector<float> eager_var, eager_rows, eager_cols;

@@ -11,7 +11,7 @@
 namespace loom {
 namespace {
 
-using compiler::Program;
+using ir::Program;
 
 template <class T>
 std::vector<T> ramp(int64_t n, double scale) {
@@ -32,12 +32,12 @@ int count(const Program& p, ir::Op op) {
 }
 
 // The one instruction that carries an epilogue (fails the test unless there is exactly one).
-const compiler::Instr* folded(const Program& p) {
-  const compiler::Instr* found = nullptr;
+const ir::Instr* folded(const Program& p) {
+  const ir::Instr* found = nullptr;
   int n = 0;
   for (const auto& in : p.instrs)
     if (in.epilogue.active()) found = &in, ++n;
-  EXPECT_EQ(n, 1) << compiler::to_text(p);
+  EXPECT_EQ(n, 1) << ir::to_text(p);
   return found;
 }
 
@@ -72,9 +72,9 @@ void check_linear(const Shape& batch, int64_t m, int64_t k, int64_t n, ir::Op ac
   };
   Program p;
   auto [got, want] = compiled_and_eager<T>(f, &p);
-  EXPECT_EQ(count(p, ir::Op::Matmul), 1) << compiler::to_text(p);
-  EXPECT_EQ(count(p, ir::Op::Add), 0) << compiler::to_text(p);
-  EXPECT_EQ(p.instrs.size(), batch.empty() ? 1u : 2u) << compiler::to_text(p);  // + x's reshape
+  EXPECT_EQ(count(p, ir::Op::Matmul), 1) << ir::to_text(p);
+  EXPECT_EQ(count(p, ir::Op::Add), 0) << ir::to_text(p);
+  EXPECT_EQ(p.instrs.size(), batch.empty() ? 1u : 2u) << ir::to_text(p);  // + x's reshape
   if (const auto* in = folded(p)) {
     EXPECT_EQ(in->op, ir::Op::Matmul);
     EXPECT_EQ(in->args.size(), 3u);
@@ -113,7 +113,7 @@ void check_batched() {
   auto b = ramp_tensor<T>({37}, 0.5);
   Program p;
   auto [got, want] = compiled_and_eager<T>([&] { return relu(matmul(x, w) + b); }, &p);
-  EXPECT_EQ(p.instrs.size(), 1u) << compiler::to_text(p);
+  EXPECT_EQ(p.instrs.size(), 1u) << ir::to_text(p);
   folded(p);
   EXPECT_EQ(got, want);
 }
@@ -130,7 +130,7 @@ void check_conv(const Shape& sx, const Shape& sw, Conv2dOptions o) {
   auto b = ramp_tensor<T>({sw[0]}, 0.7);
   Program p;
   auto [got, want] = compiled_and_eager<T>([&] { return relu(conv2d(x, w, b, o)); }, &p);
-  EXPECT_EQ(p.instrs.size(), 1u) << compiler::to_text(p);
+  EXPECT_EQ(p.instrs.size(), 1u) << ir::to_text(p);
   if (const auto* in = folded(p)) {
     EXPECT_EQ(in->op, ir::Op::Conv2d);
     EXPECT_EQ(in->epilogue.activation, ir::Op::Relu);
@@ -170,7 +170,7 @@ TEST(FuseEpilogue, AProductWithAnotherReaderStaysStored) {
   auto mm = matmul(x, w);
   auto y = relu(mm + b) * mm;
   auto p = compiler::compile(test::graph_of(y));
-  for (const auto& in : p.instrs) EXPECT_FALSE(in.epilogue.active()) << compiler::to_text(p);
+  for (const auto& in : p.instrs) EXPECT_FALSE(in.epilogue.active()) << ir::to_text(p);
   auto got = y.to_vector<float>();
   EagerModeGuard eager{true};
   auto mm2 = matmul(x, w);
@@ -185,7 +185,7 @@ TEST(FuseEpilogue, AProductThatIsAnOutputStaysStored) {
   auto mm = matmul(x, w);
   auto y = relu(mm + b);
   auto p = compiler::compile(ir::build_graph({mm.impl()->pending(), y.impl()->pending()}));
-  for (const auto& in : p.instrs) EXPECT_FALSE(in.epilogue.active()) << compiler::to_text(p);
+  for (const auto& in : p.instrs) EXPECT_FALSE(in.epilogue.active()) << ir::to_text(p);
   EXPECT_EQ(count(p, ir::Op::Matmul), 1);
 }
 
@@ -213,7 +213,7 @@ TEST(FuseEpilogue, ANonBroadcastAddIsLeftAlone) {
   auto c = ramp_tensor<float>({8, 1}, 0.4);  // one value per row, not per column
   auto y = relu(matmul(x, w) + c);
   auto p = compiler::compile(test::graph_of(y));
-  for (const auto& in : p.instrs) EXPECT_FALSE(in.epilogue.active()) << compiler::to_text(p);
+  for (const auto& in : p.instrs) EXPECT_FALSE(in.epilogue.active()) << ir::to_text(p);
 }
 
 // A training step through Linear + ReLU: the backward pass reads relu's output, which the

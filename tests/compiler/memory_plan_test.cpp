@@ -8,7 +8,7 @@
 namespace loom {
 namespace {
 
-using compiler::Program;
+using ir::Program;
 
 std::vector<float> ramp(int64_t n, float scale) {
   std::vector<float> v(n);
@@ -51,7 +51,7 @@ void expect_no_overlap(const Program& p) {
       auto b_end = b.arena_offset + shape_numel(b.shape) * static_cast<int64_t>(dtype_size(b.dtype));
       bool share_bytes = a.arena_offset < b_end && b.arena_offset < a_end;
       EXPECT_FALSE(alive_together && share_bytes)
-          << "$" << n_in + i << " and $" << n_in + j << "\n" << compiler::to_text(p);
+          << "$" << n_in + i << " and $" << n_in + j << "\n" << ir::to_text(p);
     }
   }
 }
@@ -66,7 +66,7 @@ void expect_donors_dead(const Program& p) {
   for (int i = 0; i < static_cast<int>(p.instrs.size()); ++i)
     for (int d : p.instrs[i].donors) {
       EXPECT_LE(last[d], i) << "$" << d << " is read after $" << n_in + i << "\n"
-                            << compiler::to_text(p);
+                            << ir::to_text(p);
       for (int o : p.outputs) EXPECT_NE(owner[o], d) << "$" << d << " is an output";
     }
 }
@@ -77,10 +77,10 @@ TEST(MemoryPlan, AChainReusesTwoBlocks) {
   Tensor y = from_vector(ramp(64 * 64, 0.3f), {64, 64});
   for (int k = 0; k < 10; ++k) y = matmul(y, w);
   auto p = compiler::compile(test::graph_of(y));
-  ASSERT_EQ(p.instrs.size(), 10u) << compiler::to_text(p);
+  ASSERT_EQ(p.instrs.size(), 10u) << ir::to_text(p);
   const int64_t block = 64 * 64 * 4;
   // Nine intermediates, each alive from its matmul to the next: two blocks take turns.
-  EXPECT_EQ(p.arena_bytes, 2 * block) << compiler::to_text(p);
+  EXPECT_EQ(p.arena_bytes, 2 * block) << ir::to_text(p);
   EXPECT_LT(p.instrs.back().arena_offset, 0) << "the output escapes the arena";
   expect_no_overlap(p);
 }
@@ -95,7 +95,7 @@ TEST(MemoryPlan, ReshapesShareTheirOperandsBlock) {
   expect_no_overlap(p);
   for (std::size_t i = 1; i < p.instrs.size(); ++i) {
     if (p.instrs[i].op != ir::Op::Reshape) continue;
-    EXPECT_EQ(p.instrs[i].arena_offset, p.instrs[i - 1].arena_offset) << compiler::to_text(p);
+    EXPECT_EQ(p.instrs[i].arena_offset, p.instrs[i - 1].arena_offset) << ir::to_text(p);
   }
 }
 
@@ -139,14 +139,14 @@ TEST(MemoryPlan, AnUpdateListsTheInputItOverwritesAsDonor) {
   auto updated = w - g * 0.5f + other.sum();  // w and g are read element for element
   auto p = compiler::compile(test::graph_of(updated));
   const auto& last = p.instrs.back();
-  ASSERT_FALSE(last.donors.empty()) << compiler::to_text(p);
+  ASSERT_FALSE(last.donors.empty()) << ir::to_text(p);
   for (int d : last.donors) {
     ASSERT_LT(d, static_cast<int>(p.inputs.size())) << "donors are inputs";
     EXPECT_EQ(p.inputs[d].shape, Shape{256}) << "donors have the result's size";
   }
   // An intermediate (the sum) is not an output, so it lists no donors.
   for (std::size_t i = 0; i + 1 < p.instrs.size(); ++i)
-    EXPECT_TRUE(p.instrs[i].donors.empty()) << compiler::to_text(p);
+    EXPECT_TRUE(p.instrs[i].donors.empty()) << ir::to_text(p);
 }
 
 TEST(MemoryPlan, DonorsAreDeadWhenTheirResultIsWritten) {

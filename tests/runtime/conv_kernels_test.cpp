@@ -4,9 +4,9 @@
 // more), the im2col + GEMM path (float64, dilated strided convs, padding beyond the reach), the
 // 1x1 GEMM without im2col, and the input gradient as a transposed conv. tests/CMakeLists.txt
 // runs them again with each algorithm forced (LOOM_CONV) wherever it applies.
-#include "runtime/kernels.h"
+#include "runtime/cpu/kernels.h"
 
-#include "runtime/conv_winograd.h"
+#include "runtime/cpu/conv/conv_winograd.h"
 
 #include <gtest/gtest.h>
 #include <tbb/task_arena.h>

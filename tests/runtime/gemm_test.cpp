@@ -1,7 +1,7 @@
 // gemm.h: every transpose combination, overwrite and accumulate, strided rows, and the sizes
 // on each side of the cut-over to Eigen's coefficient-based product, against a plain triple
 // loop in double precision.
-#include "runtime/gemm.h"
+#include "runtime/cpu/gemm.h"
 
 #include <gtest/gtest.h>
 

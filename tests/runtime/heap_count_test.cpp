@@ -1,6 +1,6 @@
 // The executor's heap-allocation counter (heap_count.h): it counts what a thread allocates
 // inside a HeapCount scope, nothing outside one, and survives a thread's nested scopes.
-#include "runtime/heap_count.h"
+#include "runtime/cpu/heap_count.h"
 
 #include <gtest/gtest.h>
 

@@ -4,12 +4,12 @@
 // (channel, tap) pairs, 10 loads per 24 FMAs; positions stay spread over vector lanes until a
 // chunk of images is done. Images are split into a fixed number of chunks, each a partial sum,
 // added in chunk order, so results do not depend on the thread count.
-#include "runtime/conv_direct.h"
+#include "runtime/cpu/conv/conv_direct.h"
 
-#include "runtime/kernels_impl.h"
+#include "runtime/cpu/kernels_impl.h"
 
 #ifdef __AVX512F__
-#include "runtime/conv_direct_impl.h"
+#include "runtime/cpu/conv/conv_direct_impl.h"
 #endif
 
 #include <algorithm>

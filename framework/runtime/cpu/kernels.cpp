@@ -1,9 +1,9 @@
 // run_kernel: the one exhaustive switch from an op to its CPU kernel. The kernels live in
 // kernels_<group>.cpp; this file only routes operands and attributes to them, so a new op
 // that lacks a kernel fails to compile here (-Werror=switch).
-#include "runtime/kernels.h"
+#include "runtime/cpu/kernels.h"
 
-#include "runtime/kernels_impl.h"
+#include "runtime/cpu/kernels_impl.h"
 
 #include <cassert>
 

@@ -1,4 +1,4 @@
-#include "runtime/allocator.h"
+#include "runtime/cpu/allocator.h"
 
 #include <loom/error.h>
 #include <loom/metrics.h>

@@ -14,7 +14,7 @@
 //     u1 = ((bits(seed, 2i) >> 11) + 1) * 2^-53        in (0, 1], so log(u1) is finite
 //     u2 =  (bits(seed, 2i + 1) >> 11) * 2^-53         in [0, 1)
 //     z  = sqrt(-2 ln u1) * cos(2 pi u2)
-#include "runtime/kernels_impl.h"
+#include "runtime/cpu/kernels_impl.h"
 
 #include <cmath>
 

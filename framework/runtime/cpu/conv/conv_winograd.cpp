@@ -15,10 +15,10 @@
 // 1.1 to 1.6x faster with 64 to 512 channels on 4x4 to 32x32 planes; slower at 16 and 32 channels,
 // where the GEMMs (inner dimension C or O) are too thin and the transforms, which move 16 floats
 // per tile and channel, weigh more.
-#include "runtime/conv_winograd.h"
+#include "runtime/cpu/conv/conv_winograd.h"
 
-#include "runtime/gemm.h"
-#include "runtime/kernels_impl.h"
+#include "runtime/cpu/gemm.h"
+#include "runtime/cpu/kernels_impl.h"
 
 #ifdef __AVX512F__
 #include <immintrin.h>

@@ -16,12 +16,12 @@
 // Results do not depend on the thread count: work is split by the shapes only (never by
 // max_concurrency), every output element is written by one task, and partial sums over
 // images are combined in a fixed order.
-#include "runtime/kernels_impl.h"
+#include "runtime/cpu/kernels_impl.h"
 
-#include "runtime/conv_common.h"
-#include "runtime/conv_direct.h"
-#include "runtime/conv_winograd.h"
-#include "runtime/gemm.h"
+#include "runtime/cpu/conv/conv_common.h"
+#include "runtime/cpu/conv/conv_direct.h"
+#include "runtime/cpu/conv/conv_winograd.h"
+#include "runtime/cpu/gemm.h"
 
 #include <Eigen/Core>
 

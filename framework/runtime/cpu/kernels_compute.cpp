@@ -9,13 +9,13 @@
 // column block) for matmul, (image, group, column block) for conv2d, (image, channel) for
 // pooling. A bias/activation epilogue (compiler/fuse_epilogue.h) runs on each matmul block
 // right after its GEMM, and on each conv output plane after the conv.
-#include "runtime/kernels_impl.h"
+#include "runtime/cpu/kernels_impl.h"
 
-#include "runtime/conv_common.h"
-#include "runtime/conv_direct.h"
-#include "runtime/conv_winograd.h"
-#include "runtime/gemm.h"
-#include "runtime/kernels_fused.h"
+#include "runtime/cpu/conv/conv_common.h"
+#include "runtime/cpu/conv/conv_direct.h"
+#include "runtime/cpu/conv/conv_winograd.h"
+#include "runtime/cpu/gemm.h"
+#include "runtime/cpu/kernels_fused.h"
 
 #include <Eigen/Core>
 #include <tbb/task_arena.h>
@@ -223,7 +223,7 @@ void conv2d_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& 
 // The conv's epilogue runs as a second parallel pass over the result, one (image, channel)
 // plane at a time, rather than inside each algorithm's tiling: the Winograd, direct and strided
 // kernels each cut the output their own way, and one pass here serves them all.
-void epilogue_kernel(ir::Op op, const ir::Attr& attr, const compiler::Epilogue& epilogue,
+void epilogue_kernel(ir::Op op, const ir::Attr& attr, const ir::Epilogue& epilogue,
                      std::span<const TensorView> in, const TensorView& out) {
   const TensorView* bias = epilogue.bias >= 0 ? &in[epilogue.bias] : nullptr;
   const ir::Op act = epilogue.activation;

@@ -11,7 +11,7 @@
 // (below), which picks among these, Winograd (conv_winograd.h) and im2col + GEMM, first.
 #pragma once
 
-#include "runtime/conv_common.h"
+#include "runtime/cpu/conv/conv_common.h"
 
 #include <cstdint>
 

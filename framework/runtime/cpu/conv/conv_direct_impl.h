@@ -3,7 +3,7 @@
 // AVX-512 builds only.
 #pragma once
 
-#include "runtime/conv_common.h"
+#include "runtime/cpu/conv/conv_common.h"
 
 #include <immintrin.h>
 

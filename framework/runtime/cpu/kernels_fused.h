@@ -1,11 +1,11 @@
-// The fused elementwise kernel: runs a compiler::Fusion (a straight-line program of
+// The fused elementwise kernel: runs a ir::Fusion (a straight-line program of
 // elementwise steps, see compiler/program.h) over the result in blocks of kFusedBlock
 // elements. Each block's values live in small scratch registers that stay in L1, so every
 // operand is read once and the result written once, however long the chain.
 #pragma once
 
-#include "compiler/program.h"
-#include "runtime/kernels.h"
+#include "ir/program.h"
+#include "runtime/cpu/kernels.h"
 
 #include <span>
 
@@ -13,18 +13,18 @@ namespace loom::runtime {
 
 inline constexpr int64_t kFusedBlock = 512;
 
-void fused_kernel(const compiler::Fusion& fusion, std::span<const TensorView> in,
+void fused_kernel(const ir::Fusion& fusion, std::span<const TensorView> in,
                   const TensorView& out);
 
 // A Sum, Mean or Max (attr: its axes) of a fusion's result, which is never stored: the
 // reduction evaluates the fusion (its prologue) over `in` as it reads (kernels_reduce.cpp).
-void fused_reduce_kernel(ir::Op op, const ir::Attr& attr, const compiler::Fusion& prologue,
+void fused_reduce_kernel(ir::Op op, const ir::Attr& attr, const ir::Fusion& prologue,
                          std::span<const TensorView> in, const TensorView& out);
 
 // Elements [begin, begin + len) of a fusion's result, in its compute type T (float or
 // double), written to dst: for kernels that take a fused prologue (reductions).
 template <class T>
-void eval_fusion(const compiler::Fusion& fusion, std::span<const TensorView> in, int64_t begin,
+void eval_fusion(const ir::Fusion& fusion, std::span<const TensorView> in, int64_t begin,
                  int64_t len, T* dst);
 
 // d[i] = op(a[i]) for a unary elementwise op, computed as a fusion step computes it (a and d
@@ -35,7 +35,7 @@ void unary_step(ir::Op op, const T* a, T* d, int64_t n);
 
 // A Matmul or Conv2d with an epilogue (compiler/fuse_epilogue.h): out = activation(op(in[0],
 // in[1]) + in[epilogue.bias]), the bias one value per column (matmul) or output channel (conv).
-void epilogue_kernel(ir::Op op, const ir::Attr& attr, const compiler::Epilogue& epilogue,
+void epilogue_kernel(ir::Op op, const ir::Attr& attr, const ir::Epilogue& epilogue,
                      std::span<const TensorView> in, const TensorView& out);
 
 }  // namespace loom::runtime

@@ -1,7 +1,7 @@
 // Movement kernels: reshape, permute, slice, expand, pad and concat. All but concat are one
 // strided copy: the output's multi-index maps to an input offset through per-dimension
 // strides (0 for a broadcast dimension), so they differ only in how they build the strides.
-#include "runtime/kernels_impl.h"
+#include "runtime/cpu/kernels_impl.h"
 
 #include <algorithm>
 #include <cassert>

@@ -1,7 +1,7 @@
 // Elementwise kernels: constant fill, iota, unary and binary maps, cast and where. Every
 // one is a flat loop over contiguous buffers (shape inference made operand shapes equal), split
 // into TBB chunks; the inner loops are simple enough for the compiler to vectorize.
-#include "runtime/kernels_impl.h"
+#include "runtime/cpu/kernels_impl.h"
 
 #include <algorithm>
 #include <cassert>

@@ -11,7 +11,7 @@
 // conv_algorithm (conv_direct.h) first.
 #pragma once
 
-#include "runtime/conv_common.h"
+#include "runtime/cpu/conv/conv_common.h"
 
 namespace loom::runtime {
 

@@ -11,15 +11,15 @@
 // work for a 3x3 "same" conv), the weight gradient zeroes grad_out there so they add nothing.
 // The forward's register tile is 4 output channels x 96 positions: 24 accumulators, 4
 // weight broadcasts and 6 input loads per 24 FMAs.
-#include "runtime/conv_direct.h"
+#include "runtime/cpu/conv/conv_direct.h"
 
-#include "runtime/conv_winograd.h"
-#include "runtime/kernels_impl.h"
+#include "runtime/cpu/conv/conv_winograd.h"
+#include "runtime/cpu/kernels_impl.h"
 
 #include <loom/error.h>
 
 #ifdef __AVX512F__
-#include "runtime/conv_direct_impl.h"
+#include "runtime/cpu/conv/conv_direct_impl.h"
 #endif
 
 #include <algorithm>

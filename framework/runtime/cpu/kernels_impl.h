@@ -10,9 +10,9 @@
 // number of instantiations stays small (CI builds on two cores).
 #pragma once
 
-#include "runtime/heap_count.h"
-#include "runtime/kernels.h"
-#include "runtime/small_vector.h"
+#include "runtime/cpu/heap_count.h"
+#include "runtime/cpu/kernels.h"
+#include "runtime/cpu/small_vector.h"
 
 #include <loom/error.h>
 

@@ -4,8 +4,8 @@
 //   ... reduced innermost: each output folds contiguous runs (e.g. a row sum);
 //   ... kept innermost:    a block of neighbouring outputs folds whole input rows at once
 //                          (e.g. a column sum), so memory is read in order.
-#include "runtime/kernels_fused.h"
-#include "runtime/kernels_impl.h"
+#include "runtime/cpu/kernels_fused.h"
+#include "runtime/cpu/kernels_impl.h"
 
 #include <algorithm>
 #include <array>
@@ -86,7 +86,7 @@ struct MaxOp {
 template <class T>
 struct Operand {
   const T* data = nullptr;
-  const compiler::Fusion* prologue = nullptr;
+  const ir::Fusion* prologue = nullptr;
   std::span<const TensorView> prologue_in;
 
   // Elements [offset, offset + len) in row-major order; `tmp` has room for len elements.
@@ -354,7 +354,7 @@ void argmax_typed(int64_t outer, int64_t size, int64_t inner, const T* px, int64
 // Runs reduction `op` over `x` of dtype `dtype`: Sum and Max on every numeric dtype, Mean on
 // floating point.
 void reduce_operand(Op op, const ir::Attr& attr, DType dtype, const Shape& shape,
-                    const void* data, const compiler::Fusion* prologue,
+                    const void* data, const ir::Fusion* prologue,
                     std::span<const TensorView> prologue_in, const TensorView& out) {
   const auto& axes = attr.ints;
   assert(std::is_sorted(axes.begin(), axes.end()) && "reduce: axes must be sorted");
@@ -388,7 +388,7 @@ void reduce_kernel(Op op, const ir::Attr& attr, const TensorView& x, const Tenso
   reduce_operand(op, attr, x.dtype, x.shape, x.data, nullptr, {}, out);
 }
 
-void fused_reduce_kernel(Op op, const ir::Attr& attr, const compiler::Fusion& prologue,
+void fused_reduce_kernel(Op op, const ir::Attr& attr, const ir::Fusion& prologue,
                          std::span<const TensorView> in, const TensorView& out) {
   reduce_operand(op, attr, prologue.compute, prologue.shape, nullptr, &prologue, in, out);
 }

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-namespace loom::compiler {
+namespace loom::ir {
 
 // A fused elementwise kernel (made by fuse_elementwise.cpp): a small straight-line program over
 // values. Values [0, loads.size()) are read from the instruction's operands; value
@@ -33,7 +33,7 @@ struct FusedLoad {
 };
 
 struct FusedStep {
-  ir::Op op;          // an elementwise op, or Constant (value = scalar)
+  Op op;          // an elementwise op, or Constant (value = scalar)
   int a = -1, b = -1, c = -1;  // operand values
   double scalar = 0;  // Constant's value
   DType dtype;        // the IR node's result dtype (Cast: its target)
@@ -53,15 +53,15 @@ struct Fusion {
 // a Matmul ([..., M, N]: N values), one per output channel of a Conv2d ([N, O, H, W]: O).
 struct Epilogue {
   int bias = -1;                         // index into Instr::args, or -1: none
-  ir::Op activation = ir::Op::Count_;    // Relu, Sigmoid, Tanh, Silu, Gelu, GeluTanh; Count_: none
-  bool active() const { return bias >= 0 || activation != ir::Op::Count_; }
+  Op activation = Op::Count_;    // Relu, Sigmoid, Tanh, Silu, Gelu, GeluTanh; Count_: none
+  bool active() const { return bias >= 0 || activation != Op::Count_; }
 };
 
 struct Instr {
-  ir::Op op;
+  Op op;
   DType dtype;
   Shape shape;
-  ir::Attr attr;
+  Attr attr;
   std::vector<int> args;       // slots read
   int64_t arena_offset = -1;   // >= 0: the result lives at this byte offset in the arena
   // Set on an elementwise instruction: run this fusion instead (op is its last step's op).
@@ -96,4 +96,4 @@ struct Program {
 // One line per input and instruction (fused ones list their steps), for dumps and tests.
 std::string to_text(const Program& p);
 
-}  // namespace loom::compiler
+}  // namespace loom::ir

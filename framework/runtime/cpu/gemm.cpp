@@ -1,6 +1,6 @@
-#include "runtime/gemm.h"
+#include "runtime/cpu/gemm.h"
 
-#include "runtime/conv_common.h"
+#include "runtime/cpu/conv/conv_common.h"
 
 #include <Eigen/Core>
 

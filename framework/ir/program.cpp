@@ -1,8 +1,8 @@
-#include "compiler/program.h"
+#include "ir/program.h"
 
 #include <sstream>
 
-namespace loom::compiler {
+namespace loom::ir {
 
 const SlotType Program::slot_type(int slot) const {
   auto n = static_cast<int>(inputs.size());
@@ -22,8 +22,8 @@ void write_fusion(std::ostream& os, const Fusion& f) {
   os << " {";
   for (std::size_t k = 0; k < f.steps.size(); ++k) {
     const auto& s = f.steps[k];
-    os << (k ? " " : "") << ir::op_name(s.op) << '(';
-    if (s.op == ir::Op::Constant) os << s.scalar;
+    os << (k ? " " : "") << op_name(s.op) << '(';
+    if (s.op == Op::Constant) os << s.scalar;
     const char* sep = "";
     for (int v : {s.a, s.b, s.c})
       if (v >= 0) value(os << sep, v), sep = ", ";
@@ -44,15 +44,15 @@ std::string to_text(const Program& p) {
   for (std::size_t i = 0; i < p.instrs.size(); ++i) {
     const auto& in = p.instrs[i];
     os << "  $" << p.inputs.size() + i << " = " << (in.fusion ? "fused " : "")
-       << ir::op_name(in.op) << ' ' << dtype_name(in.dtype) << shape_str(in.shape) << '(';
+       << op_name(in.op) << ' ' << dtype_name(in.dtype) << shape_str(in.shape) << '(';
     for (std::size_t k = 0; k < in.args.size(); ++k) os << (k ? ", $" : "$") << in.args[k];
     os << ')';
     if (in.fusion) write_fusion(os, *in.fusion);
     if (in.epilogue.active()) {
       os << " epilogue{";
       if (in.epilogue.bias >= 0) os << "bias $" << in.args[in.epilogue.bias];
-      if (in.epilogue.activation != ir::Op::Count_)
-        os << (in.epilogue.bias >= 0 ? " " : "") << ir::op_name(in.epilogue.activation);
+      if (in.epilogue.activation != Op::Count_)
+        os << (in.epilogue.bias >= 0 ? " " : "") << op_name(in.epilogue.activation);
       os << '}';
     }
     if (in.arena_offset >= 0) os << "  @" << in.arena_offset;
@@ -68,4 +68,4 @@ std::string to_text(const Program& p) {
   return os.str();
 }
 
-}  // namespace loom::compiler
+}  // namespace loom::ir

@@ -1,4 +1,4 @@
-#include "runtime/heap_count.h"
+#include "runtime/cpu/heap_count.h"
 
 #include <atomic>
 #include <cerrno>

@@ -7,7 +7,7 @@
 //
 // Every floating-point elementwise op goes through here, fused or alone, so lazy, eager and
 // compiled execution compute each element with the same code and agree exactly.
-#include "runtime/kernels_fused.h"
+#include "runtime/cpu/kernels_fused.h"
 
 // GCC 12 reports its own AVX-512 intrinsics' undefined placeholders as uninitialized when
 // Eigen's vectorised sin/cos inline them (GCC bug 105593).
@@ -15,7 +15,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
-#include "runtime/kernels_impl.h"
+#include "runtime/cpu/kernels_impl.h"
 
 #include <Eigen/Core>
 
@@ -30,9 +30,9 @@
 namespace loom::runtime {
 namespace {
 
-using compiler::FusedLoad;
-using compiler::FusedStep;
-using compiler::Fusion;
+using ir::FusedLoad;
+using ir::FusedStep;
+using ir::Fusion;
 using ir::Op;
 
 template <class T>
@@ -83,12 +83,12 @@ T* scratch_registers(std::size_t n) {
 template <class T, class S>
 void load_block(const FusedLoad& l, const S* src, int64_t begin, int64_t len, T* dst) {
   const std::size_t rank = l.sizes.size();
-  assert(rank >= 1 && rank <= compiler::kMaxFusedRank && "fused load: bad rank");
+  assert(rank >= 1 && rank <= ir::kMaxFusedRank && "fused load: bad rank");
   if (rank == 1 && l.strides[0] == 1) {
     for (int64_t i = 0; i < len; ++i) dst[i] = static_cast<T>(src[begin + i]);
     return;
   }
-  std::array<int64_t, compiler::kMaxFusedRank> idx{};
+  std::array<int64_t, ir::kMaxFusedRank> idx{};
   int64_t rem = begin, offset = 0;
   for (std::size_t d = rank; d-- > 0;) {
     idx[d] = rem % l.sizes[d];
@@ -257,14 +257,14 @@ void run_fusion(const Fusion& f, std::span<const TensorView> in, const TensorVie
 
 }  // namespace
 
-void fused_kernel(const compiler::Fusion& fusion, std::span<const TensorView> in,
+void fused_kernel(const ir::Fusion& fusion, std::span<const TensorView> in,
                   const TensorView& out) {
   visit_float("fused elementwise", fusion.compute,
               [&](auto tag) { run_fusion<typename decltype(tag)::type>(fusion, in, out); });
 }
 
 template <class T>
-void eval_fusion(const compiler::Fusion& fusion, std::span<const TensorView> in, int64_t begin,
+void eval_fusion(const ir::Fusion& fusion, std::span<const TensorView> in, int64_t begin,
                  int64_t len, T* dst) {
   assert(fusion.compute == (sizeof(T) == 4 ? DType::Float32 : DType::Float64) &&
          "eval_fusion: wrong compute type");
@@ -273,9 +273,9 @@ void eval_fusion(const compiler::Fusion& fusion, std::span<const TensorView> in,
     eval.eval(begin + at, std::min(kFusedBlock, len - at), dst + at);
 }
 
-template void eval_fusion<float>(const compiler::Fusion&, std::span<const TensorView>, int64_t,
+template void eval_fusion<float>(const ir::Fusion&, std::span<const TensorView>, int64_t,
                                  int64_t, float*);
-template void eval_fusion<double>(const compiler::Fusion&, std::span<const TensorView>, int64_t,
+template void eval_fusion<double>(const ir::Fusion&, std::span<const TensorView>, int64_t,
                                   int64_t, double*);
 
 template <class T>

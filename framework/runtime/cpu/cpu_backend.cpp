@@ -3,9 +3,9 @@
 #include "runtime/backend.h"
 
 #include "runtime/device_queue.h"
-#include "runtime/heap_count.h"
-#include "runtime/kernels.h"
-#include "runtime/kernels_fused.h"
+#include "runtime/cpu/heap_count.h"
+#include "runtime/cpu/kernels.h"
+#include "runtime/cpu/kernels_fused.h"
 
 #include <loom/error.h>
 #include <loom/metrics.h>
@@ -27,7 +27,7 @@ namespace {
 // allocator only for its outputs.
 class CpuExecutable final : public Executable {
  public:
-  explicit CpuExecutable(compiler::Program p) : program(std::move(p)) {
+  explicit CpuExecutable(ir::Program p) : program(std::move(p)) {
     data.resize(program.num_slots());
     owned.resize(program.num_slots());
     arg_views.resize(program.instrs.size());
@@ -41,7 +41,7 @@ class CpuExecutable final : public Executable {
       out_views[i] = {nullptr, in.dtype, in.shape};
     }
   }
-  compiler::Program program;
+  ir::Program program;
   // Run state, touched only by the device thread. The kernels' views (dtype and shape) are
   // made once here; a run only points them at this run's buffers, so it copies no shapes.
   mutable std::shared_ptr<Storage> arena;
@@ -144,7 +144,7 @@ class CpuBackend final : public Backend {
 
   bool supports(ir::Op, DType) const override { return true; }
 
-  std::shared_ptr<const Executable> compile(compiler::Program program) override {
+  std::shared_ptr<const Executable> compile(ir::Program program) override {
     return std::make_shared<CpuExecutable>(std::move(program));
   }
 

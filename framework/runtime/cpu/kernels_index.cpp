@@ -5,7 +5,7 @@
 // gather and scatter_add view the index as [outer, L, inner] around `dim`: elements that
 // differ outside `dim` address different elements of x (or self), which lets scatter_add
 // split work across threads without atomics and add in a fixed order (deterministic sums).
-#include "runtime/kernels_impl.h"
+#include "runtime/cpu/kernels_impl.h"
 
 #include <algorithm>
 #include <cassert>

@@ -10,9 +10,9 @@
 //   input grad:   each phase's gradient is the input gradient of its own stride-1 conv (the
 //                 phase's taps only), put back in place (where every input is read).
 // A 1x1 stride-2 conv becomes a 1x1 conv over one phase, the subsampled input.
-#include "runtime/conv_direct.h"
+#include "runtime/cpu/conv/conv_direct.h"
 
-#include "runtime/kernels_impl.h"
+#include "runtime/cpu/kernels_impl.h"
 
 #ifdef __AVX512F__
 #include <immintrin.h>
