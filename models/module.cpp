@@ -115,8 +115,16 @@ void Module::load_state_dict(const NamedTensors& state) {
   NoGradGuard no_grad;
   for (auto& [n, t] : mine) {
     const Tensor& v = given.at(n);
-    t.assign(v.dtype() == t.dtype() ? v.detach() : v.detach().to(t.dtype()));
+    auto value = (v.dtype() == t.dtype() ? v.detach() : v.detach().to(t.dtype())).to(t.device());
+    t.assign(value);
   }
+}
+
+Module& Module::to(Device device) {
+  NoGradGuard no_grad;
+  for (auto& [n, t] : state_dict())
+    if (!(t.device() == device)) t.assign(t.detach().to(device));
+  return *this;
 }
 
 void Module::train(bool on) {

@@ -52,7 +52,7 @@ Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   if (!total.defined()) throw Error("clip_grad_norm: no parameter has a gradient");
   total = sqrt(total);
   // torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), clamped at 1.
-  auto coef = minimum(max_norm / (total + 1e-6), ones({}, total.dtype()));
+  auto coef = minimum(max_norm / (total + 1e-6), ones({}, total.dtype(), total.device()));
   for (Tensor p : params) {  // a copy of the handle; the gradient lives in the shared state
     auto g = p.grad();
     if (!g.defined()) continue;

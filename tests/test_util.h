@@ -1,9 +1,11 @@
 // Helpers shared by the engine tests.
 #pragma once
 
+#include "compiler/pipeline.h"
 #include "ir/graph.h"
 #include "lazy/executor.h"
 #include "lazy/tensor_impl.h"
+#include "runtime/registry.h"
 
 #include <loom/lazy.h>
 #include <loom/metrics.h>
@@ -14,6 +16,11 @@
 #include <string>
 
 namespace loom::test {
+
+// The Program the CPU backend runs for `g`: compiled for its target.
+inline ir::Program compile_for_cpu(const ir::Graph& g) {
+  return compiler::compile(g, runtime::backend(Device{}).target());
+}
 
 // Starts a test from a clean engine: nothing queued, empty compile cache, zero metrics.
 inline void fresh_engine() {

@@ -1,4 +1,4 @@
-// Dead-code elimination on a ir::Program: drops instructions whose result no output needs.
+// Dead-code elimination on a Program: drops instructions whose result no output needs.
 //
 // Graphs hold only what their roots reach, so lowering leaves nothing dead; passes that fold
 // an instruction into its readers (fusion folds constants and broadcasts) do, and run this

@@ -1,7 +1,7 @@
-// ir::Fusion of elementwise chains.
+// Fusion of elementwise chains.
 //
 // Rewrites each floating-point elementwise instruction (unary, binary, where, cast, and
-// comparisons of floats) into a fused instruction (ir::Instr::fusion) that also computes every
+// comparisons of floats) into a fused instruction (Instr::fusion) that also computes every
 // elementwise producer feeding only it, so a chain like sin(cos(x)) or BatchNorm's
 // normalise-scale-shift reads each input once and writes one result. Constants and
 // broadcasts (Expand) that feed a fused instruction are folded into it: a constant becomes a

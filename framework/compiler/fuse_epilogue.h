@@ -4,7 +4,7 @@
 // bias: [N], reshaped to [1, ..., 1, N] and broadcast over the rows), and `Add(Conv2d,
 // Expand(bias))`, the bias one value per output channel ([O] reshaped to [1, O, 1, 1]), become
 // one Matmul/Conv2d that takes the bias as a third argument and adds it to each block of its
-// result as it writes it (ir::Instr::epilogue). A Relu, Sigmoid, Tanh, Silu, Gelu or GeluTanh that
+// result as it writes it (Instr::epilogue). A Relu, Sigmoid, Tanh, Silu, Gelu or GeluTanh that
 // is the sum's only reader folds in too. The Matmul may reach the Add through a Reshape that
 // keeps its last dimension (a Linear layer on [B, S, K] multiplies [B*S, K] rows).
 //

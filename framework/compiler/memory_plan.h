@@ -3,7 +3,7 @@
 // arena once per compiled program and reuses it every step, so a steady-state step asks the
 // allocator only for the program's outputs.
 //
-// Rewrites: sets ir::Instr::arena_offset and ir::Program::arena_bytes. Assumes instructions in
+// Rewrites: sets Instr::arena_offset and Program::arena_bytes. Assumes instructions in
 // execution order. A value is alive from the instruction that writes it through its last
 // reader, inclusive, so no kernel ever writes over an operand it is reading. Reshape shares its
 // operand's memory: the two are one value, alive as long as either is read. Values that leave
@@ -15,7 +15,7 @@
 // dtype and size that are dead by then: last read by an earlier instruction, or read by this
 // one, a fused elementwise kernel, only element for element (every load of it contiguous over
 // the whole result, so each block is read before it is written). The runtime donates the
-// first listed input that nothing outside the program holds any more (ir::Instr::donors).
+// first listed input that nothing outside the program holds any more (Instr::donors).
 #pragma once
 
 #include "ir/program.h"

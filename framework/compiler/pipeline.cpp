@@ -9,12 +9,30 @@
 #include "compiler/memory_plan.h"
 #include "compiler/simplify.h"
 
+#include <loom/error.h>
+
 #include <cstdlib>
 #include <iostream>
 
 namespace loom::compiler {
+namespace {
 
-ir::Program compile(const ir::Graph& graph) {
+// Every instruction's op at its dtype must be one the device runs; the first that is not is
+// named, with the device kind.
+void check_supported(const ir::Program& p, const ir::Target& target) {
+  for (const auto& in : p.instrs)
+    if (!target.runs(in.op, in.dtype))
+      throw Error(std::string("compile: the ") + target.name + " device does not run " +
+                  ir::op_name(in.op) + " producing " + dtype_name(in.dtype));
+}
+
+}  // namespace
+
+// The pass order, stated here once: lower, check_supported, simplify, fuse_epilogue,
+// fuse_elementwise, fuse_reduce_prologue, fold_transpose, eliminate_dead_code, plan_memory.
+// A target skips the rewrites it does not take; lowering, the check, simplification and dead
+// code elimination always run.
+ir::Program compile(const ir::Graph& graph, const ir::Target& target) {
   static const bool dump = std::getenv("LOOM_DUMP_PASSES") != nullptr;
   auto after = [&](const char* pass, const ir::Program& p) {
     if (dump) std::cerr << "== after " << pass << '\n' << to_text(p);
@@ -22,20 +40,31 @@ ir::Program compile(const ir::Graph& graph) {
   if (dump) std::cerr << "== input\n" << ir::to_text(graph);
   ir::Program p = lower(graph);
   after("lower", p);
+  check_supported(p, target);
   p = simplify(std::move(p));
   after("simplify", p);
-  p = fuse_epilogue(std::move(p));
-  after("fuse_epilogue", p);
-  p = fuse_elementwise(std::move(p));
-  after("fuse_elementwise", p);
-  p = fuse_reduce_prologue(std::move(p));
-  after("fuse_reduce_prologue", p);
-  p = fold_transpose(std::move(p));
-  after("fold_transpose", p);
+  if (target.fuse_epilogue) {
+    p = fuse_epilogue(std::move(p));
+    after("fuse_epilogue", p);
+  }
+  if (target.fuse_elementwise) {
+    p = fuse_elementwise(std::move(p));
+    after("fuse_elementwise", p);
+  }
+  if (target.fuse_reduce_prologue) {
+    p = fuse_reduce_prologue(std::move(p));
+    after("fuse_reduce_prologue", p);
+  }
+  if (target.fold_transpose) {
+    p = fold_transpose(std::move(p));
+    after("fold_transpose", p);
+  }
   p = eliminate_dead_code(std::move(p));
   after("eliminate_dead_code", p);
-  p = plan_memory(std::move(p));
-  after("plan_memory", p);
+  if (target.plan_memory) {
+    p = plan_memory(std::move(p));
+    after("plan_memory", p);
+  }
   return p;
 }
 

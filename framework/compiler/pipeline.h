@@ -1,19 +1,21 @@
-// The compiler pipeline: graph in, ir::Program out. The graph is lowered to a ir::Program (one
-// instruction per node), then each pass is a function ir::Program -> ir::Program in its own file,
-// run in a fixed order: simplify, fuse_elementwise, fuse_reduce_prologue, fold_transpose,
-// eliminate_dead_code, plan_memory. With LOOM_DUMP_PASSES=1 the graph and the ir::Program after each pass are printed
-// to stderr.
+// The compiler pipeline: graph and the device's Target in, Program out. The graph is lowered
+// to a Program (one instruction per node), then each pass is a function Program -> Program in
+// its own file, run in the fixed order that compile() states (pipeline.cpp), skipping the
+// rewrites the target does not take (ir/target.h). With LOOM_DUMP_PASSES=1 the graph and the
+// Program after each pass are printed to stderr.
 //
 // Common-subexpression elimination happens while tracing (nodes are hash-consed: one node per
 // distinct expression) and a Graph holds only what its roots reach, so the passes start from
 // a graph with neither duplicates nor dead nodes.
 #pragma once
 
-#include "ir/program.h"
 #include "ir/graph.h"
+#include "ir/program.h"
+#include "ir/target.h"
 
 namespace loom::compiler {
 
-ir::Program compile(const ir::Graph& graph);
+// Throws loom::Error naming the op and the device when the target does not run an op.
+ir::Program compile(const ir::Graph& graph, const ir::Target& target);
 
 }  // namespace loom::compiler

@@ -1,6 +1,12 @@
 #include <loom/dtype.h>
 
+#include "ir/device_type.h"
+
+#include <loom/error.h>
+
 #include <cassert>
+#include <charconv>
+#include <mutex>
 
 namespace loom {
 
@@ -45,11 +51,70 @@ int64_t shape_numel(const Shape& s) {
   return n;
 }
 
-std::string device_str(Device d) {
-  switch (d.type) {
-    case DeviceType::CPU: return "cpu:" + std::to_string(d.index);
+namespace {
+
+struct DeviceTypes {
+  std::mutex mutex;
+  std::vector<std::string> names{"cpu"};
+};
+
+DeviceTypes& device_types() {
+  static auto* t = new DeviceTypes;  // leaked: named in messages until the very end
+  return *t;
+}
+
+}  // namespace
+
+namespace ir {
+
+DeviceType register_device_type(std::string_view name) {
+  auto& t = device_types();
+  std::lock_guard lock(t.mutex);
+  for (std::size_t i = 0; i < t.names.size(); ++i)
+    if (t.names[i] == name) return static_cast<DeviceType>(i);
+  if (t.names.size() > 255) throw Error("register_device_type: too many device kinds");
+  t.names.emplace_back(name);
+  return static_cast<DeviceType>(t.names.size() - 1);
+}
+
+std::vector<std::string> device_type_names() {
+  auto& t = device_types();
+  std::lock_guard lock(t.mutex);
+  return t.names;
+}
+
+}  // namespace ir
+
+std::string device_type_name(DeviceType type) {
+  auto& t = device_types();
+  std::lock_guard lock(t.mutex);
+  auto i = static_cast<std::size_t>(type);
+  return i < t.names.size() ? t.names[i] : "device" + std::to_string(i);
+}
+
+std::string device_str(Device d) { return device_type_name(d.type) + ":" + std::to_string(d.index); }
+
+Device parse_device(std::string_view text) {
+  auto colon = text.find(':');
+  auto kind = text.substr(0, colon);
+  Device d;
+  if (colon != std::string_view::npos) {
+    auto digits = text.substr(colon + 1);
+    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), d.index);
+    if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() || d.index < 0)
+      throw Error("device: expected 'kind' or 'kind:index' with a non-negative index, got '" +
+                  std::string(text) + "'");
   }
-  return "?";
+  auto names = ir::device_type_names();
+  for (std::size_t i = 0; i < names.size(); ++i)
+    if (names[i] == kind) {
+      d.type = static_cast<DeviceType>(i);
+      return d;
+    }
+  std::string known;
+  for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+  throw Error("device: unknown kind '" + std::string(kind) + "' in '" + std::string(text) +
+              "' (registered: " + known + ")");
 }
 
 }  // namespace loom

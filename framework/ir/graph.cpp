@@ -36,11 +36,32 @@ Graph build_graph(const std::vector<NodePtr>& roots) {
     h = hash_combine(h, static_cast<uint64_t>(n->dtype()));
     for (auto d : n->shape()) h = hash_combine(h, static_cast<uint64_t>(d));
     h = hash_combine(h, hash_attr(n->attr()));
-    for (const auto& o : n->operands()) h = hash_combine(h, static_cast<uint64_t>(index.at(o.get())));
+    for (const auto& o : n->operands()) {
+      int at = index.at(o.get());
+      g.operands.push_back(at);
+      h = hash_combine(h, static_cast<uint64_t>(at));
+    }
   }
   for (auto o : g.outputs) h = hash_combine(h, static_cast<uint64_t>(o) + 7);
   g.hash = h;
   return g;
+}
+
+GraphKey::GraphKey(const Graph& g) : operands_(g.operands), outputs_(g.outputs) {
+  nodes_.reserve(g.nodes.size());
+  for (const auto& n : g.nodes) nodes_.push_back({n->op(), n->dtype(), n->shape(), n->attr(), n->operands().size()});
+}
+
+bool GraphKey::matches(const Graph& g) const {
+  if (g.nodes.size() != nodes_.size() || g.operands != operands_ || g.outputs != outputs_) return false;
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    const auto& n = *g.nodes[i];
+    const auto& k = nodes_[i];
+    if (n.op() != k.op || n.dtype() != k.dtype || n.operands().size() != k.arity || n.shape() != k.shape ||
+        !(n.attr() == k.attr))
+      return false;
+  }
+  return true;
 }
 
 namespace {

@@ -17,10 +17,32 @@ struct Graph {
   std::vector<NodePtr> nodes;  // topological order, operands first
   std::vector<int> inputs;     // DeviceData leaves, by first visit
   std::vector<int> outputs;    // one per root, in the roots' order
+  std::vector<int> operands;   // every node's operands' positions, node after node
   uint64_t hash = 0;
 };
 
 Graph build_graph(const std::vector<NodePtr>& roots);
+
+// A graph's structure without its nodes (so without the buffers its leaves hold): what the
+// compile cache keeps beside a program to make sure that a graph with the same hash is the
+// same computation, so a hash collision can never run the wrong program.
+class GraphKey {
+ public:
+  explicit GraphKey(const Graph& g);
+  bool matches(const Graph& g) const;
+
+ private:
+  struct NodeKey {
+    Op op;
+    DType dtype;
+    Shape shape;
+    Attr attr;
+    std::size_t arity;  // how many of operands_ are this node's
+  };
+  std::vector<NodeKey> nodes_;
+  std::vector<int> operands_;
+  std::vector<int> outputs_;
+};
 
 std::string to_text(const Graph& g);
 std::string to_dot(const Graph& g);

@@ -3,8 +3,7 @@
 #include "compiler/pipeline.h"
 #include "ir/graph.h"
 #include "lazy/debug.h"
-#include "runtime/cpu/allocator.h"
-#include "runtime/backend.h"
+#include "runtime/registry.h"
 
 #include <loom/lazy.h>
 #include <loom/metrics.h>
@@ -13,7 +12,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <deque>
+#include <list>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
@@ -39,18 +40,102 @@ int steps_in_flight_from_env() {
   return static_cast<int>(n);
 }
 
+// LOOM_COMPILE_CACHE_SIZE, or 1024: programs kept per device before the least recently used
+// is dropped (and recompiled if its graph comes back).
+int cache_capacity_from_env() {
+  const char* v = std::getenv("LOOM_COMPILE_CACHE_SIZE");
+  if (!v || !*v) return 1024;
+  char* end = nullptr;
+  long n = std::strtol(v, &end, 10);
+  if (*end || n < 1 || n > 1'000'000)
+    throw Error(std::string("LOOM_COMPILE_CACHE_SIZE: expected an integer from 1 to 1000000, got '") + v + "'");
+  return static_cast<int>(n);
+}
+
+// One device's compiled programs, most recently used first. An entry keeps its graph's
+// structure (ir::GraphKey) so that a graph whose hash matches but whose structure does not is
+// compiled anew instead of running another graph's program.
+class CompileCache {
+ public:
+  struct Entry {
+    uint64_t hash;
+    ir::GraphKey key;
+    std::shared_ptr<const runtime::Executable> exe;
+  };
+
+  // The entry for `g`, moved to the front; null when absent. A same-hash entry of another
+  // structure is dropped and counted as CompileCacheCollision.
+  const Entry* find(const ir::Graph& g, Device device) {
+    auto it = index_.find(g.hash);
+    if (it == index_.end()) return nullptr;
+    if (!it->second->key.matches(g)) {
+      metrics::increment("CompileCacheCollision", device);
+      entries_.erase(it->second);
+      index_.erase(it);
+      return nullptr;
+    }
+    entries_.splice(entries_.begin(), entries_, it->second);
+    return &entries_.front();
+  }
+
+  void insert(const ir::Graph& g, std::shared_ptr<const runtime::Executable> exe, int capacity, Device device) {
+    entries_.push_front(Entry{g.hash, ir::GraphKey(g), std::move(exe)});
+    index_[g.hash] = entries_.begin();
+    while (static_cast<int>(entries_.size()) > capacity) {
+      index_.erase(entries_.back().hash);
+      entries_.pop_back();
+      metrics::increment("CompileCacheEvict", device);
+    }
+  }
+
+  std::size_t size() const { return entries_.size(); }
+  void clear() {
+    index_.clear();
+    entries_.clear();
+  }
+
+ private:
+  std::list<Entry> entries_;
+  std::unordered_map<uint64_t, std::list<Entry>::iterator> index_;
+};
+
+// What the executor keeps per device.
+struct DeviceState {
+  Device device;
+  CompileCache cache;                                // under Executor::mutex
+  std::shared_ptr<runtime::Completion> last_queued;  // under Executor::mutex
+  // Back-pressure: what each of the last steps queued last (its program, or its closures),
+  // oldest first; mark_step waits for the oldest while more than max_in_flight are unfinished.
+  std::deque<std::shared_ptr<runtime::Completion>> in_flight;  // under Executor::flight_mutex
+  // Every program queued and not known to be finished, oldest first (they finish in order).
+  std::deque<std::shared_ptr<runtime::Completion>> programs;   // under Executor::flight_mutex
+};
+
 struct Executor {
   std::mutex mutex;  // serializes tracing-side execution (host thread and closures)
-  std::unordered_map<uint64_t, std::shared_ptr<const runtime::Executable>> cache;
   std::mutex closure_mutex;
   std::vector<std::function<void()>> closures;
   std::exception_ptr closure_error;
-  // Back-pressure: what each of the last steps queued last (its program, or its closures),
-  // oldest first; mark_step waits for the oldest while more than max_in_flight are unfinished.
-  std::shared_ptr<runtime::Completion> last_queued;  // under `mutex`
   std::mutex flight_mutex;
-  std::deque<std::shared_ptr<runtime::Completion>> in_flight;
   std::atomic<int> max_in_flight{steps_in_flight_from_env()};
+  std::atomic<int> cache_capacity{cache_capacity_from_env()};
+
+  std::mutex devices_mutex;
+  std::deque<DeviceState> devices;  // a deque: states never move once made
+
+  DeviceState& state(Device d) {
+    std::lock_guard lock(devices_mutex);
+    for (auto& s : devices)
+      if (s.device == d) return s;
+    devices.emplace_back().device = d;
+    return devices.back();
+  }
+  std::vector<DeviceState*> all_states() {
+    std::lock_guard lock(devices_mutex);
+    std::vector<DeviceState*> out;
+    for (auto& s : devices) out.push_back(&s);
+    return out;
+  }
 };
 
 Executor& executor() {
@@ -80,25 +165,44 @@ void dump(const ir::Graph& g, const ir::Program& p) {
   write(name.str() + ".after.txt", ir::to_text(p));
 }
 
-std::shared_ptr<const runtime::Executable> lookup_or_compile(Executor& ex, const ir::Graph& g,
-                                                             runtime::Backend& be, RunKind kind,
-                                                             const std::string& site) {
-  if (auto it = ex.cache.find(g.hash); it != ex.cache.end()) {
-    if (kind != RunKind::Eager) metrics::increment("CachedCompile");
-    return it->second;
+// The program for `g` on `device`, from the cache or compiled; the caller holds ex.mutex.
+std::shared_ptr<const runtime::Executable> lookup_locked(Executor& ex, const ir::Graph& g, Device device,
+                                                         RunKind kind, const std::string& site) {
+  auto& cache = ex.state(device).cache;
+  if (auto* hit = cache.find(g, device)) {
+    if (kind != RunKind::Eager) metrics::increment("CachedCompile", device);
+    return hit->exe;
   }
+  auto& be = runtime::backend(device);
   profiler::Trace span("compile");
   if (kind != RunKind::Eager) debug::note_compile(g, site);
   auto start = std::chrono::steady_clock::now();
-  auto program = compiler::compile(g);
+  auto program = compiler::compile(g, be.target());
   dump(g, program);
   auto exe = be.compile(std::move(program));
-  metrics::increment(kind == RunKind::Eager ? "EagerOpCompile" : "UncachedCompile");
+  metrics::increment(kind == RunKind::Eager ? "EagerOpCompile" : "UncachedCompile", device);
   metrics::record("CompileTime", since(start));
   metrics::record("GraphSize", static_cast<double>(g.nodes.size()));
-  ex.cache.emplace(g.hash, exe);
+  cache.insert(g, exe, ex.cache_capacity, device);
   return exe;
 }
+
+}  // namespace
+
+std::shared_ptr<const runtime::Executable> lookup_or_compile(const ir::Graph& g, Device device,
+                                                             RunKind kind, const std::string& site) {
+  auto& ex = executor();
+  std::lock_guard lock(ex.mutex);
+  return lookup_locked(ex, g, device, kind, site);
+}
+
+std::size_t cached_programs(Device device) {
+  auto& ex = executor();
+  std::lock_guard lock(ex.mutex);
+  return ex.state(device).cache.size();
+}
+
+namespace {
 
 void rethrow_closure_error() {
   auto& ex = executor();
@@ -127,6 +231,7 @@ void run_graph(const std::vector<std::shared_ptr<TensorImpl>>& tensors, RunKind 
   if (roots.empty()) return;
   Device device = owed.front()->device();
   auto& be = runtime::backend(device);
+  auto& state = ex.state(device);
 
   auto trace_start = std::chrono::steady_clock::now();
   ir::Graph g = [&] {
@@ -134,7 +239,7 @@ void run_graph(const std::vector<std::shared_ptr<TensorImpl>>& tensors, RunKind 
     return ir::build_graph(roots);
   }();
   metrics::record("GraphBuildTime", since(trace_start));
-  auto exe = lookup_or_compile(ex, g, be, kind, site);
+  auto exe = lookup_locked(ex, g, device, kind, site);
 
   runtime::BufferList inputs;
   inputs.reserve(g.inputs.size());
@@ -156,9 +261,14 @@ void run_graph(const std::vector<std::shared_ptr<TensorImpl>>& tensors, RunKind 
   // can be donated to its result (memory_plan.h).
   roots.clear();
   g = ir::Graph{};
-  ex.last_queued = ready;
+  state.last_queued = ready;
+  {
+    std::lock_guard flight(ex.flight_mutex);
+    while (!state.programs.empty() && state.programs.front()->done()) state.programs.pop_front();
+    state.programs.push_back(ready);
+  }
   be.execute(std::move(exe), std::move(inputs), std::move(outputs));
-  if (kind == RunKind::Eager) metrics::increment("EagerOpExecute");
+  if (kind == RunKind::Eager) metrics::increment("EagerOpExecute", device);
 }
 
 namespace {
@@ -194,33 +304,43 @@ void note_traced_op() {
   cutting = false;
 }
 
-void limit_steps_in_flight(std::shared_ptr<runtime::Completion> last) {
+void limit_steps_in_flight(Device device, std::shared_ptr<runtime::Completion> last) {
   auto& ex = executor();
   // A closure that marks a step runs on the device thread, which must never wait for itself.
   if (debug::in_closure()) return;
+  auto& state = ex.state(device);
   for (;;) {
     std::shared_ptr<runtime::Completion> oldest;
     {
       std::lock_guard lock(ex.flight_mutex);
-      if (last) ex.in_flight.push_back(std::move(last));
-      while (!ex.in_flight.empty() && ex.in_flight.front()->done()) ex.in_flight.pop_front();
-      if (static_cast<int>(ex.in_flight.size()) <= ex.max_in_flight) return;
-      oldest = ex.in_flight.front();
+      if (last) state.in_flight.push_back(std::move(last));
+      while (!state.in_flight.empty() && state.in_flight.front()->done()) state.in_flight.pop_front();
+      if (static_cast<int>(state.in_flight.size()) <= ex.max_in_flight) return;
+      oldest = state.in_flight.front();
     }
     profiler::Trace span("wait_in_flight");
     auto start = std::chrono::steady_clock::now();
     oldest->wait();  // a failed program is done too: its error surfaces where it is read
-    metrics::increment("MarkStepWait");
+    metrics::increment("MarkStepWait", device);
     metrics::record("MarkStepWaitTime", since(start));
   }
+}
+
+int unfinished_programs(Device device) {
+  auto& ex = executor();
+  auto& state = ex.state(device);
+  std::lock_guard lock(ex.flight_mutex);
+  while (!state.programs.empty() && state.programs.front()->done()) state.programs.pop_front();
+  int n = 0;
+  for (const auto& c : state.programs) n += !c->done();
+  return n;
 }
 
 void clear_compile_cache() {
   auto& ex = executor();
   std::lock_guard lock(ex.mutex);
-  ex.cache.clear();
+  for (auto* s : ex.all_states()) s->cache.clear();
 }
-
 
 }  // namespace lazy
 
@@ -228,21 +348,34 @@ void mark_step(std::source_location site) {
   lazy::rethrow_closure_error();
   metrics::increment("MarkStep");
   lazy::reset_traced_ops();
-  Device device{};
-  auto live = lazy::live_pending(device);
-  if (!live.empty()) lazy::run_graph(live, lazy::RunKind::Step, debug::site_of(site));
+  // One program per device that has pending tensors.
+  for (auto& [device, live] : lazy::live_pending_by_device())
+    lazy::run_graph(live, lazy::RunKind::Step, debug::site_of(site));
   debug::note_step();
 
   auto& ex = lazy::executor();
+  // What each device queued last since the previous step: its program, or its last eager op.
+  std::vector<std::pair<Device, std::shared_ptr<runtime::Completion>>> lasts;
+  {
+    std::lock_guard lock(ex.mutex);
+    for (auto* s : ex.all_states())
+      if (s->last_queued) lasts.emplace_back(s->device, std::move(s->last_queued));
+  }
   std::vector<std::function<void()>> closures;
   {
     std::lock_guard lock(ex.closure_mutex);
     closures.swap(ex.closures);
   }
-  std::shared_ptr<runtime::Completion> last;
   if (!closures.empty()) {
-    last = std::make_shared<runtime::Completion>();
-    runtime::backend(device).enqueue_callback([closures = std::move(closures), last] {
+    // The closures run on the thread of the first device that queued work (the CPU's if
+    // none did), once every device's work of this step has run; their completion stands for
+    // that device's step.
+    Device device = lasts.empty() ? Device{} : lasts.front().first;
+    std::vector<std::shared_ptr<runtime::Completion>> others;
+    for (std::size_t i = 1; i < lasts.size(); ++i) others.push_back(lasts[i].second);
+    auto done = std::make_shared<runtime::Completion>();
+    runtime::backend(device).enqueue_callback([closures = std::move(closures), others = std::move(others), done] {
+      for (const auto& c : others) c->wait();
       debug::set_in_closure(true);
       for (const auto& fn : closures) {
         try {
@@ -255,19 +388,27 @@ void mark_step(std::source_location site) {
         }
       }
       debug::set_in_closure(false);
-      last->set_done();
+      done->set_done();
     });
-  } else {
-    std::lock_guard lock(ex.mutex);
-    last = std::move(ex.last_queued);  // the step's program, or the last eager op's
+    if (lasts.empty()) lasts.emplace_back(device, done);
+    else lasts.front().second = done;
   }
-  if (last) lazy::limit_steps_in_flight(std::move(last));
+  for (auto& [device, last] : lasts) lazy::limit_steps_in_flight(device, std::move(last));
 }
 
-void empty_device_cache() { runtime::empty_cache(); }
+void empty_device_cache() {
+  for (auto device : runtime::devices_in_use()) runtime::backend(device).empty_cache();
+}
+
+void empty_device_cache(Device device) { runtime::backend(device).empty_cache(); }
 
 void wait_device_ops() {
-  runtime::backend(Device{}).synchronize();
+  for (auto device : runtime::devices_in_use()) runtime::backend(device).synchronize();
+  lazy::rethrow_closure_error();
+}
+
+void wait_device_ops(Device device) {
+  runtime::backend(device).synchronize();
   lazy::rethrow_closure_error();
 }
 
@@ -290,13 +431,48 @@ void set_max_steps_in_flight(int steps) {
 }
 
 int max_steps_in_flight() { return lazy::executor().max_in_flight; }
+
+void set_compile_cache_size(int programs) {
+  if (programs < 1 || programs > 1'000'000)
+    throw Error("set_compile_cache_size: expected 1 to 1000000 programs, got " + std::to_string(programs));
+  lazy::executor().cache_capacity = programs;
+}
+
+int compile_cache_size() { return lazy::executor().cache_capacity; }
 bool is_eager_mode() { return eager; }
 
 namespace testing {
+namespace {
 
-DeviceQueueHold::DeviceQueueHold() { runtime::backend(Device{}).hold_queue(); }
-DeviceQueueHold::~DeviceQueueHold() { runtime::backend(Device{}).release_queue(); }
-int pending_device_programs() { return runtime::backend(Device{}).pending_programs(); }
+struct Gate {
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool open = false;
+};
+
+}  // namespace
+
+// A callback that blocks the device thread until the hold ends: nothing queued after it runs
+// before then, on any backend, with no hook in the backend contract.
+DeviceQueueHold::DeviceQueueHold(Device device) {
+  auto gate = std::make_shared<Gate>();
+  runtime::backend(device).enqueue_callback([gate] {
+    std::unique_lock lock(gate->mutex);
+    gate->cv.wait(lock, [&] { return gate->open; });
+  });
+  gate_ = gate;
+}
+
+DeviceQueueHold::~DeviceQueueHold() {
+  auto gate = std::static_pointer_cast<Gate>(gate_);
+  {
+    std::lock_guard lock(gate->mutex);
+    gate->open = true;
+  }
+  gate->cv.notify_all();
+}
+
+int pending_device_programs(Device device) { return lazy::unfinished_programs(device); }
 
 }  // namespace testing
 }  // namespace loom

@@ -2,10 +2,12 @@
 // buffers handed out at once), and runs step closures. See DESIGN.md, "The step barrier".
 #pragma once
 
+#include "ir/graph.h"
 #include "lazy/tensor_impl.h"
-#include "runtime/buffer.h"
+#include "runtime/backend.h"
 
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace loom::lazy {
@@ -25,7 +27,17 @@ void reset_traced_ops();
 
 // Back-pressure, called by mark_step with what its step queued last: waits (counted as
 // MarkStepWait) until at most max_steps_in_flight() steps are unfinished on the device.
-void limit_steps_in_flight(std::shared_ptr<runtime::Completion> last);
+void limit_steps_in_flight(Device device, std::shared_ptr<runtime::Completion> last);
+// Programs queued on `device` and not yet finished.
+int unfinished_programs(Device device);
+
+// The program for `g` on `device`: from the device's compile cache (least recently used
+// out past set_compile_cache_size(); a same-hash graph of another structure never hits), or
+// compiled for the device's target and cached.
+std::shared_ptr<const runtime::Executable> lookup_or_compile(const ir::Graph& g, Device device,
+                                                             RunKind kind, const std::string& site);
+// Programs in `device`'s compile cache.
+std::size_t cached_programs(Device device);
 
 // Removes every cached program (for tests of compile counts).
 void clear_compile_cache();

@@ -30,9 +30,7 @@ Device Tensor::device() const { return checked(impl_).device(); }
 bool Tensor::is_pending() const { return checked(impl_).pending() != nullptr; }
 
 Tensor Tensor::to(Device device) const {
-  if (!(device == this->device()))
-    throw Error("to: expected device " + device_str(this->device()) + " (the only one built), got " +
-                device_str(device));
+  if (!(device == this->device())) return lazy::transfer(*this, device);
   return *this;
 }
 

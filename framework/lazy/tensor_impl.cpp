@@ -2,12 +2,13 @@
 
 #include "lazy/debug.h"
 #include "lazy/executor.h"
-#include "runtime/backend.h"
+#include "runtime/registry.h"
 
 #include <loom/lazy.h>
 #include <loom/metrics.h>
 #include <loom/profiler.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -105,6 +106,12 @@ void TensorImpl::assign(const TensorImpl& value) {
     data_ = std::move(data);
     leaf_.reset();
     grad_fn_ = std::move(fn);
+    // A value on another device moves the tensor there (Module::to); a gradient on the old
+    // device no longer fits it.
+    if (!(value.device() == device())) {
+      device_.store(value.device(), std::memory_order_relaxed);
+      grad_.reset();
+    }
   }
   // The live registry holds weak pointers to pending tensors only.
   if (was_pending && !ir_) unregister(id_);
@@ -174,19 +181,55 @@ Tensor make_device_tensor(const void* data, DType dtype, const Shape& shape, Dev
   be.copy_in(data, *buf->storage, bytes);
   buf->ready = std::make_shared<runtime::Completion>();
   buf->ready->set_done();
-  metrics::increment("TransferToDevice");
+  metrics::increment("TransferToDevice", device);
   metrics::record("TransferToDeviceTime", std::chrono::duration<double, std::nano>(
                                               std::chrono::steady_clock::now() - start).count());
   return Tensor(std::make_shared<TensorImpl>(std::move(buf), device));
 }
 
-std::vector<std::shared_ptr<TensorImpl>> live_pending(Device device) {
+std::vector<std::pair<Device, std::vector<std::shared_ptr<TensorImpl>>>> live_pending_by_device() {
   auto& r = live();
   std::lock_guard lock(r.mutex);
-  std::vector<std::shared_ptr<TensorImpl>> out;
-  for (auto& [id, weak] : r.tensors)
-    if (auto t = weak.lock(); t && t->device() == device) out.push_back(std::move(t));
+  std::vector<std::pair<Device, std::vector<std::shared_ptr<TensorImpl>>>> out;
+  for (auto& [id, weak] : r.tensors) {
+    auto t = weak.lock();
+    if (!t) continue;
+    auto it = std::find_if(out.begin(), out.end(), [&](const auto& g) { return g.first == t->device(); });
+    if (it == out.end()) it = out.insert(out.end(), {t->device(), {}});
+    it->second.push_back(std::move(t));
+  }
   return out;
+}
+
+Tensor transfer(const Tensor& t, Device device) {
+  const auto& impl = t.impl();
+  auto& dst_backend = runtime::backend(device);  // an unknown device fails before any work
+  if (impl->pending()) run_graph({impl}, RunKind::Read, "to");
+  auto buf = impl->data();
+  const runtime::Storage* src;
+  {
+    profiler::Trace span("wait");
+    src = &buf->wait("to");
+  }
+  profiler::Trace span("transfer_between_devices");
+  auto start = std::chrono::steady_clock::now();
+  auto bytes = static_cast<std::size_t>(shape_numel(buf->shape)) * dtype_size(buf->dtype);
+  auto out = std::make_shared<runtime::DeviceBuffer>();
+  out->dtype = buf->dtype;
+  out->shape = buf->shape;
+  out->storage = dst_backend.alloc(bytes);
+  if (!dst_backend.copy(*src, *out->storage, bytes)) {
+    std::vector<std::byte> host(bytes);
+    runtime::backend(impl->device()).copy_out(*src, host.data(), bytes);
+    dst_backend.copy_in(host.data(), *out->storage, bytes);
+    metrics::increment("TransferThroughHost", device);
+  }
+  out->ready = std::make_shared<runtime::Completion>();
+  out->ready->set_done();
+  metrics::increment("TransferBetweenDevices", device);
+  metrics::record("TransferBetweenDevicesTime", std::chrono::duration<double, std::nano>(
+                                                    std::chrono::steady_clock::now() - start).count());
+  return Tensor(std::make_shared<TensorImpl>(std::move(out), device));
 }
 
 HostTensor read(const Tensor& t, const char* reader, const std::source_location& site) {
@@ -208,7 +251,7 @@ HostTensor read(const Tensor& t, const char* reader, const std::source_location&
   h.shape = impl->shape();
   h.bytes.resize(static_cast<std::size_t>(h.numel()) * dtype_size(h.dtype));
   runtime::backend(impl->device()).copy_out(*storage, h.bytes.data(), h.bytes.size());
-  metrics::increment("TransferFromDevice");
+  metrics::increment("TransferFromDevice", impl->device());
   metrics::record("TransferFromDeviceTime", std::chrono::duration<double, std::nano>(
                                                 std::chrono::steady_clock::now() - start).count());
   return h;

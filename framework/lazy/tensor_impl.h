@@ -9,6 +9,7 @@
 
 #include <loom/tensor.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <source_location>
@@ -30,7 +31,7 @@ class TensorImpl : public std::enable_shared_from_this<TensorImpl> {
 
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }
-  Device device() const { return device_; }
+  Device device() const { return device_.load(std::memory_order_relaxed); }
   uint64_t id() const { return id_; }
 
   // The IR value to use this tensor as an operand: its pending node, or a DeviceData leaf
@@ -58,7 +59,7 @@ class TensorImpl : public std::enable_shared_from_this<TensorImpl> {
  private:
   const DType dtype_;
   const Shape shape_;
-  const Device device_;
+  std::atomic<Device> device_;  // changes only by assign() of a value on another device
   const uint64_t id_;
   mutable std::mutex mutex_;
   ir::NodePtr ir_;
@@ -77,7 +78,11 @@ Tensor make_tensor(ir::NodePtr node, Device device);
 // A tensor whose buffer already holds `data` (copied from the host, counted as a transfer).
 Tensor make_device_tensor(const void* data, DType dtype, const Shape& shape, Device device);
 // The live pending tensors of a device, oldest first.
-std::vector<std::shared_ptr<TensorImpl>> live_pending(Device device);
+// Every live pending tensor, grouped by device (devices in the order first met).
+std::vector<std::pair<Device, std::vector<std::shared_ptr<TensorImpl>>>> live_pending_by_device();
+// A copy of `t`'s value on `device` (through the host when the target's backend cannot reach
+// the source's memory); runs `t`'s graph first if it is pending.
+Tensor transfer(const Tensor& t, Device device);
 
 // Runs the subgraph of `t` (if pending) and waits for its buffer; counts one
 // TransferFromDevice. `reader` names the caller in errors.

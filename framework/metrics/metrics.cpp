@@ -8,10 +8,31 @@
 namespace loom::metrics {
 namespace {
 
+// A counter's share on one device; looked up by a string_view without building a string.
+struct DeviceKey {
+  std::string name;
+  int device;  // DeviceType * 65536 + index
+};
+struct DeviceKeyView {
+  std::string_view name;
+  int device;
+};
+struct DeviceKeyLess {
+  using is_transparent = void;
+  template <class A, class B>
+  bool operator()(const A& a, const B& b) const {
+    return a.device != b.device ? a.device < b.device : std::string_view(a.name) < std::string_view(b.name);
+  }
+};
+
+int device_code(Device d) { return static_cast<int>(d.type) * 65536 + d.index; }
+Device device_of(int code) { return Device{static_cast<DeviceType>(code / 65536), code % 65536}; }
+
 struct Registry {
   std::mutex mutex;
   // std::less<> looks names up as string_views: no std::string is built for a lookup.
   std::map<std::string, int64_t, std::less<>> counters;
+  std::map<DeviceKey, int64_t, DeviceKeyLess> device_counters;
   std::map<std::string, Stat, std::less<>> stats;
 };
 
@@ -46,6 +67,25 @@ int64_t counter(std::string_view name) {
   std::lock_guard lock(r.mutex);
   auto it = r.counters.find(name);
   return it == r.counters.end() ? 0 : it->second;
+}
+
+void increment(std::string_view name, Device device, int64_t by) {
+  auto& r = registry();
+  std::lock_guard lock(r.mutex);
+  auto it = r.counters.find(name);
+  if (it == r.counters.end()) r.counters.emplace(std::string(name), by);
+  else it->second += by;
+  DeviceKeyView key{name, device_code(device)};
+  auto d = r.device_counters.find(key);
+  if (d == r.device_counters.end()) r.device_counters.emplace(DeviceKey{std::string(name), key.device}, by);
+  else d->second += by;
+}
+
+int64_t counter(std::string_view name, Device device) {
+  auto& r = registry();
+  std::lock_guard lock(r.mutex);
+  auto it = r.device_counters.find(DeviceKeyView{name, device_code(device)});
+  return it == r.device_counters.end() ? 0 : it->second;
 }
 
 void record(std::string_view name, double value) {
@@ -89,8 +129,17 @@ std::string report() {
   std::string out = "Counters:\n";
   char line[256];
   for (auto& [k, v] : r.counters) {
-    std::snprintf(line, sizeof line, "  %-28s %lld\n", k.c_str(), static_cast<long long>(v));
+    std::snprintf(line, sizeof line, "  %-28s %lld", k.c_str(), static_cast<long long>(v));
     out += line;
+    // The shares, where a device other than cpu:0 counted.
+    std::string shares;
+    bool other = false;
+    for (auto& [dk, dv] : r.device_counters) {
+      if (dk.name != k) continue;
+      other = other || dk.device != 0;
+      shares += (shares.empty() ? "" : ", ") + device_str(device_of(dk.device)) + " " + std::to_string(dv);
+    }
+    out += (other ? "  (" + shares + ")" : std::string()) + "\n";
   }
   out += "Stats:\n";
   for (auto& [k, s] : r.stats) {
@@ -107,6 +156,7 @@ void reset() {
   auto& r = registry();
   std::lock_guard lock(r.mutex);
   r.counters.clear();
+  r.device_counters.clear();
   r.stats.clear();
 }
 

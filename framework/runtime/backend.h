@@ -1,12 +1,19 @@
-// The backend interface: deliberately narrow (alloc, copy in, copy out, supports, compile,
-// execute), so another device plugs in behind it. Execution is asynchronous: execute()
-// queues and returns; output buffers become readable when their Completion is signalled.
+// The backend contract: what a device gives the engine, and nothing else. Ten methods, in
+// four groups: memory (alloc, empty_cache), copies (copy_in, copy_out, copy), compilation
+// (target, compile) and execution (execute, enqueue_callback, synchronize). A backend lives
+// in its own folder below runtime/ and is registered once (runtime/registry.h).
+//
+// Execution is asynchronous: execute() queues and returns; output buffers become readable
+// when their Completion is signalled. Programs and callbacks run in the order queued, so a
+// program always finds its inputs computed. Copies are synchronous on the calling thread and
+// touch only storage that no queued work writes: the caller waits for a buffer's Completion
+// before copying out of it.
 #pragma once
 
 #include "ir/program.h"
+#include "ir/target.h"
 #include "runtime/buffer.h"
-
-#include <loom/dtype.h>
+#include "runtime/storage.h"
 
 #include <functional>
 #include <memory>
@@ -14,6 +21,7 @@
 
 namespace loom::runtime {
 
+// A compiled program, as the backend keeps it between runs.
 class Executable {
  public:
   virtual ~Executable() = default;
@@ -24,26 +32,31 @@ using BufferList = std::vector<std::shared_ptr<DeviceBuffer>>;
 class Backend {
  public:
   virtual ~Backend() = default;
-  virtual Device device() const = 0;
 
+  // Memory of this device, freed by the Storage's last reference; throws loom::Error when
+  // the device has none left.
   virtual std::shared_ptr<Storage> alloc(std::size_t bytes) = 0;
+  // Gives the memory no Storage holds (cached blocks) back to the device or the system.
+  virtual void empty_cache() = 0;
+
   virtual void copy_in(const void* host, Storage& dst, std::size_t bytes) = 0;
   virtual void copy_out(const Storage& src, void* host, std::size_t bytes) = 0;
-  virtual bool supports(ir::Op op, DType dtype) const = 0;
+  // Into `dst` (this backend's) from `src` on any device. Returns false, copying nothing,
+  // when this backend cannot reach src's memory; the caller then goes through the host.
+  virtual bool copy(const Storage& src, Storage& dst, std::size_t bytes) = 0;
+
+  // What this device runs and which rewrites its kernels take (ir/target.h).
+  virtual const ir::Target& target() const = 0;
+  // A Program compiled for target(); kept by the engine's compile cache.
   virtual std::shared_ptr<const Executable> compile(ir::Program program) = 0;
+
   // Queues `exe` over `inputs` (in Program::inputs order); fills `outputs` when it runs.
   virtual void execute(std::shared_ptr<const Executable> exe, BufferList inputs,
                        BufferList outputs) = 0;
   // Runs `fn` on the device thread after everything queued so far.
   virtual void enqueue_callback(std::function<void()> fn) = 0;
+  // Waits until everything queued so far has run.
   virtual void synchronize() = 0;
-
-  // Test hooks.
-  virtual void hold_queue() = 0;
-  virtual void release_queue() = 0;
-  virtual int pending_programs() const = 0;
 };
-
-Backend& backend(Device device);
 
 }  // namespace loom::runtime

@@ -3,7 +3,7 @@
 // their shared Completion. Readers wait on it; a failed program fails every buffer it owed.
 #pragma once
 
-#include "runtime/cpu/allocator.h"
+#include "runtime/storage.h"
 
 #include <loom/dtype.h>
 

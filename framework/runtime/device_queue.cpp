@@ -10,7 +10,6 @@ DeviceQueue::~DeviceQueue() {
   {
     std::lock_guard lock(mutex_);
     stop_ = true;
-    holds_ = 0;
   }
   cv_.notify_all();
   thread_.join();
@@ -32,7 +31,7 @@ void DeviceQueue::loop() {
   profiler::set_thread_name("device");
   std::unique_lock lock(mutex_);
   for (;;) {
-    cv_.wait(lock, [&] { return (!tasks_.empty() && holds_ == 0) || stop_; });
+    cv_.wait(lock, [&] { return !tasks_.empty() || stop_; });
     if (tasks_.empty() && stop_) return;
     if (tasks_.empty()) continue;
     auto task = std::move(tasks_.front());
@@ -53,23 +52,5 @@ void DeviceQueue::wait_idle() {
 }
 
 bool DeviceQueue::on_device_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
-
-void DeviceQueue::hold() {
-  std::lock_guard lock(mutex_);
-  ++holds_;
-}
-
-void DeviceQueue::release() {
-  {
-    std::lock_guard lock(mutex_);
-    if (holds_ > 0) --holds_;
-  }
-  cv_.notify_all();
-}
-
-int DeviceQueue::pending() const {
-  std::lock_guard lock(mutex_);
-  return static_cast<int>(tasks_.size()) + running_;
-}
 
 }  // namespace loom::runtime

@@ -20,11 +20,6 @@ class DeviceQueue {
   void wait_idle();
   bool on_device_thread() const;
 
-  // Test hooks: while held, the thread starts no new task.
-  void hold();
-  void release();
-  int pending() const;
-
  private:
   void loop();
 
@@ -33,7 +28,6 @@ class DeviceQueue {
   std::condition_variable idle_cv_;
   std::deque<std::function<void()>> tasks_;
   int running_ = 0;
-  int holds_ = 0;
   bool stop_ = false;
   std::thread thread_;
 };

@@ -3,11 +3,14 @@
 //   loom::Shape s{2, 3};
 //   loom::dtype_name(loom::DType::Float64);   // "float64"
 //   loom::shape_str(s);                       // "[2,3]"
+//   loom::Device d = loom::parse_device("cpu:0");
+//   loom::device_str(d);                      // "cpu:0"
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace loom {
@@ -23,7 +26,10 @@ bool is_floating(DType t);
 std::string shape_str(const Shape& s);
 int64_t shape_numel(const Shape& s);
 
-enum class DeviceType { CPU };
+// A kind of device. The CPU is built in; every other kind is registered by its backend
+// under a name ("cuda", or the test suite's "guarded") and numbered in registration order,
+// so this enum names only the CPU.
+enum class DeviceType : uint8_t { CPU = 0 };
 
 struct Device {
   DeviceType type = DeviceType::CPU;
@@ -31,6 +37,12 @@ struct Device {
   bool operator==(const Device&) const = default;
 };
 
+// "cpu:0", "guarded:1".
 std::string device_str(Device d);
+// "cpu", "cpu:0", "guarded:1" (no index: 0). Throws naming the registered kinds when the
+// kind is unknown, and when the text is not "kind" or "kind:index".
+Device parse_device(std::string_view text);
+// The name a kind was registered under ("cpu" for the CPU).
+std::string device_type_name(DeviceType type);
 
 }  // namespace loom

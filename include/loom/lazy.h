@@ -10,6 +10,8 @@
 //   step();              // traced with eager mode off; mark_step() at exit
 #pragma once
 
+#include <loom/dtype.h>
+
 #include <exception>
 #include <functional>
 #include <source_location>
@@ -17,8 +19,9 @@
 
 namespace loom {
 
-// Compiles (or finds in the cache) the graph of every live pending tensor, gives each its
-// device buffer, queues the program (and the step closures) on the device thread and returns
+// Compiles (or finds in the cache) the graph of every live pending tensor, one per device,
+// gives each its device buffer, queues the programs (and the step closures) on the device
+// threads and returns
 // without waiting for it, unless more than max_steps_in_flight() steps would then be
 // unfinished on the device: it then waits for the oldest (counted as MarkStepWait), so the
 // host stays a step or two ahead, never further. `site` (the caller's line) is what
@@ -29,12 +32,21 @@ void mark_step(std::source_location site = std::source_location::current());
 // further ahead, at the cost of memory and of a later reaction to a signal. 1 to 1000.
 void set_max_steps_in_flight(int steps);
 int max_steps_in_flight();
-// Waits until everything queued on the device has run.
+// Waits until everything queued on every device (or on `device`) has run.
 void wait_device_ops();
+void wait_device_ops(Device device);
 // Returns the device memory that no tensor holds (the caching allocator's free blocks) to
 // the system; the next buffers are then fresh allocations. For freeing memory between phases
-// of a program, like torch.cuda.empty_cache(); a training loop never needs it.
+// of a program, like torch.cuda.empty_cache(); a training loop never needs it. Every device
+// in use, or only `device`.
 void empty_device_cache();
+void empty_device_cache(Device device);
+
+// Compiled programs kept per device (default 1024, or the environment's
+// LOOM_COMPILE_CACHE_SIZE): past it the least recently used is dropped, counted as
+// CompileCacheEvict, and compiled again if its graph returns. 1 to 1000000.
+void set_compile_cache_size(int programs);
+int compile_cache_size();
 
 // In eager mode every op runs as soon as it is created (one-op graphs, same compile cache).
 void eager_mode(bool on);

@@ -15,6 +15,8 @@
 // compile).
 #pragma once
 
+#include <loom/dtype.h>
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -33,6 +35,11 @@ struct Stat {
 // time its steps without touching the heap.
 void increment(std::string_view counter, int64_t by = 1);
 int64_t counter(std::string_view name);           // 0 when never incremented
+// Counted for `device` as well: counter(name) is the sum over devices, counter(name, device)
+// that device's share. The engine counts compiles, executions, transfers, waits and
+// allocations per device; report() shows the shares where a device other than cpu:0 counted.
+void increment(std::string_view counter, Device device, int64_t by = 1);
+int64_t counter(std::string_view name, Device device);
 void record(std::string_view stat, double value);  // timers and distributions
 Stat stat(std::string_view name);                  // zeros when never recorded
 std::vector<std::string> counter_names();

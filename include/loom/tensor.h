@@ -54,7 +54,11 @@ class Tensor {
   int64_t numel() const;
   Device device() const;
 
-  // Moves (or, for the one CPU device, keeps) the tensor on a device.
+  // The tensor on `device`: itself if it is there already, else a copy of its value (its
+  // graph runs first if it is pending), directly between the devices where the target's
+  // backend reaches the source's memory and through the host otherwise. The copy is a new
+  // leaf: autograd does not flow back through it, so move parameters and data, not
+  // intermediate results. Throws naming the registered devices for an unknown one.
   Tensor to(Device device) const;
   // Casts the elements.
   Tensor to(DType dtype) const;
@@ -85,7 +89,8 @@ class Tensor {
   // The same value with no autograd history.
   Tensor detach() const;
   // In-place update keeping identity (parameters, optimizer state): every handle to this
-  // tensor sees `value` from now on. dtype and shape must match.
+  // tensor sees `value` from now on. dtype and shape must match. A value on another device
+  // moves the tensor to that device (and drops its gradient).
   void assign(const Tensor& value) const;
 
   // Method forms of the free functions below.

@@ -34,8 +34,8 @@ void check(const Shape& batch, int64_t m, int64_t k, int64_t n) {
   auto at = from_vector(ramp(shape_numel(sat), 0.23f), sat);
   auto y1 = matmul(a, transpose(b, -1, -2));
   auto y2 = matmul(transpose(at, -1, -2), transpose(b, -1, -2));
-  auto p1 = compiler::compile(test::graph_of(y1));
-  auto p2 = compiler::compile(test::graph_of(y2));
+  auto p1 = test::compile_for_cpu(test::graph_of(y1));
+  auto p2 = test::compile_for_cpu(test::graph_of(y2));
   EXPECT_EQ(count(p1, ir::Op::Permute), 0) << ir::to_text(p1);
   EXPECT_EQ(count(p2, ir::Op::Permute), 0) << ir::to_text(p2);
   auto got1 = y1.to_vector<float>(), got2 = y2.to_vector<float>();
@@ -68,7 +68,7 @@ TEST(FoldTranspose, APermuteOfBatchDimensionsStaysStored) {
   auto a = from_vector(ramp(2 * 3 * 4 * 5, 0.3f), {2, 3, 4, 5});
   auto b = from_vector(ramp(3 * 2 * 5 * 6, 0.2f), {3, 2, 5, 6});
   auto y = matmul(a, b.permute({1, 0, 2, 3}));
-  auto p = compiler::compile(test::graph_of(y));
+  auto p = test::compile_for_cpu(test::graph_of(y));
   EXPECT_EQ(count(p, ir::Op::Permute), 1) << ir::to_text(p);
   std::vector<float> want;
   auto got = y.to_vector<float>();

@@ -10,7 +10,7 @@ namespace {
 
 using ir::Program;
 
-Program compiled(const Tensor& t) { return compiler::compile(test::graph_of(t)); }
+Program compiled(const Tensor& t) { return test::compile_for_cpu(test::graph_of(t)); }
 
 std::vector<float> values(int64_t n, float scale = 0.37f) {
   std::vector<float> v(n);
@@ -73,7 +73,7 @@ TEST(FuseElementwise, AValueReadTwiceIsComputedOnce) {
   auto e = exp(x);
   auto a = e + 1.0;
   auto b = e * 3.0;
-  auto p = compiler::compile(ir::build_graph({a.impl()->pending(), b.impl()->pending()}));
+  auto p = test::compile_for_cpu(ir::build_graph({a.impl()->pending(), b.impl()->pending()}));
   int fused = 0;
   for (const auto& in : p.instrs) {
     if (!in.fusion) continue;

@@ -46,7 +46,7 @@ template <class T>
 std::pair<std::vector<T>, std::vector<T>> compiled_and_eager(const std::function<Tensor()>& f,
                                                              Program* program) {
   auto y = f();
-  *program = compiler::compile(test::graph_of(y));
+  *program = test::compile_for_cpu(test::graph_of(y));
   auto got = y.to_vector<T>();
   EagerModeGuard eager{true};
   return {got, f().to_vector<T>()};
@@ -169,7 +169,7 @@ TEST(FuseEpilogue, AProductWithAnotherReaderStaysStored) {
   auto b = ramp_tensor<float>({6}, 0.4);
   auto mm = matmul(x, w);
   auto y = relu(mm + b) * mm;
-  auto p = compiler::compile(test::graph_of(y));
+  auto p = test::compile_for_cpu(test::graph_of(y));
   for (const auto& in : p.instrs) EXPECT_FALSE(in.epilogue.active()) << ir::to_text(p);
   auto got = y.to_vector<float>();
   EagerModeGuard eager{true};
@@ -184,7 +184,7 @@ TEST(FuseEpilogue, AProductThatIsAnOutputStaysStored) {
   auto b = ramp_tensor<float>({6}, 0.4);
   auto mm = matmul(x, w);
   auto y = relu(mm + b);
-  auto p = compiler::compile(ir::build_graph({mm.impl()->pending(), y.impl()->pending()}));
+  auto p = test::compile_for_cpu(ir::build_graph({mm.impl()->pending(), y.impl()->pending()}));
   for (const auto& in : p.instrs) EXPECT_FALSE(in.epilogue.active()) << ir::to_text(p);
   EXPECT_EQ(count(p, ir::Op::Matmul), 1);
 }
@@ -212,7 +212,7 @@ TEST(FuseEpilogue, ANonBroadcastAddIsLeftAlone) {
   auto w = ramp_tensor<float>({5, 6}, 0.2);
   auto c = ramp_tensor<float>({8, 1}, 0.4);  // one value per row, not per column
   auto y = relu(matmul(x, w) + c);
-  auto p = compiler::compile(test::graph_of(y));
+  auto p = test::compile_for_cpu(test::graph_of(y));
   for (const auto& in : p.instrs) EXPECT_FALSE(in.epilogue.active()) << ir::to_text(p);
 }
 
@@ -228,7 +228,7 @@ TEST(FuseEpilogue, GradientsThroughAFoldedLinearRelu) {
     auto loss = (relu(matmul(x, transpose(w, 0, 1)) + b) * 0.5).sum();
     loss.backward();
     if (!eager_mode) {
-      auto p = compiler::compile(
+      auto p = test::compile_for_cpu(
           ir::build_graph({w.grad().impl()->pending(), b.grad().impl()->pending()}));
       EXPECT_EQ(folded(p)->epilogue.activation, ir::Op::Relu);
     }

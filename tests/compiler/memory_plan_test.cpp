@@ -76,7 +76,7 @@ TEST(MemoryPlan, AChainReusesTwoBlocks) {
   auto w = from_vector(ramp(64 * 64, 0.1f), {64, 64});
   Tensor y = from_vector(ramp(64 * 64, 0.3f), {64, 64});
   for (int k = 0; k < 10; ++k) y = matmul(y, w);
-  auto p = compiler::compile(test::graph_of(y));
+  auto p = test::compile_for_cpu(test::graph_of(y));
   ASSERT_EQ(p.instrs.size(), 10u) << ir::to_text(p);
   const int64_t block = 64 * 64 * 4;
   // Nine intermediates, each alive from its matmul to the next: two blocks take turns.
@@ -91,7 +91,7 @@ TEST(MemoryPlan, ReshapesShareTheirOperandsBlock) {
   auto w = from_vector(ramp(8 * 8, 0.4f), {8, 8});
   auto h = matmul(x, w).reshape({2, 3, 8}).sum({1});  // reshape of an intermediate
   auto out = matmul(h, w);
-  auto p = compiler::compile(test::graph_of(out));
+  auto p = test::compile_for_cpu(test::graph_of(out));
   expect_no_overlap(p);
   for (std::size_t i = 1; i < p.instrs.size(); ++i) {
     if (p.instrs[i].op != ir::Op::Reshape) continue;
@@ -123,7 +123,7 @@ TEST(MemoryPlan, NoOverlapInATrainingLikeGraph) {
   auto y = relu(conv2d(x, w, {}, {.padding = {1, 1}}));
   auto loss = (y * y).mean();
   loss.backward();
-  auto p = compiler::compile(ir::build_graph({loss.impl()->pending(), w.grad().impl()->pending()}));
+  auto p = test::compile_for_cpu(ir::build_graph({loss.impl()->pending(), w.grad().impl()->pending()}));
   EXPECT_GT(p.arena_bytes, 0);
   expect_no_overlap(p);
   expect_donors_dead(p);
@@ -137,7 +137,7 @@ TEST(MemoryPlan, AnUpdateListsTheInputItOverwritesAsDonor) {
   auto other = from_vector(ramp(128, 0.2f), {128});
   mark_step();
   auto updated = w - g * 0.5f + other.sum();  // w and g are read element for element
-  auto p = compiler::compile(test::graph_of(updated));
+  auto p = test::compile_for_cpu(test::graph_of(updated));
   const auto& last = p.instrs.back();
   ASSERT_FALSE(last.donors.empty()) << ir::to_text(p);
   for (int d : last.donors) {
@@ -157,7 +157,7 @@ TEST(MemoryPlan, DonorsAreDeadWhenTheirResultIsWritten) {
   auto first = x * 2.0f;                     // x is read again below
   auto second = matmul(x, w).sum() + first.sum();
   auto passthrough = w.reshape({4096});      // an input that is an output
-  auto p = compiler::compile(ir::build_graph(
+  auto p = test::compile_for_cpu(ir::build_graph(
       {first.impl()->pending(), second.impl()->pending(), passthrough.impl()->pending()}));
   expect_donors_dead(p);
 }

@@ -46,7 +46,7 @@ TEST(Simplify, TransposedTwiceIsReadAsStored) {
   auto w = from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
   auto x = from_vector(std::vector<float>{1, -1, 0.5, 2, 0, 3}, {3, 2});
   auto y = matmul(transpose(transpose(w, 0, 1), 0, 1), x);
-  auto p = compiler::compile(test::graph_of(y));
+  auto p = test::compile_for_cpu(test::graph_of(y));
   EXPECT_EQ(count(p, ir::Op::Permute), 0) << ir::to_text(p);
   EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{2, 12, 6.5, 24}));
 }
@@ -57,7 +57,7 @@ TEST(Simplify, ComposedPermutesBecomeOne) {
   for (int i = 0; i < 24; ++i) v[i] = static_cast<float>(i);
   auto x = from_vector(v, {2, 3, 4});
   auto f = [](const Tensor& t) { return t.permute({1, 2, 0}).permute({2, 0, 1}).permute({0, 2, 1}); };
-  auto p = compiler::compile(test::graph_of(f(x)));
+  auto p = test::compile_for_cpu(test::graph_of(f(x)));
   EXPECT_EQ(count(p, ir::Op::Permute), 1) << ir::to_text(p);
   expect_same_bits_as_eager(f, x);
 }
@@ -66,7 +66,7 @@ TEST(Simplify, ExactIdentitiesDisappear) {
   test::fresh_engine();
   auto x = from_vector(specials(), {8});
   auto f = [](const Tensor& t) { return -(-((t * 1.0) / 1.0)) - 0.0; };
-  auto p = compiler::compile(test::graph_of(f(x)));
+  auto p = test::compile_for_cpu(test::graph_of(f(x)));
   EXPECT_EQ(p.instrs.size(), 1u) << "only the view of the input is left\n" << ir::to_text(p);
   EXPECT_EQ(p.instrs[0].op, ir::Op::Reshape) << ir::to_text(p);
   expect_same_bits_as_eager(f, x);
@@ -76,7 +76,7 @@ TEST(Simplify, AddingZeroStays) {
   test::fresh_engine();
   auto x = from_vector(specials(), {8});
   auto f = [](const Tensor& t) { return t + 0.0; };  // -0 + 0 is +0: not an identity
-  auto p = compiler::compile(test::graph_of(f(x)));
+  auto p = test::compile_for_cpu(test::graph_of(f(x)));
   EXPECT_GE(p.instrs.size(), 1u);
   EXPECT_NE(p.instrs.back().op, ir::Op::Reshape) << ir::to_text(p);
   expect_same_bits_as_eager(f, x);

@@ -76,7 +76,7 @@ TEST(Errors, ReadingAfterTheDeviceBufferFailed) {
 
 TEST(Errors, MiscellaneousBadInput) {
   EXPECT_THAT(error_of([] { zeros({2, 2}).item<float>(); }), HasSubstr("item: expected a tensor with one element"));
-  EXPECT_THAT(error_of([] { zeros({2}).to(Device{DeviceType::CPU, 1}); }), HasSubstr("to: expected device cpu:0"));
+  EXPECT_THAT(error_of([] { zeros({2}).to(Device{DeviceType::CPU, 1}); }), HasSubstr("no device cpu:1 (registered: cpu:0"));
   EXPECT_THAT(error_of([] { sum(zeros({2, 3}), {2}); }), HasSubstr("sum: expected a dimension in [-2, 2), got 2"));
   EXPECT_THAT(error_of([] { Tensor t; exp(t); }), HasSubstr("exp: expected a defined tensor"));
   EXPECT_THAT(error_of([] { concat({zeros({2, 3}), zeros({3, 2})}, 0); }), HasSubstr("concat: expected shapes that match"));

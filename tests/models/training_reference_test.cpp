@@ -2,10 +2,14 @@
 // (fixtures from tests/reference/make_training_fixtures.py). Weights and data are closed-form
 // functions of (state_dict index, element index), computed here exactly as the script does.
 // The updates are loom's own optimizers (SGD with momentum and weight decay, AdamW) through
-// optimizer_step(opt, barrier), so this checks models, autograd and optim together.
+// optimizer_step(opt, barrier), so this checks models, autograd and optim together. Each run
+// is made on the CPU and on the test suite's second backend ("guarded"), against the same
+// fixtures.
+#include "backend/guarded_backend.h"
 #include "models/models_test_util.h"
 
 #include <loom/autograd.h>
+#include <loom/metrics.h>
 #include <loom/models/decoder.h>
 #include <loom/models/resnet.h>
 #include <loom/nn/functional.h>
@@ -123,6 +127,7 @@ void expect_summary(const std::string& what, const std::vector<double>& got, con
 struct Case {
   std::string model;
   DType dtype;
+  bool guarded = false;  // on the guarded device instead of the CPU
 };
 
 class TrainingReference : public ::testing::TestWithParam<Case> {};
@@ -135,6 +140,8 @@ TEST_P(TrainingReference, MatchesPyTorch) {
   ASSERT_TRUE(runs.count(run_name)) << "fixture has no run " << run_name;
   const ReferenceRun& ref = runs.at(run_name);
   test::DefaultDTypeGuard dtype(c.dtype);
+  const Device device = c.guarded ? test::guarded_device() : Device{};
+  const int64_t violations_before = test::guard_violations();
 
   std::shared_ptr<nn::Module> model;
   std::function<Tensor()> loss_fn;
@@ -146,6 +153,8 @@ TEST_P(TrainingReference, MatchesPyTorch) {
     std::vector<int64_t> labels;
     for (int i = 0; i < 4; ++i) labels.push_back((7 * i + 3) % 10);
     y = from_vector(labels, {4});
+    x = x.to(device);
+    y = y.to(device);
     loss_fn = [&, net] { return F::cross_entropy(net->forward(x), y); };
   } else {
     models::DecoderConfig cfg{.vocab_size = 64, .hidden_size = 32, .num_layers = 2, .num_heads = 4,
@@ -160,8 +169,11 @@ TEST_P(TrainingReference, MatchesPyTorch) {
       }
     inp = from_vector(a, {2, 16});
     tgt = from_vector(b, {2, 16});
+    inp = inp.to(device);
+    tgt = tgt.to(device);
     loss_fn = [&, lm] { return F::cross_entropy(lm->forward(inp).reshape({-1, 64}), tgt.reshape({-1})); };
   }
+  model->to(device);
   det_init(*model, c.dtype);
   model->train();
   std::unique_ptr<optim::Optimizer> opt;
@@ -179,6 +191,7 @@ TEST_P(TrainingReference, MatchesPyTorch) {
   for (int step = 0; step < 3; ++step) {
     opt->zero_grad();
     auto loss = loss_fn();
+    ASSERT_EQ(loss.device(), device);
     loss.backward();
     mark_step();
     EXPECT_NEAR(test::values(loss)[0], ref.losses[step], loss_tol * std::abs(ref.losses[step])) << "step " << step;
@@ -200,14 +213,25 @@ TEST_P(TrainingReference, MatchesPyTorch) {
     ASSERT_EQ(ref.states[k].first, name);
     expect_summary("state " + name, summarize(static_cast<int64_t>(k), t), ref.states[k].second, t.numel(),
                    name.ends_with("num_batches_tracked") ? 0 : tol);
+    EXPECT_EQ(t.device(), device) << name;
+  }
+  if (c.guarded) {
+    wait_device_ops();
+    EXPECT_EQ(test::guard_violations(), violations_before);
+    EXPECT_GT(metrics::counter("ExecuteProgram", device), 0);
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, TrainingReference,
                          ::testing::Values(Case{"resnet20", DType::Float64}, Case{"resnet20", DType::Float32},
-                                           Case{"decoder", DType::Float64}, Case{"decoder", DType::Float32}),
+                                           Case{"decoder", DType::Float64}, Case{"decoder", DType::Float32},
+                                           Case{"resnet20", DType::Float64, true},
+                                           Case{"resnet20", DType::Float32, true},
+                                           Case{"decoder", DType::Float64, true},
+                                           Case{"decoder", DType::Float32, true}),
                          [](const auto& info) {
-                           return info.param.model + (info.param.dtype == DType::Float64 ? "_float64" : "_float32");
+                           return info.param.model + (info.param.dtype == DType::Float64 ? "_float64" : "_float32") +
+                                  (info.param.guarded ? "_guarded" : "");
                          });
 
 }  // namespace

@@ -73,17 +73,21 @@ struct PoolAllocator {
   bool operator==(const PoolAllocator<U>&) const { return true; }
 };
 
+class CpuStorage final : public Storage {
+ public:
+  CpuStorage(void* data, std::size_t bytes) : Storage(data, bytes, Device{}) {}
+  ~CpuStorage() override {
+    auto& c = cache();
+    std::lock_guard lock(c.mutex);
+    c.free[bytes()].push_back(data());
+  }
+};
+
 std::shared_ptr<Storage> make_storage(void* data, std::size_t bytes) {
-  return std::allocate_shared<Storage>(PoolAllocator<Storage>(), data, bytes);
+  return std::allocate_shared<CpuStorage>(PoolAllocator<CpuStorage>(), data, bytes);
 }
 
 }  // namespace
-
-Storage::~Storage() {
-  auto& c = cache();
-  std::lock_guard lock(c.mutex);
-  c.free[bytes_].push_back(data_);
-}
 
 std::shared_ptr<Storage> allocate(std::size_t bytes) {
   std::size_t cls = size_class(bytes);
@@ -94,7 +98,7 @@ std::shared_ptr<Storage> allocate(std::size_t bytes) {
     if (it != c.free.end() && !it->second.empty()) {
       void* p = it->second.back();
       it->second.pop_back();
-      metrics::increment("AllocatorCacheHit");
+      metrics::increment("AllocatorCacheHit", Device{});
       return make_storage(p, cls);
     }
   }
@@ -104,7 +108,7 @@ std::shared_ptr<Storage> allocate(std::size_t bytes) {
     p = std::aligned_alloc(kAlignment, cls);
   }
   if (!p) throw Error("allocator: out of memory allocating " + std::to_string(cls) + " bytes");
-  metrics::increment("AllocatorSystemAlloc");
+  metrics::increment("AllocatorSystemAlloc", Device{});
   return make_storage(p, cls);
 }
 

@@ -1,7 +1,8 @@
 // The CPU backend: interprets a Program instruction by instruction on the device thread,
 // with kernels from kernels.cpp. Reshape shares its input's storage (buffers are immutable).
-#include "runtime/backend.h"
+#include "runtime/cpu/cpu_backend.h"
 
+#include "runtime/cpu/allocator.h"
 #include "runtime/device_queue.h"
 #include "runtime/cpu/heap_count.h"
 #include "runtime/cpu/kernels.h"
@@ -128,11 +129,20 @@ int run_program(const CpuExecutable& exe, const BufferList& inputs, const Buffer
   return donated;
 }
 
+// The CPU runs every op at every dtype and takes every rewrite.
+ir::Target cpu_target() {
+  ir::Target t;
+  t.name = "cpu";
+  t.run_everything();
+  t.fuse_epilogue = t.fuse_elementwise = t.fuse_reduce_prologue = true;
+  t.fold_transpose = t.plan_memory = true;
+  return t;
+}
+
 class CpuBackend final : public Backend {
  public:
-  Device device() const override { return {}; }
-
   std::shared_ptr<Storage> alloc(std::size_t bytes) override { return allocate(bytes); }
+  void empty_cache() override { runtime::empty_cache(); }
 
   void copy_in(const void* host, Storage& dst, std::size_t bytes) override {
     if (bytes) std::memcpy(dst.data(), host, bytes);
@@ -142,7 +152,14 @@ class CpuBackend final : public Backend {
     if (bytes) std::memcpy(host, src.data(), bytes);
   }
 
-  bool supports(ir::Op, DType) const override { return true; }
+  // Only the CPU's own memory is known to be host memory.
+  bool copy(const Storage& src, Storage& dst, std::size_t bytes) override {
+    if (!(src.device() == Device{})) return false;
+    if (bytes) std::memcpy(dst.data(), src.data(), bytes);
+    return true;
+  }
+
+  const ir::Target& target() const override { return target_; }
 
   std::shared_ptr<const Executable> compile(ir::Program program) override {
     return std::make_shared<CpuExecutable>(std::move(program));
@@ -173,9 +190,9 @@ class CpuBackend final : public Backend {
         allocations = heap_allocations() - before;
       }
       // Counted before the outputs are ready, so a reader that waited on them sees the run.
-      metrics::increment("ExecuteProgram");
-      metrics::increment("ExecuteHeapAlloc", allocations);
-      metrics::increment("DonatedBuffer", donated);
+      metrics::increment("ExecuteProgram", Device{});
+      metrics::increment("ExecuteHeapAlloc", Device{}, allocations);
+      metrics::increment("DonatedBuffer", Device{}, donated);
       metrics::record("ExecuteTime", std::chrono::duration<double, std::nano>(
                                          std::chrono::steady_clock::now() - start).count());
       // The outputs too, when they share one Completion (run_graph gives a program one).
@@ -197,26 +214,14 @@ class CpuBackend final : public Backend {
 
   void enqueue_callback(std::function<void()> fn) override { queue_.enqueue(std::move(fn)); }
   void synchronize() override { queue_.wait_idle(); }
-  void hold_queue() override { queue_.hold(); }
-  void release_queue() override { queue_.release(); }
-  int pending_programs() const override { return queue_.pending(); }
 
  private:
+  const ir::Target target_ = cpu_target();
   DeviceQueue queue_;
 };
 
 }  // namespace
 
-Backend& backend(Device device) {
-  switch (device.type) {
-    case DeviceType::CPU: {
-      if (device.index != 0)
-        throw Error("device: expected cpu:0, got " + device_str(device));
-      static auto* cpu = new CpuBackend;  // leaked: its thread must outlive static tensors
-      return *cpu;
-    }
-  }
-  throw Error("device: unknown device " + device_str(device));
-}
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
 
 }  // namespace loom::runtime

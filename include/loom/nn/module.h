@@ -49,8 +49,12 @@ class Module {
   NamedTensors state_dict() const;
   // Copies values in place. Throws loom::Error naming the key for a missing key, an
   // unexpected key, or a shape mismatch (with both shapes). Values are cast to the
-  // parameter's dtype.
+  // parameter's dtype and copied to its device.
   void load_state_dict(const NamedTensors& state);
+
+  // Moves every parameter and buffer to `device`, keeping their identity (optimizers made
+  // before still hold them); gradients are dropped. Returns *this.
+  Module& to(Device device);
 
   void train(bool on = true);
   void eval() { train(false); }

@@ -1,0 +1,37 @@
+// A Target: what a backend tells the compiler about itself, so that one graph compiles
+// differently per device. compiler::compile(graph, target) checks that the device runs every
+// op at its dtype and runs only the rewrites the target asks for; the pass order itself is
+// fixed (compiler/pipeline.cpp).
+#pragma once
+
+#include "ir/op.h"
+
+#include <loom/dtype.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+namespace loom::ir {
+
+struct Target {
+  std::string name;  // the device kind, for messages and dumps
+
+  // Per op, a bit per DType (1 << int(dtype)) that the device runs it at.
+  std::array<uint8_t, kOpCount> dtypes{};
+
+  // Rewrites that the device's kernels take (each pass's header says what it makes).
+  bool fuse_epilogue = false;      // Matmul/Conv2d with bias and activation: fuse_epilogue.h
+  bool fuse_elementwise = false;   // elementwise chains as one kernel: fuse_elementwise.h
+  bool fuse_reduce_prologue = false;  // a reduction over a fused operand: fuse_reduce.h
+  bool fold_transpose = false;     // Matmul reading a transposed operand: fold_transpose.h
+  bool plan_memory = false;        // intermediates in one arena per program: memory_plan.h
+
+  bool runs(Op op, DType dtype) const {
+    return (dtypes[static_cast<int>(op)] >> static_cast<int>(dtype)) & 1;
+  }
+  // Every op at every dtype.
+  void run_everything() { dtypes.fill(static_cast<uint8_t>((1u << kDTypeCount) - 1)); }
+};
+
+}  // namespace loom::ir

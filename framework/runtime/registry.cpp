@@ -1,0 +1,90 @@
+#include "runtime/registry.h"
+
+#include "ir/device_type.h"
+
+#include <loom/error.h>
+
+#include <mutex>
+#include <string>
+
+namespace loom::runtime {
+namespace {
+
+struct Kind {
+  int count = 0;
+  BackendFactory factory;
+  std::vector<Backend*> made;  // per index; leaked
+};
+
+struct Registry {
+  // Recursive: a backend's factory may ask for another device's backend (the test suite's
+  // runs its programs on the CPU's).
+  std::recursive_mutex mutex;
+  std::vector<Kind> kinds;  // by DeviceType
+  std::vector<Device> in_use;
+};
+
+Registry& registry() {
+  static auto* r = new Registry;  // leaked, with the backends it made
+  return *r;
+}
+
+std::string registered(const Registry& r) {
+  std::string out;
+  for (std::size_t k = 0; k < r.kinds.size(); ++k)
+    if (r.kinds[k].count > 0)
+      out += (out.empty() ? "" : ", ") + device_type_name(static_cast<DeviceType>(k)) +
+             (r.kinds[k].count == 1 ? ":0" : ":0-" + std::to_string(r.kinds[k].count - 1));
+  return out;
+}
+
+DeviceType add_kind(Registry& r, std::string_view name, int count, BackendFactory factory) {
+  if (count < 0) throw Error("register_backend: expected a device count >= 0, got " + std::to_string(count));
+  auto type = ir::register_device_type(name);
+  auto k = static_cast<std::size_t>(type);
+  if (r.kinds.size() <= k) r.kinds.resize(k + 1);
+  if (r.kinds[k].factory)
+    throw Error("register_backend: a backend for '" + std::string(name) + "' is registered already");
+  r.kinds[k] = Kind{count, std::move(factory), std::vector<Backend*>(static_cast<std::size_t>(count))};
+  return type;
+}
+
+std::once_flag builtins_once;
+
+void ensure_builtins() {
+  std::call_once(builtins_once, [] { register_builtin_backends(); });
+}
+
+}  // namespace
+
+DeviceType register_backend(std::string_view name, int count, BackendFactory factory) {
+  // The built-in kinds come first, so the CPU is kind 0 whoever registers first.
+  if (name != "cpu") ensure_builtins();
+  auto& r = registry();
+  std::lock_guard lock(r.mutex);
+  return add_kind(r, name, count, std::move(factory));
+}
+
+Backend& backend(Device device) {
+  ensure_builtins();
+  auto& r = registry();
+  std::lock_guard lock(r.mutex);
+  auto k = static_cast<std::size_t>(device.type);
+  if (k >= r.kinds.size() || device.index < 0 || device.index >= r.kinds[k].count)
+    throw Error("device: no device " + device_str(device) + " (registered: " + registered(r) + ")");
+  auto& kind = r.kinds[k];
+  auto*& be = kind.made[static_cast<std::size_t>(device.index)];
+  if (!be) {
+    be = kind.factory(device.index).release();
+    r.in_use.push_back(device);
+  }
+  return *be;
+}
+
+std::vector<Device> devices_in_use() {
+  auto& r = registry();
+  std::lock_guard lock(r.mutex);
+  return r.in_use;
+}
+
+}  // namespace loom::runtime

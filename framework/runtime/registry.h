@@ -1,0 +1,38 @@
+// The device registry: one factory per kind of device, one backend per device, made on first
+// use and kept for the life of the process (its thread must outlive static tensors).
+//
+//   DeviceType kind = runtime::register_backend("guarded", 2, [](int index) {
+//     return std::make_unique<GuardedBackend>(index);
+//   });
+//   runtime::Backend& be = runtime::backend(Device{kind, 1});
+//
+// The built-in backends are registered in builtin_backends.cpp, one line each; any other
+// (the test suite's) registers itself before its first tensor.
+#pragma once
+
+#include "runtime/backend.h"
+
+#include <functional>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+namespace loom::runtime {
+
+using BackendFactory = std::function<std::unique_ptr<Backend>(int index)>;
+
+// Registers a kind of device named `name` with `count` devices (indices 0..count-1) and
+// returns its DeviceType. Throws loom::Error when `name` is registered already.
+DeviceType register_backend(std::string_view name, int count, BackendFactory factory);
+
+// The backend of `device`, made on first use; throws loom::Error naming the registered
+// devices when `device` is not one of them.
+Backend& backend(Device device);
+
+// The devices whose backend has been made, in the order they were first used.
+std::vector<Device> devices_in_use();
+
+// Registers the backends built into the library (builtin_backends.cpp).
+void register_builtin_backends();
+
+}  // namespace loom::runtime
