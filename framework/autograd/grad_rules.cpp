@@ -3,6 +3,7 @@
 // operands of one shape (the API inserted explicit expands), so their rules need no
 // broadcasting; the Expand rule sums the gradient back to the smaller shape.
 #include "autograd/grad_node.h"
+#include "ir/unreachable.h"
 #include "lazy/ops_util.h"
 
 #include <cmath>
@@ -237,7 +238,7 @@ std::vector<Tensor> grad_rule(const GradNode& node, const Tensor& g) {
       return {needs(0) ? g : Tensor(), Tensor(), needs(2) ? gather(g, ints[0], in(1)) : Tensor()};
     }
   }
-  lazy::fail(ir::op_name(node.op), "has no gradient rule");
+  LOOM_UNREACHABLE("grad_rule: op out of range");
 }
 
 }  // namespace loom::autograd

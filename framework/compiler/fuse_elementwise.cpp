@@ -1,5 +1,7 @@
 #include "compiler/fuse_elementwise.h"
 
+#include "ir/unreachable.h"
+
 #include <algorithm>
 #include <cassert>
 #include <cmath>
@@ -30,13 +32,31 @@ bool exact_in(DType src, DType compute) {
          (compute == DType::Float64 && (src == DType::Float32 || src == DType::Int32));
 }
 
+// Whether an elementwise op reads its operands in a dtype other than its result's (so the
+// fusion must check they convert exactly). Asked of elementwise ops only.
 bool tests_operands(Op op) {
   switch (op) {
     case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge:
     case Op::LogicalNot: case Op::Cast:
       return true;
-    default: return false;  // arithmetic: operands already have the result's dtype
+    // Arithmetic: operands already have the result's dtype (a Where's condition is bool,
+    // which converts exactly to any compute type).
+    case Op::Neg: case Op::Exp: case Op::Log: case Op::Sqrt: case Op::Rsqrt: case Op::Abs:
+    case Op::Relu: case Op::Sigmoid: case Op::Tanh: case Op::Silu: case Op::Gelu:
+    case Op::GeluTanh: case Op::Erf: case Op::Sin: case Op::Cos:
+    case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow: case Op::Maximum:
+    case Op::Minimum: case Op::Where:
+      return false;
+    case Op::DeviceData: case Op::Constant: case Op::Iota: case Op::RandUniform:
+    case Op::RandNormal: case Op::Sum: case Op::Mean: case Op::Max: case Op::ArgMax:
+    case Op::Reshape: case Op::Permute: case Op::Slice: case Op::Expand: case Op::Pad:
+    case Op::Concat: case Op::Matmul: case Op::Conv2d: case Op::MaxPool2d: case Op::AvgPool2d:
+    case Op::Conv2dGradInput: case Op::Conv2dGradWeight: case Op::MaxPool2dGrad:
+    case Op::AvgPool2dGrad: case Op::Gather: case Op::IndexSelect: case Op::ScatterAdd:
+    case Op::OneHot: case Op::Count_:
+      break;
   }
+  LOOM_UNREACHABLE("fuse_elementwise: tests_operands asked of a non-elementwise op");
 }
 
 class Fuser {

@@ -1,5 +1,7 @@
 #include "compiler/simplify.h"
 
+#include "ir/unreachable.h"
+
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -94,8 +96,24 @@ class Simplifier {
         if (c == 0.0 && !std::signbit(*c) && same_type(in, in.args[0])) alias(in, in.args[0]);
         return;
       }
-      default: return;
+      // Nothing to simplify (a new op joins this list or gets a rule above).
+      case Op::DeviceData: case Op::Constant: case Op::Iota:
+      case Op::RandUniform: case Op::RandNormal:
+      case Op::Exp: case Op::Log: case Op::Sqrt: case Op::Rsqrt: case Op::Abs: case Op::Relu:
+      case Op::Sigmoid: case Op::Tanh: case Op::Silu: case Op::Gelu: case Op::GeluTanh:
+      case Op::Erf: case Op::Sin: case Op::Cos: case Op::LogicalNot:
+      case Op::Add: case Op::Pow: case Op::Maximum: case Op::Minimum:
+      case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge:
+      case Op::Where: case Op::Sum: case Op::Mean: case Op::Max: case Op::ArgMax:
+      case Op::Slice: case Op::Pad: case Op::Concat:
+      case Op::Matmul: case Op::Conv2d: case Op::MaxPool2d: case Op::AvgPool2d:
+      case Op::Conv2dGradInput: case Op::Conv2dGradWeight: case Op::MaxPool2dGrad:
+      case Op::AvgPool2dGrad:
+      case Op::Gather: case Op::IndexSelect: case Op::ScatterAdd: case Op::OneHot:
+        return;
+      case Op::Count_: LOOM_UNREACHABLE("simplify: Count_ is not an op");
     }
+    LOOM_UNREACHABLE("simplify: op out of range");
   }
 
   ir::Program& p_;

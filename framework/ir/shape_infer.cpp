@@ -1,5 +1,7 @@
 #include "ir/shape_infer.h"
 
+#include "ir/unreachable.h"
+
 #include <loom/error.h>
 
 #include <string>
@@ -390,7 +392,7 @@ TypeAndShape infer(Op op, const std::vector<NodePtr>& xs, const Attr& attr) {
       return {DType::Int64, out};
     }
   }
-  fail(op, "unknown op");
+  LOOM_UNREACHABLE("infer: op out of range");
 }
 
 }  // namespace loom::ir

@@ -3,6 +3,8 @@
 // that lacks a kernel fails to compile here (-Werror=switch).
 #include "runtime/cpu/kernels.h"
 
+#include "ir/unreachable.h"
+#include "runtime/cpu/kernels_fused.h"
 #include "runtime/cpu/kernels_impl.h"
 
 #include <cassert>
@@ -15,11 +17,9 @@ void run_kernel(ir::Op op, const ir::Attr& attr, std::span<const TensorView> in,
   assert((ir::op_info(op).arity < 0 || in.size() == static_cast<std::size_t>(ir::op_info(op).arity)) &&
          "run_kernel: wrong number of operands");
   switch (op) {
-    case Op::DeviceData:
+    case Op::DeviceData:  // bound to a buffer, never computed
     case Op::Count_:
-      assert(false && "run_kernel: device data and Count_ have no kernel");
-      throw Error(std::string("run_kernel: no kernel for ") +
-                  (op == Op::DeviceData ? "device_data" : "Count_"));
+      LOOM_UNREACHABLE("run_kernel: device data and Count_ have no kernel");
 
     case Op::Constant: return fill_value(out, attr.scalar);
     case Op::Iota: return iota_kernel(attr, out);
@@ -43,7 +43,7 @@ void run_kernel(ir::Op op, const ir::Attr& attr, std::span<const TensorView> in,
     case Op::Sin:
     case Op::Cos:
     case Op::LogicalNot:
-      return unary_kernel(op, in[0], out);
+      return elementwise_kernel(op, in, out);
     case Op::Cast: return cast_kernel(in[0], out);
 
     case Op::Add:
@@ -59,9 +59,8 @@ void run_kernel(ir::Op op, const ir::Attr& attr, std::span<const TensorView> in,
     case Op::Le:
     case Op::Gt:
     case Op::Ge:
-      return binary_kernel(op, in[0], in[1], out);
-
-    case Op::Where: return where_kernel(in[0], in[1], in[2], out);
+    case Op::Where:
+      return elementwise_kernel(op, in, out);
 
     case Op::Sum:
     case Op::Mean:
@@ -90,7 +89,7 @@ void run_kernel(ir::Op op, const ir::Attr& attr, std::span<const TensorView> in,
     case Op::ScatterAdd: return scatter_add_kernel(attr, in[0], in[1], in[2], out);
     case Op::OneHot: return one_hot_kernel(attr, in[0], out);
   }
-  assert(false && "run_kernel: op out of range");
+  LOOM_UNREACHABLE("run_kernel: op out of range");
 }
 
 }  // namespace loom::runtime

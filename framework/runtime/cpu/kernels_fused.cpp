@@ -5,8 +5,10 @@
 // block, which the compiler vectorises; transcendental functions use Eigen's vectorised
 // versions. The last step writes straight into the result when no conversion is needed.
 //
-// Every floating-point elementwise op goes through here, fused or alone, so lazy, eager and
-// compiled execution compute each element with the same code and agree exactly.
+// run_step below is the one implementation of every elementwise op. Fusions run it, and so
+// does an op alone (elementwise_kernel, which run_kernel calls for every dtype), so lazy,
+// eager and compiled execution, fused or not, compute each element with the same code and
+// agree exactly.
 #include "runtime/cpu/kernels_fused.h"
 
 // GCC 12 reports its own AVX-512 intrinsics' undefined placeholders as uninitialized when
@@ -16,6 +18,8 @@
 #endif
 
 #include "runtime/cpu/kernels_impl.h"
+
+#include "ir/unreachable.h"
 
 #include <Eigen/Core>
 
@@ -67,6 +71,7 @@ void vector_map(const T* a, T* d, int64_t n, F f) {
 // each of its values is.
 struct Registers;
 struct Values;
+struct Alone;  // elementwise_kernel's result and condition blocks
 
 // Registers start on a 64-byte boundary (kFusedBlock elements apart), so vector_map works on
 // them in place.
@@ -115,41 +120,84 @@ void load_block(const FusedLoad& l, const S* src, int64_t begin, int64_t len, T*
   }
 }
 
+// The storage dtype of T (the one run_step computes in).
+template <class T>
+constexpr DType dtype_of() {
+  if constexpr (std::is_same_v<T, float>) return DType::Float32;
+  else if constexpr (std::is_same_v<T, double>) return DType::Float64;
+  else if constexpr (std::is_same_v<T, int64_t>) return DType::Int64;
+  else if constexpr (std::is_same_v<T, int32_t>) return DType::Int32;
+  else return DType::Bool;
+}
+
+// The one implementation of every elementwise op: d = op(a, b, c) over n <= kFusedBlock
+// elements. Fusions run it in their compute type (float or double); elementwise_kernel runs it
+// for an op alone, in any dtype. Booleans are 0 or 1 in T. Ops defined on floating point only
+// (shape inference rejects them on other dtypes) throw for an integer or bool T.
 template <class T>
 void run_step(const FusedStep& s, const T* a, const T* b, const T* c, T* __restrict d,
               int64_t n) {
-  const T zero(0), one(1), half(0.5);
+  constexpr bool fp = std::is_floating_point_v<T>;
+  const T zero(0), one(1);
   switch (s.op) {
     case Op::Constant: std::fill(d, d + n, static_cast<T>(s.scalar)); return;
     case Op::Neg: for (int64_t i = 0; i < n; ++i) d[i] = -a[i]; return;
     case Op::Abs: for (int64_t i = 0; i < n; ++i) d[i] = std::abs(a[i]); return;
     // a < 0 (not a > 0) so that relu(NaN) is NaN, as in PyTorch.
     case Op::Relu: for (int64_t i = 0; i < n; ++i) d[i] = a[i] < zero ? zero : a[i]; return;
-    case Op::Exp: return vector_map(a, d, n, [](const auto& x) { return x.exp(); });
-    case Op::Log: return vector_map(a, d, n, [](const auto& x) { return x.log(); });
-    case Op::Sqrt: return vector_map(a, d, n, [](const auto& x) { return x.sqrt(); });
-    case Op::Rsqrt: return vector_map(a, d, n, [](const auto& x) { return x.sqrt().inverse(); });
-    case Op::Sigmoid: return vector_map(a, d, n, [](const auto& x) { return x.logistic(); });
-    case Op::Tanh: return vector_map(a, d, n, [](const auto& x) { return x.tanh(); });
-    case Op::Silu: return vector_map(a, d, n, [](const auto& x) { return x * x.logistic(); });
-    case Op::Sin: return vector_map(a, d, n, [](const auto& x) { return x.sin(); });
-    case Op::Cos: return vector_map(a, d, n, [](const auto& x) { return x.cos(); });
-    case Op::Erf: for (int64_t i = 0; i < n; ++i) d[i] = std::erf(a[i]); return;
-    case Op::Gelu: {
-      const T inv_sqrt2 = T(0.70710678118654752440);
-      for (int64_t i = 0; i < n; ++i) d[i] = a[i] * half * (one + std::erf(a[i] * inv_sqrt2));
-      return;
-    }
-    case Op::GeluTanh: {
-      const T k = T(0.79788456080286535588), c3 = T(0.044715);  // sqrt(2/pi)
-      for (int64_t i = 0; i < n; ++i) d[i] = k * (a[i] + c3 * a[i] * a[i] * a[i]);
-      vector_map(d, d, n, [](const auto& x) { return x.tanh(); });
-      for (int64_t i = 0; i < n; ++i) d[i] = half * a[i] * (one + d[i]);
-      return;
-    }
+    case Op::Exp:
+      if constexpr (fp) return vector_map(a, d, n, [](const auto& x) { return x.exp(); });
+      break;
+    case Op::Log:
+      if constexpr (fp) return vector_map(a, d, n, [](const auto& x) { return x.log(); });
+      break;
+    case Op::Sqrt:
+      if constexpr (fp) return vector_map(a, d, n, [](const auto& x) { return x.sqrt(); });
+      break;
+    case Op::Rsqrt:
+      if constexpr (fp) return vector_map(a, d, n, [](const auto& x) { return x.sqrt().inverse(); });
+      break;
+    case Op::Sigmoid:
+      if constexpr (fp) return vector_map(a, d, n, [](const auto& x) { return x.logistic(); });
+      break;
+    case Op::Tanh:
+      if constexpr (fp) return vector_map(a, d, n, [](const auto& x) { return x.tanh(); });
+      break;
+    case Op::Silu:
+      if constexpr (fp) return vector_map(a, d, n, [](const auto& x) { return x * x.logistic(); });
+      break;
+    case Op::Sin:
+      if constexpr (fp) return vector_map(a, d, n, [](const auto& x) { return x.sin(); });
+      break;
+    case Op::Cos:
+      if constexpr (fp) return vector_map(a, d, n, [](const auto& x) { return x.cos(); });
+      break;
+    case Op::Erf:
+      if constexpr (fp) {
+        for (int64_t i = 0; i < n; ++i) d[i] = std::erf(a[i]);
+        return;
+      }
+      break;
+    case Op::Gelu:
+      if constexpr (fp) {
+        const T half(0.5), inv_sqrt2(0.70710678118654752440);
+        for (int64_t i = 0; i < n; ++i) d[i] = a[i] * half * (one + std::erf(a[i] * inv_sqrt2));
+        return;
+      }
+      break;
+    case Op::GeluTanh:
+      if constexpr (fp) {
+        const T half(0.5), k(0.79788456080286535588), c3(0.044715);  // k = sqrt(2/pi)
+        for (int64_t i = 0; i < n; ++i) d[i] = k * (a[i] + c3 * a[i] * a[i] * a[i]);
+        vector_map(d, d, n, [](const auto& x) { return x.tanh(); });
+        for (int64_t i = 0; i < n; ++i) d[i] = half * a[i] * (one + d[i]);
+        return;
+      }
+      break;
     case Op::LogicalNot: for (int64_t i = 0; i < n; ++i) d[i] = a[i] == zero ? one : zero; return;
     case Op::Cast:
       // Members of a fusion produce the compute type or bool, so a cast is a copy or a test.
+      // (Casts between dtypes, outside fusions, are cast_kernel's.)
       if (s.dtype == DType::Bool) {
         for (int64_t i = 0; i < n; ++i) d[i] = a[i] != zero ? one : zero;
       } else {
@@ -159,8 +207,18 @@ void run_step(const FusedStep& s, const T* a, const T* b, const T* c, T* __restr
     case Op::Add: for (int64_t i = 0; i < n; ++i) d[i] = a[i] + b[i]; return;
     case Op::Sub: for (int64_t i = 0; i < n; ++i) d[i] = a[i] - b[i]; return;
     case Op::Mul: for (int64_t i = 0; i < n; ++i) d[i] = a[i] * b[i]; return;
-    case Op::Div: for (int64_t i = 0; i < n; ++i) d[i] = a[i] / b[i]; return;
-    case Op::Pow: for (int64_t i = 0; i < n; ++i) d[i] = std::pow(a[i], b[i]); return;
+    case Op::Div:
+      if constexpr (fp) {
+        for (int64_t i = 0; i < n; ++i) d[i] = a[i] / b[i];
+        return;
+      }
+      break;
+    case Op::Pow:
+      if constexpr (fp) {
+        for (int64_t i = 0; i < n; ++i) d[i] = std::pow(a[i], b[i]);
+        return;
+      }
+      break;
     // NaN wins, as in torch.maximum (when b is NaN, a > b is false).
     case Op::Maximum:
       for (int64_t i = 0; i < n; ++i) d[i] = (a[i] != a[i] || a[i] > b[i]) ? a[i] : b[i];
@@ -175,9 +233,21 @@ void run_step(const FusedStep& s, const T* a, const T* b, const T* c, T* __restr
     case Op::Gt: for (int64_t i = 0; i < n; ++i) d[i] = a[i] > b[i] ? one : zero; return;
     case Op::Ge: for (int64_t i = 0; i < n; ++i) d[i] = a[i] >= b[i] ? one : zero; return;
     case Op::Where: for (int64_t i = 0; i < n; ++i) d[i] = a[i] != zero ? b[i] : c[i]; return;
-    default: break;  // the fusion pass admits only the ops above
+
+    // Not elementwise: the fusion pass admits none of these, and run_kernel sends them
+    // elsewhere.
+    case Op::DeviceData: case Op::Iota: case Op::RandUniform: case Op::RandNormal:
+    case Op::Sum: case Op::Mean: case Op::Max: case Op::ArgMax:
+    case Op::Reshape: case Op::Permute: case Op::Slice: case Op::Expand: case Op::Pad:
+    case Op::Concat: case Op::Matmul: case Op::Conv2d: case Op::MaxPool2d: case Op::AvgPool2d:
+    case Op::Conv2dGradInput: case Op::Conv2dGradWeight: case Op::MaxPool2dGrad:
+    case Op::AvgPool2dGrad: case Op::Gather: case Op::IndexSelect: case Op::ScatterAdd:
+    case Op::OneHot: case Op::Count_:
+      LOOM_UNREACHABLE("elementwise step: not an elementwise op");
   }
-  assert(false && "fused kernel: not an elementwise op");
+  // Only a floating-point op on an integer or bool T breaks out of the switch.
+  if constexpr (!fp) unsupported_dtype(ir::op_name(s.op), dtype_of<T>());
+  LOOM_UNREACHABLE("elementwise step: op out of range");
 }
 
 // Evaluates a fusion block by block on one thread, with that thread's scratch registers.
@@ -255,6 +325,47 @@ void run_fusion(const Fusion& f, std::span<const TensorView> in, const TensorVie
   });
 }
 
+// One elementwise op alone (elementwise_kernel): the operands are contiguous and of the
+// result's shape, so each block runs run_step on them in place. A Where's bool condition is
+// converted to T per block, as a fusion's load converts it.
+template <class T>
+void run_alone(Op op, std::span<const TensorView> in, const TensorView& out) {
+  const int64_t n = out.numel();
+  const bool where = op == Op::Where;
+  // A result written over a donated operand (memory_plan.cpp) goes through scratch: run_step
+  // writes through a __restrict pointer and may reread its operand (GeluTanh).
+  const bool aliased =
+      std::any_of(in.begin(), in.end(), [&](const TensorView& v) { return v.data == out.data; });
+  const bool direct_out = out.dtype == dtype_of<T>() && !aliased;
+  assert((out.dtype == dtype_of<T>() || out.dtype == DType::Bool) && "elementwise: bad result dtype");
+  const FusedStep step{op, -1, -1, -1, 0, out.dtype};
+  const int64_t blocks = (n + kFusedBlock - 1) / kFusedBlock;
+  parallel_range(blocks, 8, [&](int64_t b0, int64_t b1) {
+    T* scratch = thread_scratch<T, Alone>(2 * kFusedBlock);
+    T* cond = scratch + kFusedBlock;
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      const int64_t begin = blk * kFusedBlock, len = std::min(kFusedBlock, n - begin);
+      const T* operand[3] = {nullptr, nullptr, nullptr};
+      for (std::size_t k = 0; k < in.size(); ++k)
+        if (!(where && k == 0)) operand[k] = in[k].as<const T>() + begin;
+      if (where) {
+        const BoolStorage* pc = in[0].as<const BoolStorage>() + begin;
+        for (int64_t i = 0; i < len; ++i) cond[i] = static_cast<T>(pc[i]);
+        operand[0] = cond;
+      }
+      T* d = direct_out ? out.as<T>() + begin : scratch;
+      run_step<T>(step, operand[0], operand[1], operand[2], d, len);
+      if (direct_out) continue;
+      if (out.dtype == dtype_of<T>()) {
+        std::copy(d, d + len, out.as<T>() + begin);
+        continue;
+      }
+      BoolStorage* po = out.as<BoolStorage>() + begin;
+      for (int64_t i = 0; i < len; ++i) po[i] = d[i] != T(0);
+    }
+  });
+}
+
 }  // namespace
 
 void fused_kernel(const ir::Fusion& fusion, std::span<const TensorView> in,
@@ -287,5 +398,14 @@ void unary_step(ir::Op op, const T* a, T* d, int64_t n) {
 
 template void unary_step<float>(ir::Op, const float*, float*, int64_t);
 template void unary_step<double>(ir::Op, const double*, double*, int64_t);
+
+void elementwise_kernel(ir::Op op, std::span<const TensorView> in, const TensorView& out) {
+  assert(in.size() == static_cast<std::size_t>(ir::op_info(op).arity) && "elementwise: operands");
+  const DType t = in[op == Op::Where ? 1 : 0].dtype;  // a Where computes in its values' dtype
+  // Bool operands only meet tests and selection; shape inference rejects arithmetic on them.
+  if (t == DType::Bool && op != Op::Eq && op != Op::Ne && op != Op::LogicalNot && op != Op::Where)
+    unsupported_dtype(ir::op_name(op), t);
+  visit_dtype(t, [&](auto tag) { run_alone<typename decltype(tag)::type>(op, in, out); });
+}
 
 }  // namespace loom::runtime

@@ -16,6 +16,11 @@ inline constexpr int64_t kFusedBlock = 512;
 void fused_kernel(const ir::Fusion& fusion, std::span<const TensorView> in,
                   const TensorView& out);
 
+// One unary, binary or ternary elementwise op (not Cast) alone, in any dtype its shape
+// inference admits: operands contiguous and of the result's shape. It runs the very step a
+// fusion runs (one implementation per op), so an op gives the same bits fused or alone.
+void elementwise_kernel(ir::Op op, std::span<const TensorView> in, const TensorView& out);
+
 // A Sum, Mean or Max (attr: its axes) of a fusion's result, which is never stored: the
 // reduction evaluates the fusion (its prologue) over `in` as it reads (kernels_reduce.cpp).
 void fused_reduce_kernel(ir::Op op, const ir::Attr& attr, const ir::Fusion& prologue,

@@ -159,13 +159,9 @@ void fill_value(const TensorView& out, double value);
 
 using Inputs = std::span<const TensorView>;
 
-// kernels_elementwise.cpp
+// kernels_elementwise.cpp (the other elementwise ops: elementwise_kernel, kernels_fused.h)
 void iota_kernel(const ir::Attr& attr, const TensorView& out);
-void unary_kernel(ir::Op op, const TensorView& x, const TensorView& out);
 void cast_kernel(const TensorView& x, const TensorView& out);
-void binary_kernel(ir::Op op, const TensorView& a, const TensorView& b, const TensorView& out);
-void where_kernel(const TensorView& cond, const TensorView& a, const TensorView& b,
-                  const TensorView& out);
 
 // kernels_random.cpp
 void rand_uniform_kernel(const TensorView& seed, const TensorView& out);

@@ -7,6 +7,8 @@
 #include "runtime/cpu/kernels_fused.h"
 #include "runtime/cpu/kernels_impl.h"
 
+#include "ir/unreachable.h"
+
 #include <algorithm>
 #include <array>
 #include <cassert>
@@ -377,9 +379,22 @@ void reduce_operand(Op op, const ir::Attr& attr, DType dtype, const Shape& shape
       return visit_numeric("amax", dtype, [&](auto tag) {
         run(tag, TypeTag<MaxOp<typename decltype(tag)::type>>{});
       });
-    default: break;  // only the three reductions above come here
+    // run_kernel sends only the three reductions above (ArgMax has argmax_kernel).
+    case Op::DeviceData: case Op::Constant: case Op::Iota: case Op::RandUniform:
+    case Op::RandNormal: case Op::Neg: case Op::Exp: case Op::Log: case Op::Sqrt: case Op::Rsqrt:
+    case Op::Abs: case Op::Relu: case Op::Sigmoid: case Op::Tanh: case Op::Silu: case Op::Gelu:
+    case Op::GeluTanh: case Op::Erf: case Op::Sin: case Op::Cos: case Op::LogicalNot:
+    case Op::Cast: case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow:
+    case Op::Maximum: case Op::Minimum: case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le:
+    case Op::Gt: case Op::Ge: case Op::Where: case Op::ArgMax: case Op::Reshape:
+    case Op::Permute: case Op::Slice: case Op::Expand: case Op::Pad: case Op::Concat:
+    case Op::Matmul: case Op::Conv2d: case Op::MaxPool2d: case Op::AvgPool2d:
+    case Op::Conv2dGradInput: case Op::Conv2dGradWeight: case Op::MaxPool2dGrad:
+    case Op::AvgPool2dGrad: case Op::Gather: case Op::IndexSelect: case Op::ScatterAdd:
+    case Op::OneHot: case Op::Count_:
+      break;
   }
-  assert(false && "reduce_kernel: not a reduction");
+  LOOM_UNREACHABLE("reduce_kernel: not a reduction");
 }
 
 }  // namespace

@@ -1,0 +1,195 @@
+// The PyTorch reference fixtures of the op tests (ops/fixtures/*.txt): reading them and
+// turning their tensors into loom tensors. The file format is described in
+// tests/reference/make_op_fixtures.py.
+//
+//   const Fixtures f = read_fixtures(LOOM_TEST_DATA_DIR "/ops/fixtures/op_forward.txt");
+//   ASSERT_TRUE(f.error.empty()) << f.error;
+//   Tensor x = make_tensor(f.cases[0].inputs[0], DType::Float32);
+#pragma once
+
+#include <loom/tensor.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace loom::test {
+
+// ---- fixture file ----
+
+struct TensorSpec {
+  std::string dtype;  // float | float_other | int64 | int32 | bool
+  Shape shape;
+  std::vector<double> values;
+};
+
+struct Case {
+  std::string name;
+  std::string op;
+  std::map<std::string, std::string> params;
+  std::vector<TensorSpec> inputs;
+  TensorSpec output;
+  bool has_output = false;
+  int line = 0;
+};
+
+struct Fixtures {
+  std::vector<Case> cases;
+  std::string error;  // first problem found while reading; empty when the file is sound
+  long declared_count = -1;
+};
+
+inline double parse_number(const std::string& token, bool integral) {
+  const char* begin = token.c_str();
+  char* end = nullptr;
+  double v = 0;
+  if (integral) {
+    v = static_cast<double>(std::strtoll(begin, &end, 10));
+  } else {
+    v = std::strtod(begin, &end);
+  }
+  if (token.empty() || *end != '\0') throw std::runtime_error("bad number '" + token + "'");
+  return v;
+}
+
+inline TensorSpec parse_tensor(std::istringstream& in) {
+  TensorSpec t;
+  long rank = -1;
+  if (!(in >> t.dtype >> rank) || rank < 0) throw std::runtime_error("bad tensor header");
+  const bool integral = t.dtype == "int64" || t.dtype == "int32" || t.dtype == "bool";
+  if (!integral && t.dtype != "float" && t.dtype != "float_other") {
+    throw std::runtime_error("unknown dtype '" + t.dtype + "'");
+  }
+  int64_t numel = 1;
+  for (long d = 0; d < rank; ++d) {
+    int64_t n = -1;
+    if (!(in >> n) || n < 0) throw std::runtime_error("bad dimension");
+    t.shape.push_back(n);
+    numel *= n;
+  }
+  std::string token;
+  while (in >> token) t.values.push_back(parse_number(token, integral));
+  if (static_cast<int64_t>(t.values.size()) != numel) {
+    throw std::runtime_error("expected " + std::to_string(numel) + " values for shape " +
+                             loom::shape_str(t.shape) + ", got " +
+                             std::to_string(t.values.size()));
+  }
+  return t;
+}
+
+inline Fixtures read_fixtures(const std::string& path) {
+  Fixtures f;
+  std::ifstream file(path);
+  if (!file) {
+    f.error = "cannot open " + path;
+    return f;
+  }
+  std::string text;
+  int line_no = 0;
+  try {
+    while (std::getline(file, text)) {
+      ++line_no;
+      if (text.empty() || text[0] == '#') continue;
+      if (f.declared_count >= 0) throw std::runtime_error("content after 'end'");
+      std::istringstream in(text);
+      std::string kind;
+      in >> kind;
+      if (kind == "case") {
+        if (!f.cases.empty() && !f.cases.back().has_output) {
+          throw std::runtime_error("case " + f.cases.back().name + " has no 'out' line");
+        }
+        Case c;
+        c.line = line_no;
+        if (!(in >> c.name >> c.op)) throw std::runtime_error("bad case line");
+        f.cases.push_back(std::move(c));
+        continue;
+      }
+      if (kind == "end") {
+        if (!(in >> f.declared_count)) throw std::runtime_error("bad end line");
+        continue;
+      }
+      if (f.cases.empty()) throw std::runtime_error("'" + kind + "' before the first case");
+      Case& c = f.cases.back();
+      if (c.has_output) throw std::runtime_error("'" + kind + "' after the case's 'out'");
+      if (kind == "params") {
+        std::string kv;
+        while (in >> kv) {
+          auto eq = kv.find('=');
+          if (eq == std::string::npos || eq == 0) throw std::runtime_error("bad param " + kv);
+          c.params[kv.substr(0, eq)] = kv.substr(eq + 1);
+        }
+      } else if (kind == "in") {
+        c.inputs.push_back(parse_tensor(in));
+      } else if (kind == "out") {
+        c.output = parse_tensor(in);
+        c.has_output = true;
+      } else {
+        throw std::runtime_error("unknown line kind '" + kind + "'");
+      }
+    }
+    if (!f.cases.empty() && !f.cases.back().has_output) {
+      throw std::runtime_error("case " + f.cases.back().name + " has no 'out' line");
+    }
+    if (f.declared_count < 0) throw std::runtime_error("no 'end' line (truncated file?)");
+    if (f.declared_count != static_cast<long>(f.cases.size())) {
+      throw std::runtime_error("'end' declares " + std::to_string(f.declared_count) +
+                               " cases, read " + std::to_string(f.cases.size()));
+    }
+  } catch (const std::exception& e) {
+    f.error = path + ":" + std::to_string(line_no) + ": " + e.what();
+  }
+  return f;
+}
+
+// ---- building inputs ----
+
+inline DType other_float(DType t) { return t == DType::Float64 ? DType::Float32 : DType::Float64; }
+
+inline DType resolve_dtype(const std::string& token, DType run) {
+  if (token == "float") return run;
+  if (token == "float_other") return other_float(run);
+  if (token == "int64") return DType::Int64;
+  if (token == "int32") return DType::Int32;
+  if (token == "bool") return DType::Bool;
+  throw std::runtime_error("unknown dtype token '" + token + "'");
+}
+
+inline Tensor make_tensor(const TensorSpec& spec, DType run) {
+  const DType dt = resolve_dtype(spec.dtype, run);
+  const std::size_t width = loom::dtype_size(dt);
+  std::vector<unsigned char> bytes(std::max<std::size_t>(1, spec.values.size() * width));
+  for (std::size_t i = 0; i < spec.values.size(); ++i) {
+    unsigned char* dst = bytes.data() + i * width;
+    const double v = spec.values[i];
+    switch (dt) {
+      case DType::Float32: { float x = static_cast<float>(v); std::memcpy(dst, &x, width); break; }
+      case DType::Float64: { double x = v; std::memcpy(dst, &x, width); break; }
+      case DType::Int64: { int64_t x = static_cast<int64_t>(v); std::memcpy(dst, &x, width); break; }
+      case DType::Int32: { int32_t x = static_cast<int32_t>(v); std::memcpy(dst, &x, width); break; }
+      case DType::Bool: { bool x = v != 0; std::memcpy(dst, &x, width); break; }
+    }
+  }
+  return loom::from_host(bytes.data(), dt, spec.shape);
+}
+
+// ---- comparison ----
+
+struct Tolerance {
+  double rel;
+  double abs;
+};
+
+inline bool close(double got, double want, Tolerance tol) {
+  if (std::isnan(want)) return std::isnan(got);
+  if (std::isinf(want)) return got == want;
+  return std::fabs(got - want) <= tol.abs + tol.rel * std::fabs(want);
+}
+
+}  // namespace loom::test

@@ -1,0 +1,149 @@
+// Every elementwise op gives the same bits alone (run_kernel, as an unfused instruction runs)
+// and inside a fusion (fused_kernel). Lazy, eager and compiled execution all fuse float ops,
+// so they cannot see a second implementation of an op drifting from the first (as sigmoid
+// once did: std::exp alone, Eigen's logistic fused); this test can.
+#include "ir/program.h"
+#include "runtime/cpu/kernels.h"
+#include "runtime/cpu/kernels_fused.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace loom::runtime {
+namespace {
+
+using ir::Op;
+
+constexpr int64_t kN = 1500;  // several blocks and a ragged tail
+
+bool is_elementwise(Op op) {
+  auto g = ir::op_info(op).group;
+  return (g == ir::OpGroup::Unary || g == ir::OpGroup::Binary || g == ir::OpGroup::Ternary) &&
+         op != Op::Cast;  // cast_kernel converts between dtypes; a fusion's Cast is a copy
+}
+
+template <class T>
+std::vector<T> operand(std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> u(-8, 8);
+  std::vector<T> v(kN);
+  for (auto& x : v) x = static_cast<T>(u(rng));
+  // Values where approximations part ways: saturation, zeros, infinities, NaN, ties.
+  const T special[] = {T(0), -T(0), T(30), T(-30), T(100), T(-100), T(1e-6),
+                       std::numeric_limits<T>::infinity(), -std::numeric_limits<T>::infinity(),
+                       std::numeric_limits<T>::quiet_NaN(), T(1), T(-1)};
+  for (std::size_t i = 0; i < std::size(special); ++i) v[i * 7] = special[i];
+  return v;
+}
+
+template <class T>
+void check_op(Op op, DType dtype) {
+  std::mt19937_64 rng(static_cast<uint64_t>(op) * 31 + sizeof(T));
+  const int arity = ir::op_info(op).arity;
+  std::vector<std::vector<T>> data;
+  std::vector<uint8_t> cond(kN);
+  for (auto& c : cond) c = rng() % 2;
+  for (int k = 0; k < arity; ++k) data.push_back(operand<T>(rng));
+  // Ties for the comparisons, maximum and minimum.
+  if (arity >= 2)
+    for (int64_t i = 0; i < kN; i += 5) data[1][i] = data[0][i];
+
+  const bool tests = op == Op::Eq || op == Op::Ne || op == Op::Lt || op == Op::Le ||
+                     op == Op::Gt || op == Op::Ge || op == Op::LogicalNot;
+  const DType out_dtype = tests ? DType::Bool : dtype;
+  std::vector<TensorView> in;
+  for (int k = 0; k < arity; ++k) {
+    const bool is_cond = op == Op::Where && k == 0;
+    in.push_back({is_cond ? static_cast<void*>(cond.data()) : data[k].data(),
+                  is_cond ? DType::Bool : dtype, Shape{kN}});
+  }
+  const std::size_t bytes = kN * dtype_size(out_dtype);
+  std::vector<unsigned char> alone(bytes, 0xAB), fused(bytes, 0xCD);
+  run_kernel(op, ir::Attr{}, in, TensorView{alone.data(), out_dtype, Shape{kN}});
+
+  // The same op as a one-step fusion, every operand loaded into a register.
+  ir::Fusion f;
+  f.compute = dtype;
+  f.shape = {kN};
+  ir::FusedStep step{op, -1, -1, -1, 0, out_dtype};
+  int* operands[] = {&step.a, &step.b, &step.c};
+  for (int k = 0; k < arity; ++k) {
+    f.loads.push_back({k, in[k].dtype, {kN}, {1}});
+    *operands[k] = k;
+  }
+  f.steps.push_back(step);
+  f.num_registers = arity + 1;
+  for (int v = 0; v <= arity; ++v) f.register_of.push_back(v);
+  fused_kernel(f, in, TensorView{fused.data(), out_dtype, Shape{kN}});
+
+  int differ = 0;
+  const std::size_t width = dtype_size(out_dtype);
+  for (int64_t i = 0; i < kN; ++i)
+    if (std::memcmp(alone.data() + i * width, fused.data() + i * width, width) != 0 &&
+        ++differ <= 3)
+      ADD_FAILURE() << ir::op_name(op) << " " << dtype_name(dtype) << ": element " << i
+                    << " differs alone and fused";
+  EXPECT_EQ(differ, 0) << ir::op_name(op) << " " << dtype_name(dtype);
+}
+
+TEST(ElementwiseKernels, AloneAndFusedAgreeBitForBit) {
+  int ops = 0;
+  for (int i = 0; i < ir::kOpCount; ++i) {
+    const auto op = static_cast<Op>(i);
+    if (!is_elementwise(op)) continue;
+    check_op<float>(op, DType::Float32);
+    check_op<double>(op, DType::Float64);
+    ++ops;
+  }
+  EXPECT_GE(ops, 30);  // every unary, binary and ternary op but Cast
+}
+
+// Integer and bool operands run the same steps (fusions compute in floating point only).
+TEST(ElementwiseKernels, IntegerAndBoolOperands) {
+  std::vector<int64_t> a{-3, 0, 5, 7}, b{2, 0, -5, 9};
+  std::vector<int64_t> out(4);
+  std::vector<TensorView> in{{a.data(), DType::Int64, {4}}, {b.data(), DType::Int64, {4}}};
+  run_kernel(Op::Maximum, {}, in, {out.data(), DType::Int64, {4}});
+  EXPECT_EQ(out, (std::vector<int64_t>{2, 0, 5, 9}));
+  run_kernel(Op::Sub, {}, in, {out.data(), DType::Int64, {4}});
+  EXPECT_EQ(out, (std::vector<int64_t>{-5, 0, 10, -2}));
+  run_kernel(Op::Relu, {}, {in.data(), 1}, {out.data(), DType::Int64, {4}});
+  EXPECT_EQ(out, (std::vector<int64_t>{0, 0, 5, 7}));
+
+  std::vector<uint8_t> lt(4), cond{1, 0, 1, 0}, not_cond(4);
+  run_kernel(Op::Lt, {}, in, {lt.data(), DType::Bool, {4}});
+  EXPECT_EQ(lt, (std::vector<uint8_t>{1, 0, 0, 1}));
+  std::vector<int32_t> x{1, 2, 3, 4}, y{-1, -2, -3, -4}, picked(4);
+  std::vector<TensorView> where_in{{cond.data(), DType::Bool, {4}},
+                                   {x.data(), DType::Int32, {4}},
+                                   {y.data(), DType::Int32, {4}}};
+  run_kernel(Op::Where, {}, where_in, {picked.data(), DType::Int32, {4}});
+  EXPECT_EQ(picked, (std::vector<int32_t>{1, -2, 3, -4}));
+  run_kernel(Op::LogicalNot, {}, {where_in.data(), 1}, {not_cond.data(), DType::Bool, {4}});
+  EXPECT_EQ(not_cond, (std::vector<uint8_t>{0, 1, 0, 1}));
+  std::vector<uint8_t> same(4);
+  std::vector<TensorView> bools{{cond.data(), DType::Bool, {4}}, {lt.data(), DType::Bool, {4}}};
+  run_kernel(Op::Eq, {}, bools, {same.data(), DType::Bool, {4}});
+  EXPECT_EQ(same, (std::vector<uint8_t>{1, 1, 0, 0}));
+}
+
+// A result written over its operand (a donated buffer) is still right.
+TEST(ElementwiseKernels, ResultOverItsOperand) {
+  std::vector<double> x{-1.5, -0.25, 0.5, 2};
+  std::vector<double> want(4);
+  const double k = 0.79788456080286535588;
+  for (int i = 0; i < 4; ++i)
+    want[i] = 0.5 * x[i] * (1 + std::tanh(k * (x[i] + 0.044715 * x[i] * x[i] * x[i])));
+  TensorView v{x.data(), DType::Float64, {4}};
+  run_kernel(Op::GeluTanh, {}, {&v, 1}, v);
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(x[i], want[i], 1e-12) << i;
+}
+
+}  // namespace
+}  // namespace loom::runtime
