@@ -3,7 +3,7 @@
 // functions of (state_dict index, element index), computed here exactly as the script does.
 // The updates are loom's own optimizers (SGD with momentum and weight decay, AdamW) through
 // optimizer_step(opt, barrier), so this checks models, autograd and optim together.
-#include "models/models_test_util.h"
+#include "nn/nn_test_util.h"
 
 #include <loom/autograd.h>
 #include <loom/models/decoder.h>
