@@ -99,7 +99,8 @@ int main(int argc, char** argv) {
       << "#pragma GCC diagnostic ignored \"-Wunused-but-set-variable\"\n"
       << "#pragma GCC diagnostic ignored \"-Wunused-local-typedefs\"\n"
       << "#pragma GCC diagnostic ignored \"-Wunused-function\"\n"
-      << "#pragma GCC diagnostic ignored \"-Wunused-value\"\n\n";
+      << "#pragma GCC diagnostic ignored \"-Wunused-value\"\n"
+      << "#pragma GCC diagnostic ignored \"-Wreturn-type\"  // an example written as main() may end without return\n\n";
   if (has_main) {
     out << "#line " << begin + 1 << " \"" << header << "\"\n" << body.str()
         << "void " << fn << "() { " << fn << "_main(); }\n";

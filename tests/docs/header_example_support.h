@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdlib>
+#include <iostream>  // the examples print with std::cout and std::cerr, as a program would
 #include <map>
 #include <string>
 
