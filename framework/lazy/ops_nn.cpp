@@ -47,7 +47,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return reshape(r, out);
 }
 
-Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Conv2dOptions& o) {
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Conv2dParams& o) {
   if (!input.defined() || !weight.defined()) fail("conv2d", "expected defined input and weight");
   auto y = apply(Op::Conv2d, {input, weight},
                  {{o.stride[0], o.stride[1], o.padding[0], o.padding[1], o.dilation[0],

@@ -1,7 +1,7 @@
 // Engine metrics: counters and timers, with a text report.
 //
 //   loom::metrics::reset();
-//   ... train ...
+//   train();                                  // your training loop
 //   std::cout << loom::metrics::report();
 //   int64_t n = loom::metrics::counter("UncachedCompile");
 //

@@ -2,9 +2,9 @@
 // https://ui.perfetto.dev or chrome://tracing).
 //
 //   loom::profiler::start();
-//   for (...) {
-//     loom::profiler::Trace span("train_step");   // user span
-//     ...
+//   for (int step = 0; step < 100; ++step) {
+//     loom::profiler::Trace span("train_step");   // user span, until the scope ends
+//     train_step();
 //   }
 //   loom::profiler::stop();
 //   loom::profiler::save("trace.json");

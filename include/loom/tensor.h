@@ -216,7 +216,9 @@ Tensor squeeze(const Tensor& x, int64_t dim);
 // NumPy matmul: 1-D operands are promoted, batch dimensions broadcast.
 Tensor matmul(const Tensor& a, const Tensor& b);
 
-struct Conv2dOptions {
+// The op's parameters (torch.nn.functional.conv2d's). Not nn::Conv2dOptions, which also holds
+// the channels and kernel size from which an nn::Conv2d module makes its weight.
+struct Conv2dParams {
   std::array<int64_t, 2> stride{1, 1};
   std::array<int64_t, 2> padding{0, 0};
   std::array<int64_t, 2> dilation{1, 1};
@@ -224,7 +226,7 @@ struct Conv2dOptions {
 };
 // input [N,C,H,W], weight [O,C/groups,kh,kw], optional bias [O].
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = {},
-              const Conv2dOptions& options = {});
+              const Conv2dParams& params = {});
 
 struct Pool2dOptions {
   std::array<int64_t, 2> kernel{2, 2};

@@ -4,21 +4,24 @@
 // periodic evaluation, logging through step closures (printing the loss never stalls the
 // step), checkpoints (atomic, resumable exactly) and a metrics summary at the end.
 //
+//   namespace F = loom::nn::functional;
 //   class MnistTrainer : public loom::Trainer {
 //    public:
-//     using loom::Trainer::Trainer;
+//     MnistTrainer(std::shared_ptr<loom::nn::Sequential> net, loom::TrainerOptions options)
+//         : loom::Trainer(net, std::make_shared<loom::optim::SGD>(
+//                                  net->parameters(), loom::optim::SGDOptions{.lr = 0.1, .momentum = 0.9}),
+//                         std::move(options)),
+//           net_(std::move(net)) {}
 //     loom::Tensor train_step(const loom::data::Batch& b) override {
-//       return F::cross_entropy(net->forward(b["input"]), b["target"]);
+//       return F::cross_entropy(net_->forward(b["input"]), b["target"]);
 //     }
 //     std::map<std::string, loom::Tensor> eval_step(const loom::data::Batch& b) override {
-//       auto logits = net->forward(b["input"]);
-//       return {{"accuracy", loom::sum(loom::eq(loom::argmax(logits, 1), b["target"]).to(loom::DType::Float32))}};
+//       auto hit = loom::eq(loom::argmax(net_->forward(b["input"]), 1), b["target"]).to(loom::DType::Float32);
+//       return {{"accuracy", loom::sum(hit * real_rows(b, loom::DType::Float32))}};  // padding not counted
 //     }
-//     std::shared_ptr<Net> net;
+//     std::shared_ptr<loom::nn::Sequential> net_;
 //   };
-//   MnistTrainer trainer(net, std::make_shared<loom::optim::SGD>(net->parameters(), opts),
-//                        {.epochs = 5, .checkpoint = "run.ckpt.h5"});
-//   trainer.net = net;
+//   MnistTrainer trainer(net, {.epochs = 5, .checkpoint = "run.ckpt.h5"});
 //   trainer.fit(train_loader, &test_loader);
 //
 // SIGINT/SIGTERM during fit() finish the current step (the host is at most

@@ -3,7 +3,7 @@
 // compile cache is bounded and safe against hash collisions.
 #include "backend/guarded_backend.h"
 #include "runtime/registry.h"
-#include "models/models_test_util.h"
+#include "nn/nn_test_util.h"
 #include "test_util.h"
 
 #include <loom/testing.h>
@@ -65,7 +65,7 @@ TEST(Devices, OpsAgreeWithTheCpu) {
   auto w = uniform({5, 3, 3, 3}, -1, 1, 8);
   auto m = uniform({6, 7}, -1, 1, 9), n = uniform({7, 5}, -1, 1, 10), bias = uniform({5}, -1, 1, 11);
   auto compute = [&](const Tensor& x, const Tensor& w, const Tensor& m, const Tensor& n, const Tensor& bias) {
-    auto c = relu(conv2d(x, w, {}, Conv2dOptions{.padding = {1, 1}})).sum({2, 3});
+    auto c = relu(conv2d(x, w, {}, Conv2dParams{.padding = {1, 1}})).sum({2, 3});
     auto d = relu(matmul(m, n) + bias);             // an epilogue on the CPU, not on guarded
     auto e = matmul(n.transpose(0, 1), m.transpose(0, 1));  // a folded transpose on the CPU
     return std::vector<Tensor>{c, d, e, sigmoid(d).mean(), c.max({1})};

@@ -2,7 +2,7 @@
 // engine's path from parameters to update is device-neutral. (The PyTorch training reference,
 // tests/models/training_reference_test.cpp, runs ResNet-20 and the decoder on both too.)
 #include "backend/guarded_backend.h"
-#include "models/models_test_util.h"
+#include "nn/nn_test_util.h"
 #include "test_util.h"
 
 #include <loom/autograd.h>

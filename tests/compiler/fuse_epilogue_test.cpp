@@ -124,7 +124,7 @@ TEST(FuseEpilogue, BatchedMatmulFloat64) { check_batched<double>(); }
 
 // relu(conv2d(x, w, b)) over shapes that reach each conv algorithm.
 template <class T>
-void check_conv(const Shape& sx, const Shape& sw, Conv2dOptions o) {
+void check_conv(const Shape& sx, const Shape& sw, Conv2dParams o) {
   test::fresh_engine();
   auto x = ramp_tensor<T>(sx, 0.013);
   auto w = ramp_tensor<T>(sw, 0.021);
@@ -141,23 +141,23 @@ void check_conv(const Shape& sx, const Shape& sw, Conv2dOptions o) {
 
 TEST(FuseEpilogue, ConvBiasReluSmallPlanes) { check_conv<float>({2, 3, 5, 5}, {6, 3, 3, 3}, {}); }
 TEST(FuseEpilogue, ConvBiasReluDirect) {
-  Conv2dOptions o;
+  Conv2dParams o;
   o.padding = {1, 1};
   check_conv<float>({2, 16, 12, 12}, {8, 16, 3, 3}, o);
 }
 TEST(FuseEpilogue, ConvBiasReluWinograd) {
-  Conv2dOptions o;
+  Conv2dParams o;
   o.padding = {1, 1};
   check_conv<float>({1, 64, 10, 10}, {64, 64, 3, 3}, o);
 }
 TEST(FuseEpilogue, ConvBiasReluStrided) {
-  Conv2dOptions o;
+  Conv2dParams o;
   o.stride = {2, 2};
   o.padding = {1, 1};
   check_conv<float>({2, 8, 17, 17}, {5, 8, 3, 3}, o);
 }
 TEST(FuseEpilogue, ConvBiasReluFloat64) {
-  Conv2dOptions o;
+  Conv2dParams o;
   o.padding = {1, 1};
   check_conv<double>({2, 4, 9, 9}, {6, 4, 3, 3}, o);
 }

@@ -1,6 +1,6 @@
 // Decoder: Hugging Face LlamaForCausalLM names and shapes, causality, gradients to every
 // parameter, config validation, and a steady training step that compiles nothing.
-#include "models/models_test_util.h"
+#include "nn/nn_test_util.h"
 
 #include <loom/autograd.h>
 #include <loom/models/decoder.h>

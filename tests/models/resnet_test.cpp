@@ -1,6 +1,6 @@
 // ResNet: torchvision-compatible names, shapes and parameter counts; gradients reach every
 // parameter; a steady training step compiles nothing and allocates nothing on the device.
-#include "models/models_test_util.h"
+#include "nn/nn_test_util.h"
 
 #include <loom/autograd.h>
 #include <loom/models/resnet.h>

@@ -6,7 +6,7 @@
 // is made on the CPU and on the test suite's second backend ("guarded"), against the same
 // fixtures.
 #include "backend/guarded_backend.h"
-#include "models/models_test_util.h"
+#include "nn/nn_test_util.h"
 
 #include <loom/autograd.h>
 #include <loom/metrics.h>

@@ -187,7 +187,7 @@ const std::map<std::string, OpFn>& op_table() {
       // linear algebra, convolution, pooling
       LOOM_BINARY(matmul),
       {"conv2d", [](const Inputs& in, Params& p) {
-         loom::Conv2dOptions o;
+         loom::Conv2dParams o;
          o.stride = p.pair("stride");
          o.padding = p.pair("padding");
          o.dilation = p.pair("dilation");

@@ -14,10 +14,13 @@
 // thread is inside a HeapCount scope: the device thread while it runs a program, and any
 // thread while it runs a kernel's parallel_range task. Allocations of other threads (the host
 // tracing the next step, a data loader) are not counted. The functions are glibc's, called
-// through their __libc_ entry points (free too, so that every block stays glibc's). A build
-// on another C library, or configured with -DLOOM_HEAP_COUNT=OFF (for a program that brings
-// its own allocator, such as jemalloc or tcmalloc), counts nothing and wraps nothing
-// (heap_counting_supported() says so).
+// through their __libc_ entry points (free too, so that every block stays glibc's).
+//
+// The counter lives in loom_framework; the malloc wrappers that feed it do not. They are in
+// heap_count_malloc.cpp, the OBJECT library loom_heap_count, which only the test binaries and
+// the benchmarks link: a program that links loom keeps its own allocator (glibc's, jemalloc,
+// tcmalloc) untouched, and its ExecuteHeapAlloc metric stays 0. heap_counting_supported()
+// is true only in a program that links loom_heap_count on glibc.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +37,13 @@ class HeapCount {
 
 // Allocations counted since the process started (all threads together).
 int64_t heap_allocations();
+// Whether the malloc wrappers (loom_heap_count) are linked into this program.
 bool heap_counting_supported();
+
+namespace detail {
+// Called by the wrappers on every allocation: counts it when this thread is inside a
+// HeapCount scope. Never allocates.
+void note_allocation() noexcept;
+}  // namespace detail
 
 }  // namespace loom::runtime

@@ -12,9 +12,10 @@
 //        loom::data::random_crop({28, 28}, 2), loom::data::random_horizontal_flip()});
 //   for (int epoch = 0; epoch < 10; ++epoch)
 //     for (auto& batch : loader) {          // epoch 0, 1, ... (or loader.set_epoch(e))
+//       opt.zero_grad();                    // or the gradients add up over the steps
 //       auto loss = loss_fn(model, batch["input"], batch["target"]);
 //       loss.backward();
-//       opt.step();
+//       loom::optim::optimizer_step(opt);   // the update (gradients averaged under mpirun)
 //     }                                     // ++ → mark_step()
 //
 // Pipeline (tbb::parallel_pipeline in a task_arena of `threads` threads, at most `prefetch`

@@ -1,10 +1,4 @@
-// A Llama-style decoder-only transformer with Hugging Face LlamaForCausalLM's module layout,
-// so state_dict() keys equal the HF ones:
-//   model.embed_tokens.weight
-//   model.layers.{i}.self_attn.{q,k,v,o}_proj.weight       (no biases)
-//   model.layers.{i}.mlp.{gate,up,down}_proj.weight          (SwiGLU)
-//   model.layers.{i}.input_layernorm.weight, model.layers.{i}.post_attention_layernorm.weight
-//   model.norm.weight, lm_head.weight                        (lm_head not tied)
+// A Llama-style decoder-only transformer with Hugging Face LlamaForCausalLM's module layout.
 //
 //   loom::models::DecoderConfig cfg{.vocab_size = 256, .hidden_size = 64, .num_layers = 2,
 //                                   .num_heads = 4, .num_kv_heads = 2,
@@ -13,6 +7,13 @@
 //   auto logits = lm->forward(tokens);                        // [B, T] int64 -> [B, T, vocab]
 //   auto loss = loom::nn::functional::cross_entropy(
 //       logits.reshape({-1, cfg.vocab_size}), targets.reshape({-1}));
+//
+// state_dict() keys equal the HF ones:
+//   model.embed_tokens.weight
+//   model.layers.{i}.self_attn.{q,k,v,o}_proj.weight       (no biases)
+//   model.layers.{i}.mlp.{gate,up,down}_proj.weight          (SwiGLU)
+//   model.layers.{i}.input_layernorm.weight, model.layers.{i}.post_attention_layernorm.weight
+//   model.norm.weight, lm_head.weight                        (lm_head not tied)
 //
 // Each layer: h = x + o_proj(attention(rope(q), rope(k), v, causal)) on input_layernorm(x),
 // out = h + down_proj(silu(gate_proj(n)) · up_proj(n)) with n = post_attention_layernorm(h).

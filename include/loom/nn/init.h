@@ -2,7 +2,8 @@
 //
 //   loom::nn::manual_seed(42);                       // like torch.manual_seed
 //   auto fc = std::make_shared<loom::nn::Linear>(784, 10);   // draws the next seeds
-//   loom::nn::init::kaiming_normal_(conv->weight, loom::nn::init::FanMode::FanOut);
+//   loom::nn::init::kaiming_normal_(conv->weight, /*a=*/0, loom::nn::init::FanMode::FanOut,
+//                                   loom::nn::init::Nonlinearity::ReLU);   // as torchvision
 //
 // Every initialiser draws one seed from a global generator (next_seed) and fills the tensor
 // with loom::uniform / loom::normal, so constructing the same models in the same order after

@@ -1,4 +1,4 @@
-// Private to dist/: the MPI side of loom::dist. MPI status codes become loom::Error at this
+// Private to distributed/: the MPI side of loom::dist. MPI status codes become loom::Error at this
 // boundary; host buffers go through MPI in messages of at most kBucketBytes.
 #pragma once
 

@@ -1,5 +1,5 @@
 // Layers: names, shapes, initialisation, train/eval behaviour and values computed by hand.
-#include "models/models_test_util.h"
+#include "nn/nn_test_util.h"
 
 #include <loom/autograd.h>
 #include <loom/nn/init.h>

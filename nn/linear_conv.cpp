@@ -81,7 +81,7 @@ Tensor Conv2d::forward(const Tensor& input) {
     throw Error("Conv2d: expected an input with " + std::to_string(options.in_channels()) +
                 " channels [N," + std::to_string(options.in_channels()) + ",H,W], got " +
                 shape_str(input.shape()));
-  loom::Conv2dOptions op;
+  loom::Conv2dParams op;
   op.stride = options.stride();
   op.padding = options.padding();
   op.dilation = options.dilation();

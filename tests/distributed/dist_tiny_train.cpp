@@ -1,4 +1,4 @@
-// dist_tiny_train: a tiny classifier trained by the Trainer, for tests/dist. Run alone with a
+// dist_tiny_train: a tiny classifier trained by the Trainer, for tests/distributed. Run alone with a
 // batch of 2B, or under `mpirun -np 2` with B per process: it writes each rank's final
 // parameters to <out>.rank<R>.txt so the test can compare them. The model is initialised from
 // a different seed on each rank, so the ranks agree only if the optimizer broadcasts rank 0's

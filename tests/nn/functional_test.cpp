@@ -1,5 +1,5 @@
 // Losses, attention and rotary embeddings against values computed by hand on the host.
-#include "models/models_test_util.h"
+#include "nn/nn_test_util.h"
 
 #include <loom/autograd.h>
 #include <loom/nn/functional.h>
