@@ -3,6 +3,7 @@
 #include "ir/node.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
