@@ -84,18 +84,19 @@ void conv_bench(benchmark::State& state, Pass pass) {
   const int64_t out_size = (s.size + 2 * s.pad - s.k) / s.stride + 1;
   Buffer x({s.n, s.c, s.size, s.size}), w({s.o, s.c, s.k, s.k});
   Buffer y({s.n, s.o, out_size, out_size});
-  loom::ir::Attr attr{{s.stride, s.stride, s.pad, s.pad, 1, 1, 1}};
+  const loom::ir::Conv2dAttr conv{.stride = {s.stride, s.stride}, .padding = {s.pad, s.pad}};
+  loom::ir::Attr attr = conv;
   loom::ir::Op op = loom::ir::Op::Conv2d;
   std::vector<TensorView> in{x.view(), w.view()};
   TensorView out = y.view();
   if (pass == Pass::GradInput) {
     op = loom::ir::Op::Conv2dGradInput;
-    attr.ints.insert(attr.ints.end(), {s.size, s.size});
+    attr = loom::ir::Conv2dGradAttr{conv, {s.size, s.size}};
     in = {y.view(), w.view()};
     out = x.view();
   } else if (pass == Pass::GradWeight) {
     op = loom::ir::Op::Conv2dGradWeight;
-    attr.ints.insert(attr.ints.end(), {s.k, s.k});
+    attr = loom::ir::Conv2dGradAttr{conv, {s.k, s.k}};
     in = {x.view(), y.view()};
     out = w.view();
   }
@@ -135,7 +136,7 @@ const double kGemmFlops = 2.0 * kGemm * kGemm * kGemm;
 void BM_Matmul(benchmark::State& state) {
   Buffer a({kGemm, kGemm}), b({kGemm, kGemm}), c({kGemm, kGemm});
   std::vector<TensorView> in{a.view(), b.view()};
-  for (auto _ : state) loom::runtime::run_kernel(loom::ir::Op::Matmul, {}, in, c.view());
+  for (auto _ : state) loom::runtime::run_kernel(loom::ir::Op::Matmul, loom::ir::MatmulAttr{}, in, c.view());
   state.counters["GFLOPS"] =
       benchmark::Counter(kGemmFlops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }

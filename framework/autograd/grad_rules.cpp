@@ -19,10 +19,10 @@ Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype(), t.device
 Tensor as(const Tensor& mask, const Tensor& like) { return mask.to(like.dtype()); }
 
 // Scatters g back into a zero tensor of `in` shape at start + i*step per dimension.
-Tensor slice_backward(Tensor g, const Shape& in, const std::vector<int64_t>& ints) {
+Tensor slice_backward(Tensor g, const Shape& in, const ir::SliceAttr& a) {
   auto r = in.size();
   for (std::size_t d = 0; d < r; ++d) {
-    int64_t start = ints[d], step = ints[r + d], n = ints[2 * r + d];
+    int64_t start = a.starts[d], step = a.steps[d], n = a.sizes[d];
     if (step > 1) {
       // [.., n, ..] -> [.., n, step] (zeros after each element) -> [.., n*step, ..]
       Shape s = g.shape();
@@ -62,18 +62,12 @@ Tensor expand_backward(const Tensor& g, const Shape& in) {
 // Expands a keepdim-shaped reduction result back over `in`.
 Tensor unreduce(const Tensor& g, const Shape& in) { return expand(g, in); }
 
-Tensor conv_input_grad(const Tensor& g, const Tensor& w, const ir::Attr& attr, const Shape& in) {
-  ir::Attr a = attr;
-  a.ints.push_back(in[2]);
-  a.ints.push_back(in[3]);
-  return lazy::apply(Op::Conv2dGradInput, {g, w}, a);
+Tensor conv_input_grad(const Tensor& g, const Tensor& w, const ir::Conv2dAttr& conv, const Shape& in) {
+  return lazy::apply(Op::Conv2dGradInput, {g, w}, ir::Conv2dGradAttr{conv, {in[2], in[3]}});
 }
 
-Tensor conv_weight_grad(const Tensor& x, const Tensor& g, const ir::Attr& attr, const Shape& w) {
-  ir::Attr a = attr;
-  a.ints.push_back(w[2]);
-  a.ints.push_back(w[3]);
-  return lazy::apply(Op::Conv2dGradWeight, {x, g}, a);
+Tensor conv_weight_grad(const Tensor& x, const Tensor& g, const ir::Conv2dAttr& conv, const Shape& w) {
+  return lazy::apply(Op::Conv2dGradWeight, {x, g}, ir::Conv2dGradAttr{conv, {w[2], w[3]}});
 }
 
 }  // namespace
@@ -82,7 +76,6 @@ std::vector<Tensor> grad_rule(const GradNode& node, const Tensor& g) {
   auto in = [&](std::size_t k) { return lazy::make_tensor(node.inputs[k], node.device); };
   auto out = [&] { return lazy::make_tensor(node.output, node.device); };
   auto needs = [&](std::size_t k) { return node.next[k].needed(); };
-  const auto& ints = node.attr.ints;
 
   switch (node.op) {
     case Op::DeviceData: case Op::Constant: case Op::Iota:
@@ -168,38 +161,41 @@ std::vector<Tensor> grad_rule(const GradNode& node, const Tensor& g) {
     case Op::Mean: {
       const auto& s = node.inputs[0]->shape();
       int64_t count = 1;
-      for (auto a : ints) count *= s[a];
+      for (auto a : node.attr.get<ir::AxesAttr>().axes) count *= s[a];
       return {unreduce(g, s) * (1.0 / static_cast<double>(count))};
     }
     case Op::Max: {
       // Ties share the gradient evenly (torch.amax).
       auto x = in(0);
       auto mask = as(eq(x, unreduce(out(), x.shape())), x);
-      auto count = sum(mask, ints, true);
+      auto count = sum(mask, node.attr.get<ir::AxesAttr>().axes, true);
       return {mask * unreduce(g / count, x.shape())};
     }
 
     case Op::Reshape: return {reshape(g, node.inputs[0]->shape())};
     case Op::Permute: {
-      std::vector<int64_t> inverse(ints.size());
-      for (std::size_t i = 0; i < ints.size(); ++i) inverse[ints[i]] = static_cast<int64_t>(i);
+      const auto& perm = node.attr.get<ir::PermuteAttr>().perm;
+      std::vector<int64_t> inverse(perm.size());
+      for (std::size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = static_cast<int64_t>(i);
       return {permute(g, inverse)};
     }
-    case Op::Slice: return {slice_backward(g, node.inputs[0]->shape(), ints)};
+    case Op::Slice: return {slice_backward(g, node.inputs[0]->shape(), node.attr.get<ir::SliceAttr>())};
     case Op::Expand: return {expand_backward(g, node.inputs[0]->shape())};
     case Op::Pad: {
       Tensor r = g;
       const auto& s = node.inputs[0]->shape();
+      const auto& lo = node.attr.get<ir::PadAttr>().lo;
       for (std::size_t d = 0; d < s.size(); ++d)
-        r = slice(r, static_cast<int64_t>(d), ints[2 * d], ints[2 * d] + s[d]);
+        r = slice(r, static_cast<int64_t>(d), lo[d], lo[d] + s[d]);
       return {r};
     }
     case Op::Concat: {
       std::vector<Tensor> grads;
       int64_t at = 0;
+      const int64_t dim = node.attr.get<ir::DimAttr>().dim;
       for (const auto& x : node.inputs) {
-        int64_t n = x->shape()[ints[0]];
-        grads.push_back(slice(g, ints[0], at, at + n));
+        int64_t n = x->shape()[dim];
+        grads.push_back(slice(g, dim, at, at + n));
         at += n;
       }
       return grads;
@@ -212,30 +208,31 @@ std::vector<Tensor> grad_rule(const GradNode& node, const Tensor& g) {
     }
     case Op::Conv2d: {
       auto x = in(0), w = in(1);
-      return {needs(0) ? conv_input_grad(g, w, node.attr, x.shape()) : Tensor(),
-              needs(1) ? conv_weight_grad(x, g, node.attr, w.shape()) : Tensor()};
+      const auto& conv = node.attr.get<ir::Conv2dAttr>();
+      return {needs(0) ? conv_input_grad(g, w, conv, x.shape()) : Tensor(),
+              needs(1) ? conv_weight_grad(x, g, conv, w.shape()) : Tensor()};
     }
     case Op::MaxPool2d: return {lazy::apply(Op::MaxPool2dGrad, {in(0), g}, node.attr)};
     case Op::AvgPool2d: {
-      ir::Attr a = node.attr;
       const auto& s = node.inputs[0]->shape();
-      a.ints.push_back(s[2]);
-      a.ints.push_back(s[3]);
+      const ir::Pool2dGradAttr a{node.attr.get<ir::Pool2dAttr>(), {s[2], s[3]}};
       return {lazy::apply(Op::AvgPool2dGrad, {g}, a)};
     }
 
     case Op::Gather: {
       auto x = in(0), idx = in(1);
-      return {scatter_add(zeros_like(x), ints[0], idx, g), Tensor()};
+      return {scatter_add(zeros_like(x), node.attr.get<ir::DimAttr>().dim, idx, g), Tensor()};
     }
     case Op::IndexSelect: {
       auto x = in(0), idx = in(1);
+      const int64_t dim = node.attr.get<ir::DimAttr>().dim;
       Shape s(g.dim(), 1);
-      s[ints[0]] = idx.numel();
-      return {scatter_add(zeros_like(x), ints[0], expand(reshape(idx, s), g.shape()), g), Tensor()};
+      s[dim] = idx.numel();
+      return {scatter_add(zeros_like(x), dim, expand(reshape(idx, s), g.shape()), g), Tensor()};
     }
     case Op::ScatterAdd: {
-      return {needs(0) ? g : Tensor(), Tensor(), needs(2) ? gather(g, ints[0], in(1)) : Tensor()};
+      const int64_t dim = node.attr.get<ir::DimAttr>().dim;
+      return {needs(0) ? g : Tensor(), Tensor(), needs(2) ? gather(g, dim, in(1)) : Tensor()};
     }
   }
   LOOM_UNREACHABLE("grad_rule: op out of range");

@@ -20,14 +20,17 @@ ir::Program fold_transpose(ir::Program p) {
   const auto n_in = static_cast<int>(p.inputs.size());
   for (auto& in : p.instrs) {
     if (in.op != ir::Op::Matmul) continue;
-    in.attr.ints = {0, 0};
+    auto& attr = in.attr.get<ir::MatmulAttr>();
+    bool* transpose[] = {&attr.transpose_a, &attr.transpose_b};
     for (int k = 0; k < 2; ++k) {
       const int slot = in.args[k];
       if (slot < n_in) continue;
       const ir::Instr& producer = p.instrs[slot - n_in];
-      if (producer.op != ir::Op::Permute || !swaps_last_two(producer.attr.ints)) continue;
+      if (producer.op != ir::Op::Permute ||
+          !swaps_last_two(producer.attr.get<ir::PermuteAttr>().perm))
+        continue;
       in.args[k] = producer.args[0];
-      in.attr.ints[k] = 1;
+      *transpose[k] = true;
     }
   }
   return p;

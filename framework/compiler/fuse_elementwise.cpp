@@ -221,7 +221,7 @@ class Fuser {
           const ir::Instr* c = constant_of(a);
           assert(c && "fusion: operand neither loaded nor computed");
           value_of[a] = next_value();
-          fusion->steps.push_back({Op::Constant, -1, -1, -1, stored_value(c->attr.scalar, c->dtype),
+          fusion->steps.push_back({Op::Constant, -1, -1, -1, stored_value(c->attr.get<ir::ScalarAttr>().value, c->dtype),
                                    c->dtype});
         }
         *operand[k] = value_of[a];

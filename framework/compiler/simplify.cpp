@@ -27,7 +27,7 @@ class Simplifier {
   std::optional<double> constant(int slot) {
     const ir::Instr* src = producer(slot);
     while (src && (src->op == Op::Expand || src->op == Op::Reshape)) src = producer(src->args[0]);
-    if (src && src->op == Op::Constant) return src->attr.scalar;
+    if (src && src->op == Op::Constant) return src->attr.get<ir::ScalarAttr>().value;
     return std::nullopt;
   }
 
@@ -43,7 +43,7 @@ class Simplifier {
       slot = src->args[0];
     in.op = Op::Reshape;
     in.args = {slot};
-    in.attr = {};
+    in.attr = ir::ShapeAttr{in.shape};
     in.fusion = nullptr;
   }
 
@@ -62,14 +62,16 @@ class Simplifier {
       }
       case Op::Permute: {
         const ir::Instr* src = producer(in.args[0]);
+        auto& perm = in.attr.get<ir::PermuteAttr>().perm;
         if (src && src->op == Op::Permute) {  // out[i] = x[inner[outer[i]]]
-          std::vector<int64_t> composed(in.attr.ints.size());
+          const auto& inner = src->attr.get<ir::PermuteAttr>().perm;
+          std::vector<int64_t> composed(perm.size());
           for (std::size_t i = 0; i < composed.size(); ++i)
-            composed[i] = src->attr.ints[static_cast<std::size_t>(in.attr.ints[i])];
+            composed[i] = inner[static_cast<std::size_t>(perm[i])];
           in.args = {src->args[0]};
-          in.attr.ints = composed;
+          perm = std::move(composed);
         }
-        if (identity(in.attr.ints)) alias(in, in.args[0]);
+        if (identity(perm)) alias(in, in.args[0]);
         return;
       }
       case Op::Expand:

@@ -69,11 +69,7 @@ namespace {
 std::string describe(const Node& n) {
   std::ostringstream os;
   os << op_name(n.op()) << ' ' << dtype_name(n.dtype()) << shape_str(n.shape());
-  if (!n.attr().ints.empty()) {
-    os << " ints=";
-    for (std::size_t i = 0; i < n.attr().ints.size(); ++i) os << (i ? "," : "") << n.attr().ints[i];
-  }
-  if (n.attr().scalar != 0) os << " scalar=" << n.attr().scalar;
+  if (auto a = attr_str(n.attr()); !a.empty()) os << ' ' << a;
   return os.str();
 }
 

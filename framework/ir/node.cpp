@@ -5,7 +5,8 @@
 #include <loom/error.h>
 
 #include <cassert>
-#include <cstring>
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <unordered_map>
 
@@ -17,15 +18,6 @@ uint64_t hash_combine(uint64_t seed, uint64_t value) {
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
   return x ^ (x >> 31);
-}
-
-uint64_t hash_attr(const Attr& attr) {
-  uint64_t h = hash_combine(0x51ED, attr.ints.size());
-  for (auto v : attr.ints) h = hash_combine(h, static_cast<uint64_t>(v));
-  uint64_t bits = 0;
-  static_assert(sizeof(bits) == sizeof(attr.scalar));
-  std::memcpy(&bits, &attr.scalar, sizeof(bits));
-  return hash_combine(h, bits);
 }
 
 namespace {
@@ -132,7 +124,20 @@ NodePtr NodeFactory::intern(Op op, DType dtype, Shape shape, Attr attr, std::vec
   return node;
 }
 
+namespace {
+
+// A node built with another op's attribute kind is a bug in the code that built it.
+void check_kind(Op op, const Attr& attr) {
+  if (attr.kind() == op_info(op).attr) return;
+  std::fprintf(stderr, "loom: internal error: %s takes %s, got %s\n", op_name(op),
+               attr_kind_name(op_info(op).attr), attr_kind_name(attr.kind()));
+  std::abort();
+}
+
+}  // namespace
+
 NodePtr make_node(Op op, std::vector<NodePtr> operands, Attr attr) {
+  check_kind(op, attr);
   auto ts = infer(op, operands, attr);
   // loom tensors have no empty dimensions: a zero size is almost always a bug upstream.
   for (auto d : ts.shape)
@@ -144,11 +149,12 @@ NodePtr make_node(Op op, std::vector<NodePtr> operands, Attr attr) {
 
 NodePtr make_leaf(Op op, DType dtype, Shape shape, Attr attr) {
   assert((op == Op::Constant || op == Op::Iota) && "make_leaf is for Constant and Iota");
+  check_kind(op, attr);
   for (auto d : shape)
     if (d <= 0) throw Error(std::string(op_name(op)) + ": expected positive sizes, got " +
                            shape_str(shape));
-  if (op == Op::Iota && (attr.ints.size() != 1 || attr.ints[0] < 0 ||
-                         attr.ints[0] >= static_cast<int64_t>(shape.size())))
+  if (op == Op::Iota && (attr.get<DimAttr>().dim < 0 ||
+                         attr.get<DimAttr>().dim >= static_cast<int64_t>(shape.size())))
     throw Error("iota: expected a dimension within the rank of " + shape_str(shape));
   return NodeFactory::intern(op, dtype, std::move(shape), std::move(attr), {});
 }

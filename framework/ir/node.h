@@ -61,6 +61,5 @@ NodePtr make_device_data(DType dtype, Shape shape, std::shared_ptr<void> payload
 std::size_t interned_node_count();
 
 uint64_t hash_combine(uint64_t seed, uint64_t value);
-uint64_t hash_attr(const Attr& attr);
 
 }  // namespace loom::ir

@@ -47,6 +47,7 @@ std::string to_text(const Program& p) {
        << op_name(in.op) << ' ' << dtype_name(in.dtype) << shape_str(in.shape) << '(';
     for (std::size_t k = 0; k < in.args.size(); ++k) os << (k ? ", $" : "$") << in.args[k];
     os << ')';
+    if (auto attr = attr_str(in.attr); !attr.empty()) os << " [" << attr << ']';
     if (in.fusion) write_fusion(os, *in.fusion);
     if (in.epilogue.active()) {
       os << " epilogue{";

@@ -56,19 +56,19 @@ void expect_same(Op op, const std::vector<NodePtr>& xs, std::size_t first, std::
 }
 
 int64_t axis_of(Op op, const Attr& attr, std::size_t rank) {
-  if (attr.ints.size() != 1 || attr.ints[0] < 0 || attr.ints[0] >= static_cast<int64_t>(rank))
+  const int64_t dim = attr.get<DimAttr>().dim;
+  if (dim < 0 || dim >= static_cast<int64_t>(rank))
     fail(op, "expected one dimension in [0, " + std::to_string(rank) + ")");
-  return attr.ints[0];
+  return dim;
 }
 
-Shape pool_shape(Op op, const NodePtr& x, const Attr& attr) {
+Shape pool_shape(Op op, const NodePtr& x, const Pool2dAttr& a) {
   expect_float(op, x);
   expect_rank(op, x, 4, "[N,C,H,W]");
-  if (attr.ints.size() < 6) fail(op, "expected kernel, stride and padding attributes");
   const auto& s = x->shape();
   Shape out = s;
   for (int i = 0; i < 2; ++i) {
-    int64_t k = attr.ints[i], st = attr.ints[2 + i], p = attr.ints[4 + i];
+    int64_t k = a.kernel[i], st = a.stride[i], p = a.padding[i];
     if (k <= 0 || st <= 0 || p < 0)
       fail(op, "expected positive kernel and stride and non-negative padding, got kernel " +
                    std::to_string(k) + ", stride " + std::to_string(st) + ", padding " +
@@ -104,13 +104,13 @@ TypeAndShape infer(Op op, const std::vector<NodePtr>& xs, const Attr& attr) {
 
     case Op::RandUniform:
     case Op::RandNormal:
-      // The result's dtype and shape ride in attr: ints = shape, scalar = dtype index.
       expect_int64(op, xs[0], "a seed");
       if (!xs[0]->shape().empty()) fail(op, "expected a 0-d seed, got " + shape_str(xs[0]->shape()));
       {
-        auto dt = static_cast<DType>(static_cast<int>(attr.scalar));
-        if (!is_floating(dt)) fail(op, std::string("expected a floating-point dtype, got ") + dtype_name(dt));
-        return {dt, attr.ints};
+        const auto& r = attr.get<RandomAttr>();
+        if (!is_floating(r.dtype))
+          fail(op, std::string("expected a floating-point dtype, got ") + dtype_name(r.dtype));
+        return {r.dtype, r.shape};
       }
 
     case Op::Neg:
@@ -135,7 +135,7 @@ TypeAndShape infer(Op op, const std::vector<NodePtr>& xs, const Attr& attr) {
     case Op::LogicalNot:
       return {DType::Bool, xs[0]->shape()};
     case Op::Cast:
-      return {static_cast<DType>(attr.ints.at(0)), xs[0]->shape()};
+      return {attr.get<CastAttr>().to, xs[0]->shape()};
 
     case Op::Add:
     case Op::Sub:
@@ -176,7 +176,7 @@ TypeAndShape infer(Op op, const std::vector<NodePtr>& xs, const Attr& attr) {
       else expect_numeric(op, xs[0]);
       Shape out = xs[0]->shape();
       int64_t prev = -1;
-      for (auto a : attr.ints) {
+      for (auto a : attr.get<AxesAttr>().axes) {
         if (a <= prev || a >= static_cast<int64_t>(out.size()))
           fail(op, "expected sorted unique axes within rank " + std::to_string(out.size()));
         if (op == Op::Max && out[a] == 0) fail(op, "cannot reduce an empty dimension");
@@ -195,18 +195,19 @@ TypeAndShape infer(Op op, const std::vector<NodePtr>& xs, const Attr& attr) {
     }
 
     case Op::Reshape: {
-      Shape out = attr.ints;
+      const Shape& out = attr.get<ShapeAttr>().shape;
       if (shape_numel(out) != shape_numel(xs[0]->shape()))
         fail(op, "cannot view " + shape_str(xs[0]->shape()) + " as " + shape_str(out));
       return {xs[0]->dtype(), out};
     }
     case Op::Permute: {
       const auto& s = xs[0]->shape();
-      if (attr.ints.size() != s.size())
+      const auto& perm = attr.get<PermuteAttr>().perm;
+      if (perm.size() != s.size())
         fail(op, "expected a permutation of " + std::to_string(s.size()) + " dimensions");
       std::vector<bool> seen(s.size());
       Shape out;
-      for (auto p : attr.ints) {
+      for (auto p : perm) {
         if (p < 0 || p >= static_cast<int64_t>(s.size()) || seen[p])
           fail(op, "expected a permutation of " + std::to_string(s.size()) + " dimensions");
         seen[p] = true;
@@ -217,10 +218,12 @@ TypeAndShape infer(Op op, const std::vector<NodePtr>& xs, const Attr& attr) {
     case Op::Slice: {
       const auto& s = xs[0]->shape();
       std::size_t r = s.size();
-      if (attr.ints.size() != 3 * r) fail(op, "expected start, step and size per dimension");
+      const auto& a = attr.get<SliceAttr>();
+      if (a.starts.size() != r || a.steps.size() != r || a.sizes.size() != r)
+        fail(op, "expected start, step and size per dimension");
       Shape out(r);
       for (std::size_t d = 0; d < r; ++d) {
-        int64_t start = attr.ints[d], step = attr.ints[r + d], n = attr.ints[2 * r + d];
+        int64_t start = a.starts[d], step = a.steps[d], n = a.sizes[d];
         if (step <= 0) fail(op, "expected a positive step, got " + std::to_string(step));
         if (start < 0 || n < 0 || (n > 0 && start + (n - 1) * step >= s[d]))
           fail(op, "slice out of range for dimension " + std::to_string(d) + " of size " +
@@ -231,7 +234,7 @@ TypeAndShape infer(Op op, const std::vector<NodePtr>& xs, const Attr& attr) {
     }
     case Op::Expand: {
       const auto& s = xs[0]->shape();
-      const auto& out = attr.ints;
+      const auto& out = attr.get<ShapeAttr>().shape;
       if (out.size() != s.size())
         fail(op, "expected the same rank, got " + shape_str(s) + " to " + shape_str(out));
       for (std::size_t d = 0; d < s.size(); ++d)
@@ -241,12 +244,13 @@ TypeAndShape infer(Op op, const std::vector<NodePtr>& xs, const Attr& attr) {
     }
     case Op::Pad: {
       const auto& s = xs[0]->shape();
-      if (attr.ints.size() != 2 * s.size()) fail(op, "expected two pad sizes per dimension");
+      const auto& a = attr.get<PadAttr>();
+      if (a.lo.size() != s.size() || a.hi.size() != s.size())
+        fail(op, "expected two pad sizes per dimension");
       Shape out = s;
       for (std::size_t d = 0; d < s.size(); ++d) {
-        if (attr.ints[2 * d] < 0 || attr.ints[2 * d + 1] < 0)
-          fail(op, "expected non-negative padding");
-        out[d] += attr.ints[2 * d] + attr.ints[2 * d + 1];
+        if (a.lo[d] < 0 || a.hi[d] < 0) fail(op, "expected non-negative padding");
+        out[d] += a.lo[d] + a.hi[d];
       }
       return {xs[0]->dtype(), out};
     }
@@ -290,17 +294,17 @@ TypeAndShape infer(Op op, const std::vector<NodePtr>& xs, const Attr& attr) {
         fail(op, "expected input and weight of one dtype, got " + dtypes_of(xs));
       if (xs[1]->shape().size() != 4)
         fail(op, "expected a 4-D weight [O,C/groups,kh,kw], got " + shape_str(xs[1]->shape()));
-      if (attr.ints.size() != 7) fail(op, "expected stride, padding, dilation and groups");
+      const auto& a = attr.get<Conv2dAttr>();
       const auto& x = xs[0]->shape();
       const auto& w = xs[1]->shape();
-      int64_t groups = attr.ints[6];
+      int64_t groups = a.groups;
       if (groups <= 0) fail(op, "expected groups >= 1, got " + std::to_string(groups));
       if (x[1] % groups != 0 || w[0] % groups != 0 || w[1] * groups != x[1])
         fail(op, "expected weight [O,C/groups,kh,kw] with C = " + std::to_string(x[1]) +
                      " and groups = " + std::to_string(groups) + ", got weight " + shape_str(w));
       Shape out{x[0], w[0], 0, 0};
       for (int i = 0; i < 2; ++i) {
-        int64_t st = attr.ints[i], p = attr.ints[2 + i], dil = attr.ints[4 + i];
+        int64_t st = a.stride[i], p = a.padding[i], dil = a.dilation[i];
         if (st <= 0 || p < 0 || dil <= 0)
           fail(op, "expected positive stride and dilation and non-negative padding");
         int64_t span = dil * (w[2 + i] - 1) + 1;
@@ -312,27 +316,27 @@ TypeAndShape infer(Op op, const std::vector<NodePtr>& xs, const Attr& attr) {
     }
     case Op::MaxPool2d:
     case Op::AvgPool2d:
-      return {xs[0]->dtype(), pool_shape(op, xs[0], attr)};
+      return {xs[0]->dtype(), pool_shape(op, xs[0], attr.get<Pool2dAttr>())};
     case Op::Conv2dGradInput:
     case Op::Conv2dGradWeight: {
       // Built by autograd from a checked Conv2d, so these checks guard internal misuse.
-      if (attr.ints.size() != 9) fail(op, "expected Conv2d's attributes and two sizes");
+      const auto& a = attr.get<Conv2dGradAttr>();
       expect_float(op, xs[0]);
       if (xs[0]->dtype() != xs[1]->dtype()) fail(op, "expected operands of one dtype, got " + dtypes_of(xs));
       if (xs[0]->shape().size() != 4 || xs[1]->shape().size() != 4)
         fail(op, "expected 4-D operands, got " + shapes_of(xs));
-      int64_t groups = attr.ints[6];
+      int64_t groups = a.conv.groups;
       if (op == Op::Conv2dGradInput) {
         const auto& g = xs[0]->shape();
         const auto& w = xs[1]->shape();
-        return {xs[0]->dtype(), {g[0], w[1] * groups, attr.ints[7], attr.ints[8]}};
+        return {xs[0]->dtype(), {g[0], w[1] * groups, a.size[0], a.size[1]}};
       }
       const auto& x = xs[0]->shape();
       const auto& g = xs[1]->shape();
-      return {xs[0]->dtype(), {g[1], x[1] / groups, attr.ints[7], attr.ints[8]}};
+      return {xs[0]->dtype(), {g[1], x[1] / groups, a.size[0], a.size[1]}};
     }
     case Op::MaxPool2dGrad: {
-      auto expected = pool_shape(op, xs[0], attr);
+      auto expected = pool_shape(op, xs[0], attr.get<Pool2dAttr>());
       if (xs[1]->shape() != expected || xs[1]->dtype() != xs[0]->dtype())
         fail(op, "expected a gradient of the pooled shape " + shape_str(expected) + ", got " +
                      shape_str(xs[1]->shape()));
@@ -341,9 +345,9 @@ TypeAndShape infer(Op op, const std::vector<NodePtr>& xs, const Attr& attr) {
     case Op::AvgPool2dGrad: {
       expect_float(op, xs[0]);
       expect_rank(op, xs[0], 4, "[N,C,Ho,Wo]");
-      if (attr.ints.size() != 9) fail(op, "expected AvgPool2d's attributes and two sizes");
+      const auto& a = attr.get<Pool2dGradAttr>();
       const auto& g = xs[0]->shape();
-      return {xs[0]->dtype(), {g[0], g[1], attr.ints[7], attr.ints[8]}};
+      return {xs[0]->dtype(), {g[0], g[1], a.size[0], a.size[1]}};
     }
 
     case Op::Gather: {
@@ -385,10 +389,10 @@ TypeAndShape infer(Op op, const std::vector<NodePtr>& xs, const Attr& attr) {
     }
     case Op::OneHot: {
       expect_int64(op, xs[0], "indices");
-      if (attr.ints.size() != 1 || attr.ints[0] <= 0)
-        fail(op, "expected a positive number of classes");
+      const int64_t classes = attr.get<OneHotAttr>().num_classes;
+      if (classes <= 0) fail(op, "expected a positive number of classes");
       Shape out = xs[0]->shape();
-      out.push_back(attr.ints[0]);
+      out.push_back(classes);
       return {DType::Int64, out};
     }
   }

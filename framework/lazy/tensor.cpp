@@ -36,7 +36,7 @@ Tensor Tensor::to(Device device) const {
 
 Tensor Tensor::to(DType dtype) const {
   if (dtype == this->dtype()) return *this;
-  return lazy::apply(ir::Op::Cast, {*this}, {{static_cast<int64_t>(dtype)}, 0});
+  return lazy::apply(ir::Op::Cast, {*this}, ir::CastAttr{dtype});
 }
 
 HostTensor Tensor::to_host(std::source_location site) const { return lazy::read(*this, "to_host", site); }
@@ -166,7 +166,7 @@ Tensor ones(const Shape& shape, DType dtype, Device device) { return full(shape,
 Tensor iota(const Shape& shape, int64_t dim, DType dtype, Device device) {
   if (dtype == DType::Bool) throw Error("iota: expected a numeric dtype, got bool");
   dim = lazy::normalize_dim(dim, static_cast<int64_t>(shape.size()), "iota");
-  return lazy::make_tensor(ir::make_leaf(ir::Op::Iota, dtype, shape, {{dim}, 0}), device);
+  return lazy::make_tensor(ir::make_leaf(ir::Op::Iota, dtype, shape, ir::DimAttr{dim}), device);
 }
 
 Tensor arange(double start, double end, double step, DType dtype, Device device) {
@@ -210,35 +210,6 @@ template Tensor from_vector<double>(const std::vector<double>&, const Shape&, De
 template Tensor from_vector<int64_t>(const std::vector<int64_t>&, const Shape&, Device);
 template Tensor from_vector<int32_t>(const std::vector<int32_t>&, const Shape&, Device);
 template Tensor from_vector<bool>(const std::vector<bool>&, const Shape&, Device);
-
-namespace {
-Tensor random(ir::Op op, const char* name, const Shape& shape, uint64_t seed, DType dtype, Device device) {
-  if (!is_floating(dtype))
-    throw Error(std::string(name) + ": expected a floating-point dtype, got " + dtype_name(dtype));
-  auto s = static_cast<int64_t>(seed);
-  auto seed_tensor = from_host(&s, DType::Int64, {}, device);
-  return lazy::apply(op, {seed_tensor}, {shape, static_cast<double>(static_cast<int>(dtype))});
-}
-}  // namespace
-
-Tensor rand(const Shape& shape, uint64_t seed, DType dtype, Device device) {
-  return random(ir::Op::RandUniform, "rand", shape, seed, dtype, device);
-}
-
-Tensor randn(const Shape& shape, uint64_t seed, DType dtype, Device device) {
-  return random(ir::Op::RandNormal, "randn", shape, seed, dtype, device);
-}
-
-Tensor uniform(const Shape& shape, double low, double high, uint64_t seed, DType dtype, Device device) {
-  if (!(high > low)) throw Error("uniform: expected low < high, got " + std::to_string(low) +
-                                 " and " + std::to_string(high));
-  return rand(shape, seed, dtype, device) * (high - low) + low;
-}
-
-Tensor normal(const Shape& shape, double mean, double stddev, uint64_t seed, DType dtype, Device device) {
-  if (!(stddev >= 0)) throw Error("normal: expected stddev >= 0, got " + std::to_string(stddev));
-  return randn(shape, seed, dtype, device) * stddev + mean;
-}
 
 // ---- method forms ----
 Tensor Tensor::sum(std::vector<int64_t> axes, bool keepdim) const { return loom::sum(*this, std::move(axes), keepdim); }

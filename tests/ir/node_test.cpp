@@ -40,8 +40,8 @@ TEST(Node, InternTableForgetsDeadNodes) {
 
 TEST(Node, AttributesAreStructural) {
   auto a = leaf({2, 3});
-  auto r1 = make_node(Op::Sum, {a}, {{0}, 0});
-  auto r2 = make_node(Op::Sum, {a}, {{1}, 0});
+  auto r1 = make_node(Op::Sum, {a}, AxesAttr{{0}});
+  auto r2 = make_node(Op::Sum, {a}, AxesAttr{{1}});
   EXPECT_NE(r1->hash(), r2->hash());
   EXPECT_EQ(r1->shape(), (Shape{1, 3}));
   EXPECT_EQ(r2->shape(), (Shape{2, 1}));
@@ -53,7 +53,7 @@ TEST(Node, ShapeInferenceRejectsBadOperands) {
   EXPECT_THROW(make_node(Op::Add, {a, b}), Error);
   EXPECT_THROW(make_node(Op::Add, {a, leaf({2, 3}, DType::Float64)}), Error);
   EXPECT_THROW(make_node(Op::Exp, {leaf({2}, DType::Int64)}), Error);
-  EXPECT_THROW(make_node(Op::Sum, {a}, {{2}, 0}), Error);
+  EXPECT_THROW(make_node(Op::Sum, {a}, AxesAttr{{2}}), Error);
 }
 
 TEST(OpTable, EveryOpHasANameAndTheRightRow) {

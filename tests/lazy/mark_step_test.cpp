@@ -79,5 +79,33 @@ TEST(MarkStep, EveryLivePendingTensorGetsItsBuffer) {
   EXPECT_EQ(metrics::counter("UncachedCompile"), 1);  // reads of materialized tensors compile nothing
 }
 
+// The compile cache is keyed by the graph's hash: graphs that differ in nothing but one
+// attribute field must hash apart, or the second would run the first's program.
+TEST(MarkStep, GraphsThatDifferOnlyInAnAttributeCompileApart) {
+  fresh_engine();
+  auto x = from_vector<float>(std::vector<float>(36, 1), {1, 1, 6, 6});
+  auto w = from_vector<float>(std::vector<float>(9, 1), {1, 1, 3, 3});
+  // Stride 3 over 6 rows: padding 0 and 1 both give a [1,1,2,2] result.
+  Conv2dOptions o;
+  o.stride = {3, 3};
+  auto a = conv2d(x, w, {}, o);
+  const uint64_t hash_a = graph_of(a).hash;
+  EXPECT_EQ(a.to_vector<float>(), (std::vector<float>{9, 9, 9, 9}));
+  o.padding = {1, 1};
+  auto b = conv2d(x, w, {}, o);
+  EXPECT_NE(graph_of(b).hash, hash_a);
+  EXPECT_EQ(b.to_vector<float>(), (std::vector<float>{4, 6, 6, 9}));
+  EXPECT_EQ(metrics::counter("UncachedCompile"), 2);
+
+  auto v = from_vector<float>({0, 1, 2, 3, 4, 5}, {6});
+  auto s1 = slice(v, 0, 0, 3);
+  const uint64_t hash_s1 = graph_of(s1).hash;
+  EXPECT_EQ(s1.to_vector<float>(), (std::vector<float>{0, 1, 2}));
+  auto s2 = slice(v, 0, 3, 6);
+  EXPECT_NE(graph_of(s2).hash, hash_s1);
+  EXPECT_EQ(s2.to_vector<float>(), (std::vector<float>{3, 4, 5}));
+  EXPECT_EQ(metrics::counter("UncachedCompile"), 4);
+}
+
 }  // namespace
 }  // namespace loom

@@ -61,7 +61,7 @@ Tensor grad_input(const Tensor& x, const std::function<Tensor(const Tensor&)>& f
 }
 
 const std::map<Op, Entry>& table() {
-  const Conv2dOptions pad1{.padding = {1, 1}};
+  const Conv2dParams pad1{.padding = {1, 1}};
   const Pool2dOptions max_pool{.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}};
   const Pool2dOptions avg_pool{.kernel = {2, 2}, .stride = {2, 2}, .padding = {1, 1}};
   auto unary = [](const char* fixture, Tensor (*f)(const Tensor&)) {

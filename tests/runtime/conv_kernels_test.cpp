@@ -100,11 +100,10 @@ void check(const Case& k) {
   const double tol =
       sizeof(T) == 4 ? 2e-5 * std::sqrt(double(k.c * k.kh * k.kw * k.n * oh * ow)) : 1e-12;
   const std::string what = name(k) + (sizeof(T) == 4 ? " float32 " : " float64 ");
-  ir::Attr attr{{k.sh, k.sw, k.ph, k.pw, k.dh, k.dw, k.groups}};
+  const ir::Conv2dAttr attr{.stride = {k.sh, k.sw}, .padding = {k.ph, k.pw},
+                            .dilation = {k.dh, k.dw}, .groups = k.groups};
   expect_near(run<T>(ir::Op::Conv2d, attr, x, xs, w, ws, os), r.out, tol, what + "forward");
-  ir::Attr gi = attr, gw = attr;
-  gi.ints.insert(gi.ints.end(), {k.h, k.w});
-  gw.ints.insert(gw.ints.end(), {k.kh, k.kw});
+  const ir::Conv2dGradAttr gi{attr, {k.h, k.w}}, gw{attr, {k.kh, k.kw}};
   expect_near(run<T>(ir::Op::Conv2dGradInput, gi, go, os, w, ws, xs), r.grad_in, tol,
               what + "grad_input");
   expect_near(run<T>(ir::Op::Conv2dGradWeight, gw, x, xs, go, os, ws), r.grad_w, tol,
@@ -165,7 +164,7 @@ TEST(Conv2dKernels, WeightGradientIndependentOfThreadCount) {
   for (const Case& k : cases) {
     const Shape xs{k.n, k.c, k.h, k.w}, os{k.n, k.o, k.h, k.w}, ws{k.o, k.c, 3, 3};
     const auto x = random(shape_numel(xs), 1), go = random(shape_numel(os), 3);
-    ir::Attr attr{{1, 1, 1, 1, 1, 1, 1, 3, 3}};
+    const ir::Conv2dGradAttr attr{{.padding = {1, 1}}, {3, 3}};
     auto in_arena = [&](int threads) {
       std::vector<double> r;
       tbb::task_arena(threads).execute(

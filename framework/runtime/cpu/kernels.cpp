@@ -21,7 +21,7 @@ void run_kernel(ir::Op op, const ir::Attr& attr, std::span<const TensorView> in,
     case Op::Count_:
       LOOM_UNREACHABLE("run_kernel: device data and Count_ have no kernel");
 
-    case Op::Constant: return fill_value(out, attr.scalar);
+    case Op::Constant: return fill_value(out, attr.get<ir::ScalarAttr>().value);
     case Op::Iota: return iota_kernel(attr, out);
 
     case Op::RandUniform: return rand_uniform_kernel(in[0], out);

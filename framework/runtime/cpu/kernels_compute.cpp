@@ -74,16 +74,15 @@ void apply_epilogue(T* c, int64_t rows, int64_t cols, int64_t ld, const T* bias,
   }
 }
 
-// attr.ints = {transpose_a, transpose_b} (compiler/fold_transpose.cpp), or empty: operands
-// stored as they are multiplied. With a bias (n values) or an activation, each task applies
+// MatmulAttr: whether an operand is stored transposed (compiler/fold_transpose.cpp). With a bias (n values) or an activation, each task applies
 // them to its block of the result right after its GEMM wrote it, while the block is in cache.
 template <class T>
 void matmul_typed(const ir::Attr& attr, const TensorView& a, const TensorView& b,
                   const TensorView& out, const T* bias = nullptr,
                   ir::Op act = ir::Op::Count_) {
   const bool epilogue = bias || act != ir::Op::Count_;
-  const bool ta = attr.ints.size() == 2 && attr.ints[0] != 0;
-  const bool tb = attr.ints.size() == 2 && attr.ints[1] != 0;
+  const bool ta = attr.get<ir::MatmulAttr>().transpose_a;
+  const bool tb = attr.get<ir::MatmulAttr>().transpose_b;
   const std::size_t r = a.shape.size();
   const int64_t m = a.shape[r - (ta ? 1 : 2)], k = a.shape[r - (ta ? 2 : 1)];
   const int64_t n = b.shape[r - (tb ? 2 : 1)];
@@ -209,10 +208,7 @@ void matmul_kernel(const ir::Attr& attr, const TensorView& a, const TensorView& 
 
 void conv2d_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& w,
                    const TensorView& out) {
-  assert(attr.ints.size() == 7 && "conv2d: attr.ints = {sh, sw, ph, pw, dh, dw, groups}");
-  const auto& a = attr.ints;
-  ConvGeometry g{x.shape[0], x.shape[1], x.shape[2], x.shape[3], w.shape[0], w.shape[2],
-                 w.shape[3], out.shape[2], out.shape[3], a[0], a[1], a[2], a[3], a[4], a[5], a[6]};
+  const ConvGeometry g = conv_geometry(attr.get<ir::Conv2dAttr>(), x.shape, w.shape, out.shape);
   if (out.numel() == 0) return;
   visit_float("conv2d", out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -247,7 +243,7 @@ void epilogue_kernel(ir::Op op, const ir::Attr& attr, const ir::Epilogue& epilog
 }
 
 void max_pool2d_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& out) {
-  const PoolGeometry g = pool_geometry(attr, x.shape, out.shape);
+  const PoolGeometry g = pool_geometry(attr.get<ir::Pool2dAttr>(), x.shape, out.shape);
   visit_float("max_pool2d", out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     for_each_plane<T>(g, x, out, [&](const T* in, T* o) {
@@ -269,8 +265,9 @@ void max_pool2d_kernel(const ir::Attr& attr, const TensorView& x, const TensorVi
 }
 
 void avg_pool2d_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& out) {
-  const PoolGeometry g = pool_geometry(attr, x.shape, out.shape);
-  const bool count_include_pad = attr.ints.size() < 7 || attr.ints[6] != 0;
+  const auto& a = attr.get<ir::Pool2dAttr>();
+  const PoolGeometry g = pool_geometry(a, x.shape, out.shape);
+  const bool count_include_pad = a.count_include_pad;
   visit_float("avg_pool2d", out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     for_each_plane<T>(g, x, out, [&](const T* in, T* o) {

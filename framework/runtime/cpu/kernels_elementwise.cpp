@@ -43,8 +43,7 @@ void fill_value(const TensorView& out, double value) {
 }
 
 void iota_kernel(const ir::Attr& attr, const TensorView& out) {
-  assert(attr.ints.size() == 1 && "iota: attr.ints = {dim}");
-  auto dim = static_cast<std::size_t>(attr.ints[0]);
+  auto dim = static_cast<std::size_t>(attr.get<ir::DimAttr>().dim);
   int64_t size = out.shape[dim];
   int64_t inner = dims_product(out.shape, dim + 1, out.shape.size());
   visit_dtype(out.dtype, [&](auto tag) {

@@ -194,11 +194,8 @@ void for_each_plane(const PoolGeometry& g, F f) {
 
 void conv2d_grad_input_kernel(const ir::Attr& attr, const TensorView& grad_out,
                               const TensorView& w, const TensorView& out) {
-  assert(attr.ints.size() == 9 && "conv2d_grad_input: attr.ints = conv2d's 7 + {H, W}");
-  const auto& a = attr.ints;
-  ConvGeometry g{out.shape[0], out.shape[1], out.shape[2], out.shape[3],
-                 w.shape[0], w.shape[2], w.shape[3], grad_out.shape[2], grad_out.shape[3],
-                 a[0], a[1], a[2], a[3], a[4], a[5], a[6]};
+  const ConvGeometry g =
+      conv_geometry(attr.get<ir::Conv2dGradAttr>().conv, out.shape, w.shape, grad_out.shape);
   if (out.numel() == 0) return;
   visit_float("conv2d_grad_input", out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -208,11 +205,8 @@ void conv2d_grad_input_kernel(const ir::Attr& attr, const TensorView& grad_out,
 
 void conv2d_grad_weight_kernel(const ir::Attr& attr, const TensorView& x,
                                const TensorView& grad_out, const TensorView& out) {
-  assert(attr.ints.size() == 9 && "conv2d_grad_weight: attr.ints = conv2d's 7 + {kh, kw}");
-  const auto& a = attr.ints;
-  ConvGeometry g{x.shape[0], x.shape[1], x.shape[2], x.shape[3],
-                 out.shape[0], out.shape[2], out.shape[3], grad_out.shape[2], grad_out.shape[3],
-                 a[0], a[1], a[2], a[3], a[4], a[5], a[6]};
+  const ConvGeometry g =
+      conv_geometry(attr.get<ir::Conv2dGradAttr>().conv, x.shape, out.shape, grad_out.shape);
   if (out.numel() == 0) return;
   visit_float("conv2d_grad_weight", out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -222,7 +216,7 @@ void conv2d_grad_weight_kernel(const ir::Attr& attr, const TensorView& x,
 
 void max_pool2d_grad_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& grad_out,
                             const TensorView& out) {
-  const PoolGeometry g = pool_geometry(attr, x.shape, grad_out.shape);
+  const PoolGeometry g = pool_geometry(attr.get<ir::Pool2dAttr>(), x.shape, grad_out.shape);
   visit_float("max_pool2d_grad", out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* px = x.as<const T>();
@@ -256,9 +250,9 @@ void max_pool2d_grad_kernel(const ir::Attr& attr, const TensorView& x, const Ten
 
 void avg_pool2d_grad_kernel(const ir::Attr& attr, const TensorView& grad_out,
                             const TensorView& out) {
-  assert(attr.ints.size() == 9 && "avg_pool2d_grad: attr.ints = avg_pool2d's 7 + {H, W}");
-  const PoolGeometry g = pool_geometry(attr, out.shape, grad_out.shape);
-  const bool count_include_pad = attr.ints[6] != 0;
+  const auto& a = attr.get<ir::Pool2dGradAttr>().pool;
+  const PoolGeometry g = pool_geometry(a, out.shape, grad_out.shape);
+  const bool count_include_pad = a.count_include_pad;
   visit_float("avg_pool2d_grad", out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* pg = grad_out.as<const T>();

@@ -109,8 +109,7 @@ void scatter_add_typed(const IndexLayout& l, const int64_t* idx, const T* src, T
 
 void gather_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& index,
                    const TensorView& out) {
-  assert(attr.ints.size() == 1 && "gather: attr.ints = {dim}");
-  auto dim = static_cast<std::size_t>(attr.ints[0]);
+  auto dim = static_cast<std::size_t>(attr.get<ir::DimAttr>().dim);
   check_indices("gather", index, dim, x.shape[dim]);
   if (out.numel() == 0) return;
   IndexLayout l = index_layout(x.shape, index.shape, dim);
@@ -122,8 +121,7 @@ void gather_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& 
 
 void index_select_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& index,
                          const TensorView& out) {
-  assert(attr.ints.size() == 1 && "index_select: attr.ints = {dim}");
-  auto dim = static_cast<std::size_t>(attr.ints[0]);
+  auto dim = static_cast<std::size_t>(attr.get<ir::DimAttr>().dim);
   check_indices("index_select", index, dim, x.shape[dim]);
   const int64_t outer = dims_product(x.shape, 0, dim);
   const int64_t size = x.shape[dim];
@@ -145,8 +143,7 @@ void index_select_kernel(const ir::Attr& attr, const TensorView& x, const Tensor
 
 void scatter_add_kernel(const ir::Attr& attr, const TensorView& self, const TensorView& index,
                         const TensorView& src, const TensorView& out) {
-  assert(attr.ints.size() == 1 && "scatter_add: attr.ints = {dim}");
-  auto dim = static_cast<std::size_t>(attr.ints[0]);
+  auto dim = static_cast<std::size_t>(attr.get<ir::DimAttr>().dim);
   check_indices("scatter_add", index, dim, self.shape[dim]);
   if (out.data != self.data)
     std::memcpy(out.data, self.data, out.numel() * dtype_size(out.dtype));
@@ -159,8 +156,7 @@ void scatter_add_kernel(const ir::Attr& attr, const TensorView& self, const Tens
 }
 
 void one_hot_kernel(const ir::Attr& attr, const TensorView& indices, const TensorView& out) {
-  assert(attr.ints.size() == 1 && "one_hot: attr.ints = {num_classes}");
-  const int64_t classes = attr.ints[0];
+  const int64_t classes = attr.get<ir::OneHotAttr>().num_classes;
   const int64_t* idx = indices.as<const int64_t>();
   const int64_t n = indices.numel();
   for (int64_t i = 0; i < n; ++i)

@@ -142,24 +142,25 @@ void reshape_kernel(const TensorView& x, const TensorView& out) {
 }
 
 void permute_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& out) {
-  assert(attr.ints.size() == x.shape.size() && "permute: attr.ints = perm");
+  const auto& perm = attr.get<ir::PermuteAttr>().perm;
+  assert(perm.size() == x.shape.size() && "permute: one entry per dimension");
   auto in_strides = contiguous_strides(x.shape);
   Strides src(out.shape.size());
-  for (std::size_t i = 0; i < src.size(); ++i) src[i] = in_strides[attr.ints[i]];
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = in_strides[perm[i]];
   gather_strided(x, src, 0, out);
 }
 
 void slice_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& out) {
-  // attr.ints = {starts..., steps...}; shape inference may append the counts, which are
-  // already the output's shape.
+  // The sizes are already the output's shape.
+  const auto& a = attr.get<ir::SliceAttr>();
   std::size_t r = x.shape.size();
-  assert(attr.ints.size() >= 2 * r && "slice: attr.ints = {starts, steps}");
+  assert(a.starts.size() == r && a.steps.size() == r && "slice: a start and a step per dimension");
   auto in_strides = contiguous_strides(x.shape);
   Strides src(r);
   int64_t offset = 0;
   for (std::size_t d = 0; d < r; ++d) {
-    offset += attr.ints[d] * in_strides[d];
-    src[d] = attr.ints[r + d] * in_strides[d];
+    offset += a.starts[d] * in_strides[d];
+    src[d] = a.steps[d] * in_strides[d];
   }
   gather_strided(x, src, offset, out);
 }
@@ -173,20 +174,20 @@ void expand_kernel(const TensorView& x, const TensorView& out) {
 }
 
 void pad_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& out) {
-  assert(attr.ints.size() == 2 * x.shape.size() && "pad: attr.ints = {lo_0, hi_0, ...}");
-  fill_value(out, attr.scalar);
+  const auto& a = attr.get<ir::PadAttr>();
+  assert(a.lo.size() == x.shape.size() && "pad: a low pad per dimension");
+  fill_value(out, a.value);
   auto out_strides = contiguous_strides(out.shape);
   int64_t offset = 0;
-  for (std::size_t d = 0; d < out_strides.size(); ++d) offset += attr.ints[2 * d] * out_strides[d];
+  for (std::size_t d = 0; d < out_strides.size(); ++d) offset += a.lo[d] * out_strides[d];
   strided_copy(x.data, contiguous_strides(x.shape), 0, out.data, out_strides, offset, x.shape,
                x.dtype);
 }
 
 void concat_kernel(const ir::Attr& attr, Inputs in, const TensorView& out) {
-  assert(attr.ints.size() == 1 && "concat: attr.ints = {axis}");
   // Each input is a run of in.shape[axis] * inner contiguous elements per outer index, so the
   // output row is those runs laid side by side.
-  auto axis = static_cast<std::size_t>(attr.ints[0]);
+  auto axis = static_cast<std::size_t>(attr.get<ir::DimAttr>().dim);
   const std::size_t elem = dtype_size(out.dtype);
   const int64_t outer = dims_product(out.shape, 0, axis);
   const int64_t inner = dims_product(out.shape, axis + 1, out.shape.size());

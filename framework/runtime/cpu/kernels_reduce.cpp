@@ -358,7 +358,7 @@ void argmax_typed(int64_t outer, int64_t size, int64_t inner, const T* px, int64
 void reduce_operand(Op op, const ir::Attr& attr, DType dtype, const Shape& shape,
                     const void* data, const ir::Fusion* prologue,
                     std::span<const TensorView> prologue_in, const TensorView& out) {
-  const auto& axes = attr.ints;
+  const auto& axes = attr.get<ir::AxesAttr>().axes;
   assert(std::is_sorted(axes.begin(), axes.end()) && "reduce: axes must be sorted");
   auto run = [&](auto tag, auto reducer) {
     using T = typename decltype(tag)::type;
@@ -409,8 +409,7 @@ void fused_reduce_kernel(Op op, const ir::Attr& attr, const ir::Fusion& prologue
 }
 
 void argmax_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& out) {
-  assert(attr.ints.size() == 1 && "argmax: attr.ints = {axis}");
-  auto axis = static_cast<std::size_t>(attr.ints[0]);
+  auto axis = static_cast<std::size_t>(attr.get<ir::DimAttr>().dim);
   const int64_t outer = dims_product(x.shape, 0, axis);
   const int64_t size = x.shape[axis];
   const int64_t inner = dims_product(x.shape, axis + 1, x.shape.size());

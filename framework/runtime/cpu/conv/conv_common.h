@@ -44,6 +44,17 @@ struct ConvGeometry {
   int64_t sh, sw, ph, pw, dh, dw, groups;
 };
 
+// The one place a Conv2dAttr becomes a geometry: `input` [N,C,H,W], `weight` [O,C/g,kh,kw] and
+// `output` [N,O,Ho,Wo] are the forward conv's shapes (for its gradients: the shapes of what
+// they compute or read in those roles).
+inline ConvGeometry conv_geometry(const ir::Conv2dAttr& a, const Shape& input, const Shape& weight,
+                                  const Shape& output) {
+  return {input[0],    input[1],    input[2],    input[3],     weight[0],
+          weight[2],   weight[3],   output[2],   output[3],    a.stride[0],
+          a.stride[1], a.padding[0], a.padding[1], a.dilation[0], a.dilation[1],
+          a.groups};
+}
+
 // A 1x1 conv that reads every input position once: its im2col is the input itself.
 inline bool pointwise(const ConvGeometry& g) {
   return g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0 &&
@@ -222,11 +233,10 @@ struct PoolGeometry {
   int64_t planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw;
 };
 
-// `input` is [N,C,H,W], `pooled` [N,C,Ho,Wo]; attr.ints starts {kh, kw, sh, sw, ph, pw}.
-inline PoolGeometry pool_geometry(const ir::Attr& attr, const Shape& input, const Shape& pooled) {
-  assert(attr.ints.size() >= 6 && "pool: attr.ints = {kh, kw, sh, sw, ph, pw, ...}");
-  const auto& a = attr.ints;
-  return {input[0] * input[1], input[2], input[3], pooled[2], pooled[3], a[0], a[1], a[2], a[3], a[4], a[5]};
+// `input` is [N,C,H,W], `pooled` [N,C,Ho,Wo].
+inline PoolGeometry pool_geometry(const ir::Pool2dAttr& a, const Shape& input, const Shape& pooled) {
+  return {input[0] * input[1], input[2], input[3], pooled[2], pooled[3], a.kernel[0],
+          a.kernel[1], a.stride[0], a.stride[1], a.padding[0], a.padding[1]};
 }
 
 // The in-bounds window [y0, y1) x [x0, x1) of output (oy, ox) and the divisor average

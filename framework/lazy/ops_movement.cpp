@@ -1,4 +1,4 @@
-// Reductions and movement ops.
+// Movement ops: reshape, permute, slice, expand, pad, concat and the views built from them.
 #include "lazy/ops_util.h"
 
 #include <algorithm>
@@ -10,67 +10,6 @@ using ir::Op;
 using lazy::apply;
 using lazy::fail;
 using lazy::normalize_dim;
-
-namespace {
-
-std::vector<int64_t> normalize_axes(const Tensor& x, std::vector<int64_t> axes, const char* op) {
-  if (axes.empty()) {
-    axes.resize(x.dim());
-    std::iota(axes.begin(), axes.end(), 0);
-    return axes;
-  }
-  for (auto& a : axes) a = normalize_dim(a, x.dim(), op);
-  std::sort(axes.begin(), axes.end());
-  if (std::adjacent_find(axes.begin(), axes.end()) != axes.end())
-    fail(op, "expected each axis once");
-  return axes;
-}
-
-Shape drop_axes(const Shape& s, const std::vector<int64_t>& axes) {
-  Shape out;
-  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d)
-    if (!std::binary_search(axes.begin(), axes.end(), d)) out.push_back(s[d]);
-  return out;
-}
-
-Tensor reduce(Op op, const Tensor& x, std::vector<int64_t> axes, bool keepdim) {
-  const char* name = ir::op_name(op);
-  if (!x.defined()) fail(name, "expected a defined tensor, got an empty handle");
-  axes = normalize_axes(x, std::move(axes), name);
-  auto r = apply(op, {x}, {axes, 0});
-  return keepdim ? r : reshape(r, drop_axes(x.shape(), axes));
-}
-
-}  // namespace
-
-Tensor sum(const Tensor& x, std::vector<int64_t> axes, bool keepdim) { return reduce(Op::Sum, x, std::move(axes), keepdim); }
-Tensor mean(const Tensor& x, std::vector<int64_t> axes, bool keepdim) { return reduce(Op::Mean, x, std::move(axes), keepdim); }
-Tensor amax(const Tensor& x, std::vector<int64_t> axes, bool keepdim) { return reduce(Op::Max, x, std::move(axes), keepdim); }
-
-Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
-  if (!x.defined()) fail("argmax", "expected a defined tensor, got an empty handle");
-  dim = normalize_dim(dim, x.dim(), "argmax");
-  if (x.dim() == 0) return zeros({}, DType::Int64, x.device());
-  auto r = apply(Op::ArgMax, {x}, {{dim}, 0});
-  return keepdim ? r : reshape(r, drop_axes(x.shape(), {dim}));
-}
-
-Tensor logsumexp(const Tensor& x, std::vector<int64_t> axes, bool keepdim) {
-  if (!x.defined()) fail("logsumexp", "expected a defined tensor, got an empty handle");
-  axes = normalize_axes(x, std::move(axes), "logsumexp");
-  // Shifting by the max keeps exp from overflowing.
-  auto m = amax(x, axes, true);
-  auto r = log(sum(exp(x - m), axes, true)) + m;
-  return keepdim ? r : reshape(r, drop_axes(x.shape(), axes));
-}
-
-Tensor log_softmax(const Tensor& x, int64_t dim) { return x - logsumexp(x, {dim}, true); }
-
-Tensor softmax(const Tensor& x, int64_t dim) {
-  if (!x.defined()) fail("softmax", "expected a defined tensor, got an empty handle");
-  auto e = exp(x - amax(x, {dim}, true));
-  return e / sum(e, {dim}, true);
-}
 
 Tensor reshape(const Tensor& x, Shape shape) {
   if (!x.defined()) fail("reshape", "expected a defined tensor, got an empty handle");
@@ -92,7 +31,7 @@ Tensor reshape(const Tensor& x, Shape shape) {
     shape[infer] = x.numel() / known;
   }
   if (shape == x.shape()) return x;
-  return apply(Op::Reshape, {x}, {shape, 0});
+  return apply(Op::Reshape, {x}, ir::ShapeAttr{shape});
 }
 
 Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
@@ -119,7 +58,7 @@ Tensor permute(const Tensor& x, std::vector<int64_t> perm) {
     identity = identity && perm[i] == i;
   }
   if (identity) return x;
-  return apply(Op::Permute, {x}, {perm, 0});
+  return apply(Op::Permute, {x}, ir::PermuteAttr{perm});
 }
 
 Tensor transpose(const Tensor& x, int64_t d0, int64_t d1) {
@@ -141,17 +80,12 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
   if (end <= start)
     fail("slice", "expected a non-empty range of dimension " + std::to_string(dim) + " (size " +
                       std::to_string(n) + "), got [" + std::to_string(start) + ", " + std::to_string(end) + ")");
-  auto r = static_cast<std::size_t>(x.dim());
-  std::vector<int64_t> ints(3 * r, 0);
-  for (std::size_t d = 0; d < r; ++d) {
-    ints[r + d] = 1;
-    ints[2 * r + d] = x.shape()[d];
-  }
-  ints[dim] = start;
-  ints[r + dim] = step;
-  ints[2 * r + dim] = (end - start + step - 1) / step;
   if (start == 0 && step == 1 && end == n) return x;
-  return apply(Op::Slice, {x}, {ints, 0});
+  ir::SliceAttr a{std::vector<int64_t>(x.dim(), 0), std::vector<int64_t>(x.dim(), 1), x.shape()};
+  a.starts[dim] = start;
+  a.steps[dim] = step;
+  a.sizes[dim] = (end - start + step - 1) / step;
+  return apply(Op::Slice, {x}, std::move(a));
 }
 
 Tensor concat(const std::vector<Tensor>& xs, int64_t dim) {
@@ -160,7 +94,7 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t dim) {
     if (!t.defined()) fail("concat", "expected defined tensors, got an empty handle");
   dim = normalize_dim(dim, xs.front().dim(), "concat");
   if (xs.size() == 1) return xs.front();
-  return apply(Op::Concat, xs, {{dim}, 0});
+  return apply(Op::Concat, xs, ir::DimAttr{dim});
 }
 
 Tensor expand(const Tensor& x, Shape shape) {
@@ -180,7 +114,7 @@ Tensor expand(const Tensor& x, Shape shape) {
   }
   Tensor base = src == x.shape() ? x : reshape(x, src);
   if (shape == src) return base;
-  return apply(Op::Expand, {base}, {shape, 0});
+  return apply(Op::Expand, {base}, ir::ShapeAttr{shape});
 }
 
 Tensor broadcast_to(const Tensor& x, const Shape& shape) { return expand(x, shape); }
@@ -190,18 +124,18 @@ Tensor pad(const Tensor& x, std::vector<int64_t> pads, double value) {
   if (pads.size() % 2 != 0 || static_cast<int64_t>(pads.size()) > 2 * x.dim())
     fail("pad", "expected an even number of pad sizes, at most two per dimension, got " +
                     std::to_string(pads.size()));
-  std::vector<int64_t> ints(2 * x.dim(), 0);
+  ir::PadAttr a{std::vector<int64_t>(x.dim(), 0), std::vector<int64_t>(x.dim(), 0), value};
   bool any = false;
   for (std::size_t i = 0; i < pads.size() / 2; ++i) {
     // F.pad order: the last dimension first.
     std::size_t d = x.dim() - 1 - i;
     if (pads[2 * i] < 0 || pads[2 * i + 1] < 0) fail("pad", "expected non-negative padding");
-    ints[2 * d] = pads[2 * i];
-    ints[2 * d + 1] = pads[2 * i + 1];
+    a.lo[d] = pads[2 * i];
+    a.hi[d] = pads[2 * i + 1];
     any = any || pads[2 * i] || pads[2 * i + 1];
   }
   if (!any) return x;
-  return apply(Op::Pad, {x}, {ints, value});
+  return apply(Op::Pad, {x}, std::move(a));
 }
 
 Tensor unsqueeze(const Tensor& x, int64_t dim) {

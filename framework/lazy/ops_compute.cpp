@@ -1,4 +1,4 @@
-// Matmul, convolution, pooling and indexing ops.
+// Compute ops: matmul, convolution and pooling.
 #include "lazy/ops_util.h"
 
 namespace loom {
@@ -6,7 +6,6 @@ namespace loom {
 using ir::Op;
 using lazy::apply;
 using lazy::fail;
-using lazy::normalize_dim;
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   if (!a.defined() || !b.defined()) fail("matmul", "expected defined tensors, got an empty handle");
@@ -32,7 +31,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     int64_t rows = 1;
     for (auto d : out) rows *= d;
     if (b.dim() > 1) out.push_back(y.shape().back());
-    return reshape(apply(Op::Matmul, {reshape(x, {rows, k}), y}), out);
+    return reshape(apply(Op::Matmul, {reshape(x, {rows, k}), y}, ir::MatmulAttr{}), out);
   }
   Shape xb(x.shape().begin(), x.shape().end() - 2);
   Shape yb(y.shape().begin(), y.shape().end() - 2);
@@ -40,7 +39,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   Shape xs = batch, ys = batch;
   xs.insert(xs.end(), x.shape().end() - 2, x.shape().end());
   ys.insert(ys.end(), y.shape().end() - 2, y.shape().end());
-  auto r = apply(Op::Matmul, {expand(x, xs), expand(y, ys)});
+  auto r = apply(Op::Matmul, {expand(x, xs), expand(y, ys)}, ir::MatmulAttr{});
   Shape out = batch;
   if (a.dim() > 1) out.push_back(x.shape()[x.dim() - 2]);
   if (b.dim() > 1) out.push_back(y.shape().back());
@@ -49,9 +48,11 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Conv2dParams& o) {
   if (!input.defined() || !weight.defined()) fail("conv2d", "expected defined input and weight");
-  auto y = apply(Op::Conv2d, {input, weight},
-                 {{o.stride[0], o.stride[1], o.padding[0], o.padding[1], o.dilation[0],
-                   o.dilation[1], o.groups}, 0});
+  const ir::Conv2dAttr attr{.stride = {o.stride[0], o.stride[1]},
+                            .padding = {o.padding[0], o.padding[1]},
+                            .dilation = {o.dilation[0], o.dilation[1]},
+                            .groups = o.groups};
+  auto y = apply(Op::Conv2d, {input, weight}, attr);
   if (!bias.defined()) return y;
   if (bias.shape() != Shape{weight.shape()[0]})
     fail("conv2d", "expected a bias of shape [" + std::to_string(weight.shape()[0]) + "], got " +
@@ -64,44 +65,14 @@ Tensor pool(Op op, const Tensor& x, const Pool2dOptions& o) {
   if (!x.defined()) fail(ir::op_name(op), "expected a defined tensor, got an empty handle");
   int64_t sh = o.stride[0] ? o.stride[0] : o.kernel[0];
   int64_t sw = o.stride[1] ? o.stride[1] : o.kernel[1];
-  std::vector<int64_t> ints{o.kernel[0], o.kernel[1], sh, sw, o.padding[0], o.padding[1]};
-  if (op == Op::AvgPool2d) ints.push_back(o.count_include_pad ? 1 : 0);
-  return apply(op, {x}, {ints, 0});
+  ir::Pool2dAttr attr{.kernel = {o.kernel[0], o.kernel[1]}, .stride = {sh, sw},
+                      .padding = {o.padding[0], o.padding[1]}};
+  if (op == Op::AvgPool2d) attr.count_include_pad = o.count_include_pad;
+  return apply(op, {x}, attr);
 }
 }  // namespace
 
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& o) { return pool(Op::MaxPool2d, x, o); }
 Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& o) { return pool(Op::AvgPool2d, x, o); }
-
-Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
-  if (!x.defined()) fail("gather", "expected a defined tensor, got an empty handle");
-  return apply(Op::Gather, {x, index}, {{normalize_dim(dim, x.dim(), "gather")}, 0});
-}
-
-Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
-  if (!x.defined()) fail("index_select", "expected a defined tensor, got an empty handle");
-  return apply(Op::IndexSelect, {x, index}, {{normalize_dim(dim, x.dim(), "index_select")}, 0});
-}
-
-Tensor embedding(const Tensor& weight, const Tensor& indices) {
-  if (!weight.defined() || !indices.defined()) fail("embedding", "expected defined tensors");
-  if (weight.dim() != 2)
-    fail("embedding", "expected a 2-D weight [num_embeddings, dim], got " + shape_str(weight.shape()));
-  if (indices.dtype() != DType::Int64)
-    fail("embedding", std::string("expected int64 indices, got ") + dtype_name(indices.dtype()));
-  auto rows = index_select(weight, 0, reshape(indices, {indices.numel()}));
-  Shape out = indices.shape();
-  out.push_back(weight.shape()[1]);
-  return reshape(rows, out);
-}
-
-Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
-  if (!self.defined()) fail("scatter_add", "expected a defined tensor, got an empty handle");
-  return apply(Op::ScatterAdd, {self, index, src}, {{normalize_dim(dim, self.dim(), "scatter_add")}, 0});
-}
-
-Tensor one_hot(const Tensor& indices, int64_t num_classes) {
-  return apply(Op::OneHot, {indices}, {{num_classes}, 0});
-}
 
 }  // namespace loom

@@ -1,0 +1,78 @@
+// The helpers of ops_util.h: building a node from tensors (and recording its gradient), 0-d
+// scalars, broadcasting and dimension checks.
+#include "lazy/ops_util.h"
+
+#include "autograd/grad_node.h"
+#include "lazy/executor.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace loom::lazy {
+
+[[noreturn]] void fail(const char* op, const std::string& what) {
+  throw Error(std::string(op) + ": " + what);
+}
+
+ir::NodePtr node_of(const Tensor& t, const char* op) {
+  if (!t.defined()) fail(op, "expected a defined tensor, got an empty handle");
+  return t.impl()->node();
+}
+
+Tensor apply(ir::Op op, const std::vector<Tensor>& operands, ir::Attr attr) {
+  const char* name = ir::op_name(op);
+  // Before reading the operands' IR: a cut materializes them, and the op must build on that.
+  note_traced_op();
+  std::vector<ir::NodePtr> nodes;
+  nodes.reserve(operands.size());
+  for (const auto& t : operands) nodes.push_back(node_of(t, name));
+  Device device = operands.empty() ? Device{} : operands.front().device();
+  for (const auto& t : operands) {
+    if (!(t.device() == device))
+      fail(name, "expected operands on one device, got " + device_str(device) + " and " +
+                     device_str(t.device()));
+  }
+  auto out = make_tensor(ir::make_node(op, nodes, attr), device);
+  autograd::record(op, attr, operands, nodes, out);
+  return out;
+}
+
+Tensor scalar(double value, DType dtype, Device device) {
+  // Read on every call (a getenv is cheap next to a transfer), so tests can flip it.
+  const char* off = std::getenv("LOOM_NO_SPECIAL_SCALARS");
+  bool special = !(off && *off && std::string(off) != "0");
+  bool baked = special && (value == 0 || value == 1);
+  if (baked)
+    return make_tensor(ir::make_leaf(ir::Op::Constant, dtype, {}, ir::ScalarAttr{value}), device);
+  switch (dtype) {
+    case DType::Float32: { float v = static_cast<float>(value); return make_device_tensor(&v, dtype, {}, device); }
+    case DType::Float64: return make_device_tensor(&value, dtype, {}, device);
+    case DType::Int64: { auto v = static_cast<int64_t>(value); return make_device_tensor(&v, dtype, {}, device); }
+    case DType::Int32: { auto v = static_cast<int32_t>(value); return make_device_tensor(&v, dtype, {}, device); }
+    case DType::Bool: { unsigned char v = value != 0; return make_device_tensor(&v, dtype, {}, device); }
+  }
+  fail("scalar", "unknown dtype");
+}
+
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
+  std::size_t r = std::max(a.size(), b.size());
+  Shape out(r);
+  for (std::size_t i = 0; i < r; ++i) {
+    int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
+    int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
+    if (da != db && da != 1 && db != 1)
+      fail(op, "expected shapes that broadcast, got " + shape_str(a) + " and " + shape_str(b));
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+int64_t normalize_dim(int64_t dim, int64_t rank, const char* op) {
+  int64_t d = dim < 0 ? dim + rank : dim;
+  if (d < 0 || d >= std::max<int64_t>(rank, 1) || (rank == 0 && dim != 0 && dim != -1))
+    fail(op, "expected a dimension in [" + std::to_string(-rank) + ", " + std::to_string(rank) +
+                 "), got " + std::to_string(dim));
+  return d;
+}
+
+}  // namespace loom::lazy
