@@ -86,7 +86,7 @@ TEST(MarkStep, GraphsThatDifferOnlyInAnAttributeCompileApart) {
   auto x = from_vector<float>(std::vector<float>(36, 1), {1, 1, 6, 6});
   auto w = from_vector<float>(std::vector<float>(9, 1), {1, 1, 3, 3});
   // Stride 3 over 6 rows: padding 0 and 1 both give a [1,1,2,2] result.
-  Conv2dOptions o;
+  Conv2dParams o;
   o.stride = {3, 3};
   auto a = conv2d(x, w, {}, o);
   const uint64_t hash_a = graph_of(a).hash;
