@@ -119,6 +119,9 @@ struct Executor {
   std::mutex flight_mutex;
   std::atomic<int> max_in_flight{steps_in_flight_from_env()};
   std::atomic<int> cache_capacity{cache_capacity_from_env()};
+  // The last step's closures, which may be queued on their device only after other
+  // devices' work has run (mark_step): wait_device_ops waits for them first.
+  std::shared_ptr<runtime::Completion> closures_done;  // under closure_mutex
 
   std::mutex devices_mutex;
   std::deque<DeviceState> devices;  // a deque: states never move once made
@@ -368,28 +371,36 @@ void mark_step(std::source_location site) {
   }
   if (!closures.empty()) {
     // The closures run on the thread of the first device that queued work (the CPU's if
-    // none did), once every device's work of this step has run; their completion stands for
-    // that device's step.
+    // none did), once every device's work of this step has run. No device thread waits for
+    // another: a callback on each other device, run after that device's work, passes the
+    // closures on to the next, and the last hop queues them on the first device. (A backend
+    // may need another device's thread to finish its own work, as the test suite's does.)
     Device device = lasts.empty() ? Device{} : lasts.front().first;
-    std::vector<std::shared_ptr<runtime::Completion>> others;
-    for (std::size_t i = 1; i < lasts.size(); ++i) others.push_back(lasts[i].second);
     auto done = std::make_shared<runtime::Completion>();
-    runtime::backend(device).enqueue_callback([closures = std::move(closures), others = std::move(others), done] {
-      for (const auto& c : others) c->wait();
-      debug::set_in_closure(true);
-      for (const auto& fn : closures) {
-        try {
-          profiler::Trace span("step_closure");
-          fn();
-        } catch (...) {
-          auto& e = lazy::executor();
-          std::lock_guard lock(e.closure_mutex);
-          if (!e.closure_error) e.closure_error = std::current_exception();
+    std::function<void()> hop = [device, closures = std::move(closures), done] {
+      runtime::backend(device).enqueue_callback([closures, done] {
+        debug::set_in_closure(true);
+        for (const auto& fn : closures) {
+          try {
+            profiler::Trace span("step_closure");
+            fn();
+          } catch (...) {
+            auto& e = lazy::executor();
+            std::lock_guard lock(e.closure_mutex);
+            if (!e.closure_error) e.closure_error = std::current_exception();
+          }
         }
-      }
-      debug::set_in_closure(false);
-      done->set_done();
-    });
+        debug::set_in_closure(false);
+        done->set_done();
+      });
+    };
+    for (std::size_t i = lasts.size(); i-- > 1;)
+      hop = [other = lasts[i].first, next = std::move(hop)] { runtime::backend(other).enqueue_callback(next); };
+    {
+      std::lock_guard lock(ex.closure_mutex);
+      ex.closures_done = done;
+    }
+    hop();
     if (lasts.empty()) lasts.emplace_back(device, done);
     else lasts.front().second = done;
   }
@@ -402,12 +413,30 @@ void empty_device_cache() {
 
 void empty_device_cache(Device device) { runtime::backend(device).empty_cache(); }
 
+namespace lazy {
+namespace {
+// The last step's closures, unless called from one (it would wait for itself).
+void wait_for_closures() {
+  if (debug::in_closure()) return;
+  auto& ex = executor();
+  std::shared_ptr<runtime::Completion> done;
+  {
+    std::lock_guard lock(ex.closure_mutex);
+    done = ex.closures_done;
+  }
+  if (done) done->wait();
+}
+}  // namespace
+}  // namespace lazy
+
 void wait_device_ops() {
+  lazy::wait_for_closures();
   for (auto device : runtime::devices_in_use()) runtime::backend(device).synchronize();
   lazy::rethrow_closure_error();
 }
 
 void wait_device_ops(Device device) {
+  lazy::wait_for_closures();
   runtime::backend(device).synchronize();
   lazy::rethrow_closure_error();
 }
