@@ -207,6 +207,18 @@ std::size_t cached_programs(Device device) {
 
 namespace {
 
+// The last step's closures, unless called from one (it would wait for itself).
+void wait_for_closures() {
+  if (debug::in_closure()) return;
+  auto& ex = executor();
+  std::shared_ptr<runtime::Completion> done;
+  {
+    std::lock_guard lock(ex.closure_mutex);
+    done = ex.closures_done;
+  }
+  if (done) done->wait();
+}
+
 void rethrow_closure_error() {
   auto& ex = executor();
   std::exception_ptr err;
@@ -412,22 +424,6 @@ void empty_device_cache() {
 }
 
 void empty_device_cache(Device device) { runtime::backend(device).empty_cache(); }
-
-namespace lazy {
-namespace {
-// The last step's closures, unless called from one (it would wait for itself).
-void wait_for_closures() {
-  if (debug::in_closure()) return;
-  auto& ex = executor();
-  std::shared_ptr<runtime::Completion> done;
-  {
-    std::lock_guard lock(ex.closure_mutex);
-    done = ex.closures_done;
-  }
-  if (done) done->wait();
-}
-}  // namespace
-}  // namespace lazy
 
 void wait_device_ops() {
   lazy::wait_for_closures();

@@ -174,13 +174,9 @@ Tensor make_device_tensor(const void* data, DType dtype, const Shape& shape, Dev
   auto start = std::chrono::steady_clock::now();
   auto& be = runtime::backend(device);
   auto bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
-  auto buf = std::make_shared<runtime::DeviceBuffer>();
-  buf->dtype = dtype;
-  buf->shape = shape;
-  buf->storage = be.alloc(bytes);
-  be.copy_in(data, *buf->storage, bytes);
-  buf->ready = std::make_shared<runtime::Completion>();
-  buf->ready->set_done();
+  auto storage = be.alloc(bytes);
+  be.copy_in(data, *storage, bytes);
+  auto buf = runtime::ready_buffer(dtype, shape, std::move(storage));
   metrics::increment("TransferToDevice", device);
   metrics::record("TransferToDeviceTime", std::chrono::duration<double, std::nano>(
                                               std::chrono::steady_clock::now() - start).count());
@@ -214,18 +210,14 @@ Tensor transfer(const Tensor& t, Device device) {
   profiler::Trace span("transfer_between_devices");
   auto start = std::chrono::steady_clock::now();
   auto bytes = static_cast<std::size_t>(shape_numel(buf->shape)) * dtype_size(buf->dtype);
-  auto out = std::make_shared<runtime::DeviceBuffer>();
-  out->dtype = buf->dtype;
-  out->shape = buf->shape;
-  out->storage = dst_backend.alloc(bytes);
-  if (!dst_backend.copy(*src, *out->storage, bytes)) {
+  auto storage = dst_backend.alloc(bytes);
+  if (!dst_backend.copy(*src, *storage, bytes)) {
     std::vector<std::byte> host(bytes);
     runtime::backend(impl->device()).copy_out(*src, host.data(), bytes);
-    dst_backend.copy_in(host.data(), *out->storage, bytes);
+    dst_backend.copy_in(host.data(), *storage, bytes);
     metrics::increment("TransferThroughHost", device);
   }
-  out->ready = std::make_shared<runtime::Completion>();
-  out->ready->set_done();
+  auto out = runtime::ready_buffer(buf->dtype, buf->shape, std::move(storage));
   metrics::increment("TransferBetweenDevices", device);
   metrics::record("TransferBetweenDevicesTime", std::chrono::duration<double, std::nano>(
                                                     std::chrono::steady_clock::now() - start).count());

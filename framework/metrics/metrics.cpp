@@ -52,14 +52,19 @@ std::string format_value(const std::string& name, double v) {
   return buf;
 }
 
+// Adds to the total of `name`; the caller holds r.mutex.
+void add_total(Registry& r, std::string_view name, int64_t by) {
+  auto it = r.counters.find(name);
+  if (it == r.counters.end()) r.counters.emplace(std::string(name), by);
+  else it->second += by;
+}
+
 }  // namespace
 
 void increment(std::string_view name, int64_t by) {
   auto& r = registry();
   std::lock_guard lock(r.mutex);
-  auto it = r.counters.find(name);
-  if (it == r.counters.end()) r.counters.emplace(std::string(name), by);
-  else it->second += by;
+  add_total(r, name, by);
 }
 
 int64_t counter(std::string_view name) {
@@ -72,9 +77,7 @@ int64_t counter(std::string_view name) {
 void increment(std::string_view name, Device device, int64_t by) {
   auto& r = registry();
   std::lock_guard lock(r.mutex);
-  auto it = r.counters.find(name);
-  if (it == r.counters.end()) r.counters.emplace(std::string(name), by);
-  else it->second += by;
+  add_total(r, name, by);
   DeviceKeyView key{name, device_code(device)};
   auto d = r.device_counters.find(key);
   if (d == r.device_counters.end()) r.device_counters.emplace(DeviceKey{std::string(name), key.device}, by);

@@ -39,4 +39,10 @@ const Storage& DeviceBuffer::wait(const char* reader) const {
   return *storage;
 }
 
+std::shared_ptr<DeviceBuffer> ready_buffer(DType dtype, Shape shape, std::shared_ptr<Storage> storage) {
+  auto ready = std::make_shared<Completion>();
+  ready->set_done();
+  return std::make_shared<DeviceBuffer>(DeviceBuffer{dtype, std::move(shape), std::move(ready), std::move(storage)});
+}
+
 }  // namespace loom::runtime

@@ -39,4 +39,7 @@ struct DeviceBuffer {
   const Storage& wait(const char* reader) const;
 };
 
+// A buffer whose value is in `storage` already (copied in, not computed): ready at once.
+std::shared_ptr<DeviceBuffer> ready_buffer(DType dtype, Shape shape, std::shared_ptr<Storage> storage);
+
 }  // namespace loom::runtime

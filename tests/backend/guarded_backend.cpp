@@ -195,14 +195,9 @@ class GuardedBackend final : public runtime::Backend {
     for (const auto& in : inputs) {
       const auto& src = in->wait("guarded");
       auto bytes = byte_size(in->dtype, in->shape);
-      auto b = std::make_shared<runtime::DeviceBuffer>();
-      b->dtype = in->dtype;
-      b->shape = in->shape;
-      b->storage = cpu_.alloc(bytes);
-      cpu_.copy_in(src.data(), *b->storage, bytes);
-      b->ready = std::make_shared<runtime::Completion>();
-      b->ready->set_done();
-      cpu_in.push_back(std::move(b));
+      auto storage = cpu_.alloc(bytes);
+      cpu_.copy_in(src.data(), *storage, bytes);
+      cpu_in.push_back(runtime::ready_buffer(in->dtype, in->shape, std::move(storage)));
     }
     auto done = std::make_shared<runtime::Completion>();
     for (const auto& r : exe.results) {
