@@ -2,6 +2,7 @@
 #include <loom/nn/layers.h>
 
 #include <loom/autograd.h>
+#include <loom/compile.h>
 #include <loom/error.h>
 
 #include <algorithm>
@@ -39,6 +40,8 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
     throw Error("BatchNorm2d: expected a 4-D input [N," + std::to_string(num_features) + ",H,W], got " +
                 shape_str(x.shape()));
   const Shape per_channel{1, num_features, 1, 1};
+  // The branch below is host control flow: a captured step is traced again when it turns.
+  guard_on("BatchNorm2d's training mode", [this] { return is_training() ? 1 : 0; });
   if (!is_training()) {
     auto scale = rsqrt(running_var.reshape(per_channel) + eps) * weight.reshape(per_channel);
     return (x - running_mean.reshape(per_channel)) * scale + bias.reshape(per_channel);

@@ -15,7 +15,8 @@ Adam::Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled, cons
       decoupled_(decoupled),
       exp_avg_(params_.size()),
       exp_avg_sq_(params_.size()),
-      param_steps_(params_.size(), 0) {
+      param_steps_(params_.size(), 0),
+      own_(params_.size()) {
   auto check = [&](bool ok, const std::string& what) {
     if (!ok) throw Error(std::string(name) + ": expected " + what);
   };
@@ -30,16 +31,36 @@ Adam::Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled, cons
 //   AdamW: p *= 1 - lr·wd;  Adam: g += wd·p
 //   m = β1·m + (1-β1)·g;  v = β2·v + (1-β2)·g²
 //   p -= lr / (1-β1^t) · m / (sqrt(v) / sqrt(1-β2^t) + eps)
+void Adam::Bias::set(double lr, const AdamOptions& o, int64_t t) {
+  auto n = static_cast<double>(t);
+  step_size.set(lr / (1 - std::pow(o.beta1, n)));
+  correction2.set(std::sqrt(1 - std::pow(o.beta2, n)));
+}
+
 void Adam::step() {
   NoGradGuard no_grad;
-  for (std::size_t i = 0; i < params_.size(); ++i) {
+  count_step();
+  std::vector<std::size_t> updated;
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].grad().defined()) updated.push_back(i);
+  if (updated.empty()) return;
+  // Host state at every call, replays included: the step counts and what follows from them.
+  every_call([this, updated] {
+    for (auto i : updated) ++param_steps_[i];
+    double lr = lr_.value();
+    int64_t common = param_steps_[updated.front()];
+    common_.set(lr, o_, common);
+    for (auto i : updated)
+      if (param_steps_[i] != common) own_[i].set(lr, o_, param_steps_[i]);
+    decay_.set(1 - lr * o_.weight_decay);
+  });
+  const int64_t common = param_steps_[updated.front()];
+  for (auto i : updated) {
     auto& p = params_[i];
     Tensor g = p.grad();
-    if (!g.defined()) continue;
-    auto t = static_cast<double>(++param_steps_[i]);
     Tensor value = p;
     if (o_.weight_decay != 0) {
-      if (decoupled_) value = value * (1 - lr_ * o_.weight_decay);
+      if (decoupled_) value = value * decay_.tensor(p.dtype(), p.device());
       else g = g + p * o_.weight_decay;
     }
     auto& m = exp_avg_[i];
@@ -48,14 +69,20 @@ void Adam::step() {
       m = zeros(p.shape(), p.dtype(), p.device());
       v = zeros(p.shape(), p.dtype(), p.device());
     }
-    m = m * o_.beta1 + g * (1 - o_.beta1);
-    v = v * o_.beta2 + g * g * (1 - o_.beta2);
-    double step_size = lr_ / (1 - std::pow(o_.beta1, t));
-    double bias2_sqrt = std::sqrt(1 - std::pow(o_.beta2, t));
-    auto denom = sqrt(v) / bias2_sqrt + o_.eps;
-    p.assign(value - m / denom * step_size);
+    m.assign(m * o_.beta1 + g * (1 - o_.beta1));
+    v.assign(v * o_.beta2 + g * g * (1 - o_.beta2));
+    const Bias& bias = param_steps_[i] == common ? common_ : own_[i];
+    auto denom = sqrt(v) / bias.correction2.tensor(p.dtype(), p.device()) + o_.eps;
+    p.assign(value - m / denom * bias.step_size.tensor(p.dtype(), p.device()));
   }
-  ++steps_;
+}
+
+void Adam::add_param_group(std::vector<Tensor> params) {
+  Optimizer::add_param_group(std::move(params));
+  exp_avg_.resize(params_.size());
+  exp_avg_sq_.resize(params_.size());
+  param_steps_.resize(params_.size(), 0);
+  own_.resize(params_.size());
 }
 
 std::vector<std::pair<std::string, Tensor>> Adam::state() const {

@@ -8,7 +8,7 @@
 namespace loom::optim {
 
 Optimizer::Optimizer(std::vector<Tensor> params, double lr, const char* name)
-    : params_(std::move(params)), lr_(lr), name_(name) {
+    : params_(std::move(params)), name_(name) {
   if (params_.empty()) throw Error(std::string(name) + ": expected at least one parameter, got none");
   for (std::size_t i = 0; i < params_.size(); ++i) {
     if (!params_[i].defined() || !is_floating(params_[i].dtype()))
@@ -24,7 +24,23 @@ Optimizer::Optimizer(std::vector<Tensor> params, double lr, const char* name)
 void Optimizer::set_lr(double lr) {
   if (!(lr >= 0) || !std::isfinite(lr))
     throw Error(std::string(name_) + ": expected a learning rate >= 0, got " + std::to_string(lr));
-  lr_ = lr;
+  lr_.set(lr);
+}
+
+void Optimizer::add_param_group(std::vector<Tensor> params) {
+  if (params.empty()) throw Error(std::string(name_) + ": add_param_group: expected at least one parameter, got none");
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (!params[i].defined() || !is_floating(params[i].dtype()))
+      throw Error(std::string(name_) + ": add_param_group: parameter " + std::to_string(i) +
+                  " is not a defined floating-point tensor");
+  }
+  if (dist::is_distributed()) dist::broadcast_parameters(params, 0);
+  params_.insert(params_.end(), params.begin(), params.end());
+}
+
+void Optimizer::count_step() {
+  guard_on(std::string(name_) + "'s parameter count", [this] { return static_cast<int64_t>(params_.size()); });
+  every_call([this] { ++steps_; });
 }
 
 void Optimizer::zero_grad() {

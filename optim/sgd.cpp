@@ -22,6 +22,7 @@ SGD::SGD(std::vector<Tensor> params, SGDOptions options)
 // d = nesterov ? d + momentum·buf : buf; p -= lr·d.
 void SGD::step() {
   NoGradGuard no_grad;
+  count_step();
   for (std::size_t i = 0; i < params_.size(); ++i) {
     auto& p = params_[i];
     Tensor d = p.grad();
@@ -29,12 +30,17 @@ void SGD::step() {
     if (o_.weight_decay != 0) d = d + p * o_.weight_decay;
     if (o_.momentum != 0) {
       auto& buf = momentum_[i];
-      buf = buf.defined() ? buf * o_.momentum + d * (1 - o_.dampening) : d;
+      if (buf.defined()) buf.assign(buf * o_.momentum + d * (1 - o_.dampening));
+      else buf = d;
       d = o_.nesterov ? d + buf * o_.momentum : buf;
     }
-    p.assign(p - d * lr_);
+    p.assign(p - d * lr_.tensor(d.dtype(), d.device()));
   }
-  ++steps_;
+}
+
+void SGD::add_param_group(std::vector<Tensor> params) {
+  Optimizer::add_param_group(std::move(params));
+  momentum_.resize(params_.size());
 }
 
 std::vector<std::pair<std::string, Tensor>> SGD::state() const {

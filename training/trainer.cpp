@@ -174,7 +174,7 @@ void Trainer::load_checkpoint(const std::string& path) {
   mark_step();
 }
 
-void Trainer::run_step(const data::Batch& batch) {
+Tensor Trainer::run_step(const data::Batch& batch) {
   optimizer_->zero_grad();
   auto loss = train_step(batch);
   if (!loss.defined() || loss.numel() != 1)
@@ -189,10 +189,7 @@ void Trainer::run_step(const data::Batch& batch) {
   } else {
     optim::optimizer_step(*optimizer_, /*barrier=*/false);  // the loader's increment marks the step
   }
-  int64_t step = step_ + 1;
-  double lr = optimizer_->lr();
-  // Read the loss once it exists, on the device thread: no transfer in the middle of the step.
-  add_step_closure([this, loss, step, lr] { log_step(step, loss.item<double>(), lr); });
+  return loss;
 }
 
 void Trainer::log_step(int64_t step, double loss, double lr) {
@@ -236,13 +233,23 @@ std::map<std::string, double> Trainer::evaluate(data::DeviceLoader& eval) {
   model_->eval();
   std::map<std::string, Tensor> sums;
   int64_t count = 0;
+  // The sums are updated in place, so that in compiled mode the evaluation step is captured
+  // and replayed like the training step (the padded last batch is traced: its count of real
+  // rows is a guard).
+  auto accumulate = [&](const data::Batch& batch) {
+    for (auto& [name, value] : eval_step(batch)) {
+      auto v = value.to(DType::Float64);
+      auto it = sums.find(name);
+      if (it == sums.end()) sums.emplace(name, v + 0.0);  // a tensor of our own, updated in place
+      else it->second.assign(it->second + v);
+    }
+  };
   {
     NoGradGuard no_grad;
+    auto compiled = compile(accumulate);
     for (auto& batch : eval) {
-      for (auto& [name, value] : eval_step(batch)) {
-        auto v = value.to(DType::Float64);
-        sums[name] = sums.count(name) ? sums[name] + v : v;
-      }
+      if (options_.mode == ExecutionMode::Compiled) compiled(batch);
+      else accumulate(batch);
       count += batch.valid;
     }
   }
@@ -289,9 +296,9 @@ void Trainer::fit(data::DeviceLoader& train, data::DeviceLoader* eval) {
   fit_start_ = interval_start_ = now_seconds();
   model_->train();
 
-  // Compiled mode traces the step inside compile(), which marks the step at its exit.
-  const data::Batch* current = nullptr;
-  auto compiled = compile([&] { run_step(*current); });
+  // Compiled mode traces the step inside compile(), which marks the step at its exit, and
+  // replays it without tracing once it is stable (loom/compile.h).
+  auto compiled = compile([this](const data::Batch& batch) { return run_step(batch); });
   int64_t evaluated_at = -1;
   auto run_eval = [&](int64_t epoch) {
     mark_step();
@@ -318,15 +325,22 @@ void Trainer::fit(data::DeviceLoader& train, data::DeviceLoader* eval) {
       units_per_step_ = batch.valid * options_.units_per_sample * dist::world_size();
       units_trained += batch.valid * options_.units_per_sample;
       profiler::Trace span("train_step");
+      Tensor loss;
       switch (options_.mode) {
-        case ExecutionMode::Lazy: run_step(batch); break;
-        case ExecutionMode::Compiled: current = &batch; compiled(); break;
+        case ExecutionMode::Lazy: loss = run_step(batch); break;
+        case ExecutionMode::Compiled: loss = compiled(batch); break;
         case ExecutionMode::Eager: {
           EagerModeGuard eager(true);
-          run_step(batch);
+          loss = run_step(batch);
           break;
         }
       }
+      // Read the loss once it exists, on the device thread: no transfer in the middle of the
+      // step. (Added after the call: a compiled step has marked its step already, so this
+      // closure runs after the next barrier, the loader's, right after that step.)
+      add_step_closure([this, loss, step = step_ + 1, lr = optimizer_->lr()] {
+        log_step(step, loss.item<double>(), lr);
+      });
       ++step_;
       if (schedule_) schedule_->step();  // the next step's LR: a new scalar, not a new graph
       batch_in_epoch_ = b;

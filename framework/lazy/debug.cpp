@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <unordered_map>
 
 namespace loom::debug {
 namespace {
@@ -13,15 +14,6 @@ namespace {
 constexpr std::size_t kMaxCauses = 100;
 constexpr int kWarmupSteps = 3;
 constexpr std::size_t kWindow = 10;
-
-struct NodeDesc {
-  ir::Op op;
-  DType dtype;
-  Shape shape;
-  ir::Attr attr;
-  std::vector<int> operands;
-  bool operator==(const NodeDesc&) const = default;
-};
 
 struct StepRecord {
   int compiles = 0;
@@ -45,9 +37,12 @@ State& state() {
 
 thread_local bool closure_running = false;
 
-std::vector<NodeDesc> describe(const ir::Graph& g) {
-  std::map<const ir::Node*, int> index;
+}  // namespace
+
+GraphDesc describe(const ir::Graph& g) {
+  std::unordered_map<const ir::Node*, int> index;
   std::vector<NodeDesc> out;
+  out.reserve(g.nodes.size());
   for (std::size_t i = 0; i < g.nodes.size(); ++i) {
     const auto& n = *g.nodes[i];
     index[&n] = static_cast<int>(i);
@@ -58,6 +53,8 @@ std::vector<NodeDesc> describe(const ir::Graph& g) {
   return out;
 }
 
+namespace {
+
 std::string type_str(const NodeDesc& d) { return std::string(dtype_name(d.dtype)) + shape_str(d.shape); }
 
 std::vector<const NodeDesc*> of_op(const std::vector<NodeDesc>& g, ir::Op op) {
@@ -67,7 +64,9 @@ std::vector<const NodeDesc*> of_op(const std::vector<NodeDesc>& g, ir::Op op) {
   return out;
 }
 
-std::string first_difference(const std::vector<NodeDesc>& was, const std::vector<NodeDesc>& now) {
+}  // namespace
+
+std::string first_difference(const GraphDesc& was, const GraphDesc& now) {
   auto in_was = of_op(was, ir::Op::DeviceData);
   auto in_now = of_op(now, ir::Op::DeviceData);
   if (in_was.size() == in_now.size()) {
@@ -105,6 +104,8 @@ std::string first_difference(const std::vector<NodeDesc>& was, const std::vector
   return "the outputs changed";
 }
 
+namespace {
+
 bool debug_on() {
   const char* v = std::getenv("LOOM_DEBUG");
   return v && *v && std::string(v) != "0";
@@ -138,6 +139,20 @@ std::string note_compile(const ir::Graph& g, const std::string& site) {
   if (!closure_running) ++s.steps.back().compiles;
   if (debug_on()) std::cerr << "loom: compiling graph of " << g.nodes.size() << " nodes at " << site << ": " << cause << '\n';
   return cause;
+}
+
+void note_guard_failure(const std::string& site, const std::string& cause) {
+  auto& s = state();
+  std::lock_guard lock(s.mutex);
+  s.causes.push_back({site, "guard failed: " + cause});
+  if (s.causes.size() > kMaxCauses) s.causes.pop_front();
+  if (debug_on()) std::cerr << "loom: replay guard failed at " << site << ": " << cause << '\n';
+}
+
+void warn_once(const std::string& key, const std::string& message) {
+  auto& s = state();
+  std::lock_guard lock(s.mutex);
+  warn(s, key, message);
 }
 
 void note_transfer(const std::string& site) {

@@ -2,6 +2,7 @@
 
 #include "compiler/pipeline.h"
 #include "ir/graph.h"
+#include "lazy/capture.h"
 #include "lazy/debug.h"
 #include "runtime/registry.h"
 
@@ -231,6 +232,12 @@ void rethrow_closure_error() {
 
 }  // namespace
 
+namespace {
+void queue_locked(Executor& ex, Device device, std::shared_ptr<const runtime::Executable> exe,
+                  runtime::BufferList inputs, runtime::BufferList outputs,
+                  std::shared_ptr<runtime::Completion> ready);
+}  // namespace
+
 void run_graph(const std::vector<std::shared_ptr<TensorImpl>>& tensors, RunKind kind,
                const std::string& site) {
   auto& ex = executor();
@@ -245,8 +252,6 @@ void run_graph(const std::vector<std::shared_ptr<TensorImpl>>& tensors, RunKind 
   }
   if (roots.empty()) return;
   Device device = owed.front()->device();
-  auto& be = runtime::backend(device);
-  auto& state = ex.state(device);
 
   auto trace_start = std::chrono::steady_clock::now();
   ir::Graph g = [&] {
@@ -255,6 +260,8 @@ void run_graph(const std::vector<std::shared_ptr<TensorImpl>>& tensors, RunKind 
   }();
   metrics::record("GraphBuildTime", since(trace_start));
   auto exe = lookup_locked(ex, g, device, kind, site);
+  if (capture::active) [[unlikely]]
+    capture::note_program(device, g, exe, owed);
 
   runtime::BufferList inputs;
   inputs.reserve(g.inputs.size());
@@ -276,15 +283,35 @@ void run_graph(const std::vector<std::shared_ptr<TensorImpl>>& tensors, RunKind 
   // can be donated to its result (memory_plan.h).
   roots.clear();
   g = ir::Graph{};
+  owed.clear();
+  queue_locked(ex, device, std::move(exe), std::move(inputs), std::move(outputs), std::move(ready));
+  if (kind == RunKind::Eager) metrics::increment("EagerOpExecute", device);
+}
+
+void queue_program(Device device, std::shared_ptr<const runtime::Executable> exe, runtime::BufferList inputs,
+                   runtime::BufferList outputs, std::shared_ptr<runtime::Completion> ready) {
+  auto& ex = executor();
+  std::lock_guard lock(ex.mutex);
+  queue_locked(ex, device, std::move(exe), std::move(inputs), std::move(outputs), std::move(ready));
+}
+
+namespace {
+
+// queue_program, for a caller that holds ex.mutex.
+void queue_locked(Executor& ex, Device device, std::shared_ptr<const runtime::Executable> exe,
+                  runtime::BufferList inputs, runtime::BufferList outputs,
+                  std::shared_ptr<runtime::Completion> ready) {
+  auto& state = ex.state(device);
   state.last_queued = ready;
   {
     std::lock_guard flight(ex.flight_mutex);
     while (!state.programs.empty() && state.programs.front()->done()) state.programs.pop_front();
-    state.programs.push_back(ready);
+    state.programs.push_back(std::move(ready));
   }
-  be.execute(std::move(exe), std::move(inputs), std::move(outputs));
-  if (kind == RunKind::Eager) metrics::increment("EagerOpExecute", device);
+  runtime::backend(device).execute(std::move(exe), std::move(inputs), std::move(outputs));
 }
+
+}  // namespace
 
 namespace {
 std::atomic<int64_t> traced_ops{0};
@@ -359,13 +386,15 @@ void clear_compile_cache() {
 
 }  // namespace lazy
 
-void mark_step(std::source_location site) {
+void mark_step(std::source_location site) { lazy::mark_step_at(debug::site_of(site)); }
+
+void lazy::mark_step_at(const std::string& site) {
   lazy::rethrow_closure_error();
   metrics::increment("MarkStep");
   lazy::reset_traced_ops();
   // One program per device that has pending tensors.
   for (auto& [device, live] : lazy::live_pending_by_device())
-    lazy::run_graph(live, lazy::RunKind::Step, debug::site_of(site));
+    lazy::run_graph(live, lazy::RunKind::Step, site);
   debug::note_step();
 
   auto& ex = lazy::executor();
@@ -438,6 +467,7 @@ void wait_device_ops(Device device) {
 }
 
 void add_step_closure(std::function<void()> fn) {
+  lazy::capture::refuse("it adds a step closure inside; add it after the call (it then runs after that step)");
   auto& ex = lazy::executor();
   std::lock_guard lock(ex.closure_mutex);
   ex.closures.push_back(std::move(fn));

@@ -20,6 +20,14 @@ enum class RunKind { Step, Read, Eager };
 // `site` names the caller in recompile causes.
 void run_graph(const std::vector<std::shared_ptr<TensorImpl>>& tensors, RunKind kind,
                const std::string& site);
+// Queues `exe` on `device` over `inputs`, writing `outputs` (fresh buffers that share the
+// Completion `ready`): what run_graph does once it has the program, and what a replayed step
+// does with its captured one.
+void queue_program(Device device, std::shared_ptr<const runtime::Executable> exe, runtime::BufferList inputs,
+                   runtime::BufferList outputs, std::shared_ptr<runtime::Completion> ready);
+// mark_step() with the site already named.
+void mark_step_at(const std::string& site);
+
 // Counts a traced op; past LOOM_MAX_GRAPH_NODES ops without a barrier, cuts the graph with a
 // warning (an automatic mark_step) so a loop with no barrier cannot grow a huge graph.
 void note_traced_op();

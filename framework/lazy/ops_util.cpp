@@ -37,13 +37,20 @@ Tensor apply(ir::Op op, const std::vector<Tensor>& operands, ir::Attr attr) {
   return out;
 }
 
-Tensor scalar(double value, DType dtype, Device device) {
+bool bakes_scalar(double value) {
+  if (value != 0 && value != 1) return false;
   // Read on every call (a getenv is cheap next to a transfer), so tests can flip it.
   const char* off = std::getenv("LOOM_NO_SPECIAL_SCALARS");
-  bool special = !(off && *off && std::string(off) != "0");
-  bool baked = special && (value == 0 || value == 1);
-  if (baked)
+  return !(off && *off && std::string(off) != "0");
+}
+
+Tensor scalar(double value, DType dtype, Device device) {
+  if (bakes_scalar(value))
     return make_tensor(ir::make_leaf(ir::Op::Constant, dtype, {}, ir::ScalarAttr{value}), device);
+  return scalar_data(value, dtype, device);
+}
+
+Tensor scalar_data(double value, DType dtype, Device device) {
   switch (dtype) {
     case DType::Float32: { float v = static_cast<float>(value); return make_device_tensor(&v, dtype, {}, device); }
     case DType::Float64: return make_device_tensor(&value, dtype, {}, device);

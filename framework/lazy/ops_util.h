@@ -15,6 +15,10 @@ Tensor apply(ir::Op op, const std::vector<Tensor>& operands, ir::Attr attr = {})
 // A 0-d scalar: a baked-in constant for 0 and 1 (unless LOOM_NO_SPECIAL_SCALARS=1),
 // otherwise device data, so a new value never recompiles.
 Tensor scalar(double value, DType dtype, Device device);
+// Whether scalar() bakes `value` into the graph (0 and 1, unless LOOM_NO_SPECIAL_SCALARS=1).
+bool bakes_scalar(double value);
+// `value` as 0-d device data, never baked in.
+Tensor scalar_data(double value, DType dtype, Device device);
 // NumPy broadcasting of two shapes; throws naming `op` when they do not broadcast.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 // A dimension index in [0, rank), negatives counting from the end.

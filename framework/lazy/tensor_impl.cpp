@@ -1,5 +1,6 @@
 #include "lazy/tensor_impl.h"
 
+#include "lazy/capture.h"
 #include "lazy/debug.h"
 #include "lazy/executor.h"
 #include "runtime/registry.h"
@@ -16,7 +17,7 @@
 namespace loom {
 namespace {
 
-std::atomic<uint64_t> next_id{1};
+std::atomic<uint64_t> id_counter{1};
 
 // Live pending tensors by creation order; mark_step collects them.
 struct LiveRegistry {
@@ -44,11 +45,13 @@ void unregister(uint64_t id) {
 }  // namespace
 
 TensorImpl::TensorImpl(ir::NodePtr ir, Device device)
-    : dtype_(ir->dtype()), shape_(ir->shape()), device_(device), id_(next_id++), ir_(std::move(ir)) {}
+    : dtype_(ir->dtype()), shape_(ir->shape()), device_(device), id_(id_counter++), ir_(std::move(ir)) {}
 
 TensorImpl::TensorImpl(std::shared_ptr<runtime::DeviceBuffer> data, Device device, ir::NodePtr leaf)
-    : dtype_(data->dtype), shape_(data->shape), device_(device), id_(next_id++), data_(std::move(data)),
+    : dtype_(data->dtype), shape_(data->shape), device_(device), id_(id_counter++), data_(std::move(data)),
       leaf_(std::move(leaf)) {}
+
+uint64_t TensorImpl::next_id() { return id_counter.load(); }
 
 TensorImpl::~TensorImpl() {
   if (ir_) unregister(id_);
@@ -58,6 +61,8 @@ ir::NodePtr TensorImpl::node() {
   std::lock_guard lock(mutex_);
   if (ir_) return ir_;
   if (!leaf_) leaf_ = ir::make_device_data(dtype_, shape_, data_);
+  if (lazy::capture::active) [[unlikely]]
+    lazy::capture::note_read(*this, data_);
   return leaf_;
 }
 
@@ -72,13 +77,15 @@ std::shared_ptr<runtime::DeviceBuffer> TensorImpl::data() const {
 }
 
 void TensorImpl::set_data(std::shared_ptr<runtime::DeviceBuffer> data) {
+  bool was_pending;
   {
     std::lock_guard lock(mutex_);
+    was_pending = ir_ != nullptr;
     data_ = std::move(data);
     ir_.reset();
     leaf_.reset();
   }
-  unregister(id_);
+  if (was_pending) unregister(id_);
 }
 
 void TensorImpl::assign(const TensorImpl& value) {
@@ -98,6 +105,8 @@ void TensorImpl::assign(const TensorImpl& value) {
   bool was_pending;
   {
     std::lock_guard lock(mutex_);
+    if (lazy::capture::active) [[unlikely]]
+      lazy::capture::note_assign(*this, data_);
     if (fn && requires_grad_ && !grad_fn_)
       throw Error("assign: a leaf tensor that requires grad cannot take a value with autograd "
                   "history; update parameters under loom::NoGradGuard");
@@ -177,10 +186,18 @@ Tensor make_device_tensor(const void* data, DType dtype, const Shape& shape, Dev
   auto storage = be.alloc(bytes);
   be.copy_in(data, *storage, bytes);
   auto buf = runtime::ready_buffer(dtype, shape, std::move(storage));
+  if (lazy::capture::active) [[unlikely]]
+    lazy::capture::note_host_data(buf);
   metrics::increment("TransferToDevice", device);
   metrics::record("TransferToDeviceTime", std::chrono::duration<double, std::nano>(
                                               std::chrono::steady_clock::now() - start).count());
   return Tensor(std::make_shared<TensorImpl>(std::move(buf), device));
+}
+
+bool has_live_pending() {
+  auto& r = live();
+  std::lock_guard lock(r.mutex);
+  return !r.tensors.empty();
 }
 
 std::vector<std::pair<Device, std::vector<std::shared_ptr<TensorImpl>>>> live_pending_by_device() {
@@ -198,6 +215,7 @@ std::vector<std::pair<Device, std::vector<std::shared_ptr<TensorImpl>>>> live_pe
 }
 
 Tensor transfer(const Tensor& t, Device device) {
+  capture::refuse("it copies a tensor to another device inside (Tensor::to(Device)); a replay would copy nothing");
   const auto& impl = t.impl();
   auto& dst_backend = runtime::backend(device);  // an unknown device fails before any work
   if (impl->pending()) run_graph({impl}, RunKind::Read, "to");
@@ -228,6 +246,8 @@ HostTensor read(const Tensor& t, const char* reader, const std::source_location&
   if (!t.defined()) throw Error(std::string(reader) + ": got an undefined tensor");
   const auto& impl = t.impl();
   auto where = debug::site_of(site);
+  capture::refuse(std::string("it reads a value inside (") + reader + " at " + where +
+                  "); a replay runs no host code. Read it after the call, or in a step closure");
   if (impl->pending()) run_graph({impl}, RunKind::Read, where);
   auto buf = impl->data();
   const runtime::Storage* storage;

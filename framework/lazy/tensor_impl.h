@@ -33,6 +33,8 @@ class TensorImpl : public std::enable_shared_from_this<TensorImpl> {
   const Shape& shape() const { return shape_; }
   Device device() const { return device_.load(std::memory_order_relaxed); }
   uint64_t id() const { return id_; }
+  // The id the next tensor will get: ids grow, so a smaller id is an older tensor.
+  static uint64_t next_id();
 
   // The IR value to use this tensor as an operand: its pending node, or a DeviceData leaf
   // for its buffer (one leaf per buffer, so two uses of the tensor read one input slot).
@@ -77,9 +79,10 @@ namespace lazy {
 Tensor make_tensor(ir::NodePtr node, Device device);
 // A tensor whose buffer already holds `data` (copied from the host, counted as a transfer).
 Tensor make_device_tensor(const void* data, DType dtype, const Shape& shape, Device device);
-// The live pending tensors of a device, oldest first.
 // Every live pending tensor, grouped by device (devices in the order first met).
 std::vector<std::pair<Device, std::vector<std::shared_ptr<TensorImpl>>>> live_pending_by_device();
+// Whether any tensor is pending (cheap: what a compiled call checks first).
+bool has_live_pending();
 // A copy of `t`'s value on `device` (through the host when the target's backend cannot reach
 // the source's memory); runs `t`'s graph first if it is pending.
 Tensor transfer(const Tensor& t, Device device);

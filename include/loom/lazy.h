@@ -6,11 +6,14 @@
 //   }
 //   loom::wait_device_ops();
 //
-//   auto step = loom::compile([&] { w = w - lr * grad(w); });
-//   step();              // traced with eager mode off; mark_step() at exit
+//   auto step = loom::compile([&] { w.assign(w - lr * grad(w)); });
+//   step();              // traced with eager mode off; mark_step() at exit; captured once
+//                        // stable and replayed without tracing (loom/compile.h)
 #pragma once
 
 #include <loom/dtype.h>
+
+#include <loom/compile.h>
 
 #include <exception>
 #include <functional>
@@ -63,22 +66,9 @@ class EagerModeGuard {
   bool previous_;
 };
 
-// Returns a callable that runs `fn` with eager mode off and calls mark_step() at its exit.
-template <class Fn>
-auto compile(Fn fn) {
-  return [fn = std::move(fn)](auto&&... args) -> decltype(auto) {
-    struct Barrier {
-      EagerModeGuard lazy{false};
-      ~Barrier() noexcept(false) {
-        if (std::uncaught_exceptions() == 0) mark_step();
-      }
-    } barrier;
-    return fn(std::forward<decltype(args)>(args)...);
-  };
-}
-
 // Runs `fn` once the values of the current step exist (after the next mark_step's program
-// has run), on the device thread, without tracing a new graph.
+// has run), on the device thread, without tracing a new graph. Not inside a compiled function
+// (it would not be captured): add it after the call, and it runs after that call's step.
 void add_step_closure(std::function<void()> fn);
 
 }  // namespace loom

@@ -2,7 +2,9 @@
 // Updates are lazy ops on the parameters (in place, Tensor::assign), so with
 // optimizer_step(opt, /*barrier=*/true) forward, backward and update are one step graph.
 // Hyper-parameters are scalars, hence device data: changing the LR every step (a schedule)
-// never recompiles.
+// never recompiles. State is updated in place and the LR and step counts are HostScalars and
+// every_call() updates, so a compiled step that calls step() is captured and replays with the
+// current LR (loom/compile.h).
 //
 //   loom::optim::SGD opt(model->parameters(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 5e-4});
 //   loom::optim::CosineSchedule sched(opt, {.base_lr = 0.1, .warmup_steps = 200, .total_steps = 10000});
@@ -14,6 +16,7 @@
 //   }
 #pragma once
 
+#include <loom/compile.h>
 #include <loom/tensor.h>
 
 #include <memory>
@@ -38,10 +41,13 @@ class Optimizer {
   // Sets every parameter's gradient to none (PyTorch's set_to_none=True).
   void zero_grad();
 
-  double lr() const { return lr_; }
+  double lr() const { return lr_.value(); }
   void set_lr(double lr);
   int64_t steps() const { return steps_; }
   const std::vector<Tensor>& params() const { return params_; }
+  // Adds parameters to those the optimizer updates, with the same options (PyTorch's
+  // add_param_group). A captured step that calls step() is then traced again.
+  virtual void add_param_group(std::vector<Tensor> params);
 
   // The optimizer's state as named tensors ("<param index>.<name>") plus the step count, for
   // checkpoints. load_state() checks names and shapes.
@@ -49,8 +55,12 @@ class Optimizer {
   virtual void load_state(const std::vector<std::pair<std::string, Tensor>>& state, int64_t steps) = 0;
 
  protected:
+  // For step(): guards a captured step on the parameter count and advances steps_ at every
+  // call, replays included.
+  void count_step();
+
   std::vector<Tensor> params_;
-  double lr_;
+  HostScalar lr_{0, "lr"};
   int64_t steps_ = 0;
   const char* name_;
 };
@@ -70,9 +80,11 @@ class SGD final : public Optimizer {
   std::vector<std::pair<std::string, Tensor>> state() const override;
   void load_state(const std::vector<std::pair<std::string, Tensor>>& state, int64_t steps) override;
 
+  void add_param_group(std::vector<Tensor> params) override;
+
  private:
   SGDOptions o_;
-  std::vector<Tensor> momentum_;  // undefined until a parameter's first update
+  std::vector<Tensor> momentum_;  // undefined until a parameter's first update, then in place
 };
 
 struct AdamOptions {
@@ -89,15 +101,27 @@ class Adam : public Optimizer {
   void step() override;
   std::vector<std::pair<std::string, Tensor>> state() const override;
   void load_state(const std::vector<std::pair<std::string, Tensor>>& state, int64_t steps) override;
+  void add_param_group(std::vector<Tensor> params) override;
 
  protected:
   Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled, const char* name);
 
  private:
+  // The bias-corrected step size lr/(1-β1^t) and sqrt(1-β2^t) for one step count t; the
+  // parameters updated with the optimizer's common count share one pair (one copy to the
+  // device per step), a parameter with a count of its own has its own.
+  struct Bias {
+    HostScalar step_size{0, "Adam step size"};
+    HostScalar correction2{0, "Adam sqrt(1 - beta2^t)"};
+    void set(double lr, const AdamOptions& o, int64_t t);
+  };
   AdamOptions o_;
   bool decoupled_;
-  std::vector<Tensor> exp_avg_, exp_avg_sq_;
+  std::vector<Tensor> exp_avg_, exp_avg_sq_;  // in place after a parameter's first update
   std::vector<int64_t> param_steps_;
+  Bias common_;
+  std::vector<Bias> own_;
+  HostScalar decay_{1, "AdamW decay"};  // 1 - lr·weight_decay
 };
 
 class AdamW final : public Adam {

@@ -124,7 +124,8 @@ class Trainer {
   const TrainerOptions& options() const { return options_; }
 
  private:
-  void run_step(const data::Batch& batch);
+  // zero_grad, train_step, backward, clipping, the optimizer; returns the loss.
+  Tensor run_step(const data::Batch& batch);
   // Writes the checkpoint (when a path is set) unless this step's is already written.
   void save();
   // --checkpoint and --profile can be written; removes a stale "<checkpoint>.tmp".

@@ -7,6 +7,7 @@
 #include <loom/data/loader.h>
 #include <loom/nn/functional.h>
 #include <loom/nn/init.h>
+#include <loom/metrics.h>
 #include <loom/nn/layers.h>
 #include <loom/trainer.h>
 
@@ -52,7 +53,10 @@ class BlobTrainer : public Trainer {
         interrupt_at_(interrupt_at) {}
 
   Tensor train_step(const data::Batch& b) override {
-    ++calls_;
+    // Host state the step depends on: counted at every call, replays of a compiled step
+    // included, and guarded, so that a compiled step is traced again where the test disturbs it.
+    every_call([this] { ++calls_; });
+    guard_on("a disturbed step", [this] { return calls_ == interrupt_at_ || calls_ == poison_at; });
     if (interrupt_at_ && calls_ == interrupt_at_) std::raise(SIGINT);  // as if Ctrl-C
     auto loss = F::cross_entropy(net_->forward(b["input"]), b["target"]);
     return calls_ == poison_at ? loss * std::nan("") : loss;  // as a NaN in the data would
@@ -176,6 +180,38 @@ TEST(Trainer, ResumingAfterAMaxStepsStopContinuesExactly) {
   a.insert(a.end(), b.begin(), b.end());
   ASSERT_EQ(a.size(), whole.size());
   for (std::size_t i = 0; i < whole.size(); ++i) EXPECT_DOUBLE_EQ(a[i], whole[i]) << "step " << i + 1;
+  std::filesystem::remove(ck);
+}
+
+TEST(Trainer, ResumingInCompiledModeContinuesExactlyWithACapturedStep) {
+  auto ck = temp_checkpoint("loom_compiled_resume_");
+  std::vector<double> whole, a, b;
+  {
+    auto train = loader();
+    BlobTrainer t(fresh_model(), quiet({.epochs = 2}));
+    t.fit(train);
+    whole = t.losses();
+  }
+  {
+    auto train = loader();
+    BlobTrainer t(fresh_model(), quiet({.epochs = 2, .max_steps = 6, .checkpoint = ck, .mode = ExecutionMode::Compiled}));
+    t.fit(train);
+    a = t.losses();
+  }
+  metrics::reset();
+  {
+    auto train = loader();
+    auto eval = data::DeviceLoader(blobs(36), {.batch_size = 8});  // 5 batches, the last padded
+    BlobTrainer t(fresh_model(), quiet({.epochs = 2, .checkpoint = ck, .resume = true, .mode = ExecutionMode::Compiled}));
+    t.fit(train, &eval);
+    b = t.losses();
+    EXPECT_GE(t.last_eval().at("accuracy"), 0.5);
+  }
+  // 10 steps after the resume: 2 traced, 8 replayed; the evaluation replays too.
+  EXPECT_GE(metrics::counter("CaptureReplay"), 8 + 1);
+  a.insert(a.end(), b.begin(), b.end());
+  ASSERT_EQ(a.size(), whole.size());
+  for (std::size_t i = 0; i < whole.size(); ++i) EXPECT_EQ(a[i], whole[i]) << "step " << i + 1;
   std::filesystem::remove(ck);
 }
 

@@ -42,6 +42,7 @@
 
 #include <loom/data/dataset.h>
 #include <loom/data/sampler.h>
+#include <loom/compile.h>
 #include <loom/data/transforms.h>
 #include <loom/tensor.h>
 
@@ -82,6 +83,16 @@ struct Batch {
   bool contains(const std::string& field) const { return tensors.count(field) != 0; }
   int64_t size() const { return static_cast<int64_t>(indices.size()); }
 };
+
+// What compile() guards and binds in a batch passed to a compiled step (loom/compile.h): its
+// tensors by name, its size and its count of real rows (which a step may turn into a mask).
+// The indices, the batch number and the epoch are not the step's business.
+template <class V>
+void capture_visit(V& v, const Batch& b) {
+  capture_visit(v, b.tensors);
+  v.integer(b.size());
+  v.integer(b.valid);
+}
 
 // This loader's figures since construction (or reset_stats()).
 struct LoaderStats {

@@ -1,0 +1,402 @@
+// Step capture (loom/compile.h): a stable step is captured after two equal traces and replayed
+// without tracing, bit-identical to lazy mode; guards name what changed; what capture cannot
+// see is found by the checking mode or reported.
+#include "test_util.h"
+
+#include <loom/autograd.h>
+#include <loom/debug.h>
+#include <loom/models/decoder.h>
+#include <loom/models/resnet.h>
+#include <loom/nn/functional.h>
+#include <loom/nn/init.h>
+#include <loom/optim.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <random>
+
+namespace loom {
+namespace {
+
+namespace F = nn::functional;
+// A clean engine, and no causes or warnings left by another test.
+void fresh() {
+  test::fresh_engine();
+  debug::reset();
+}
+
+std::vector<float> values(const Tensor& t) { return t.to(DType::Float32).to_vector<float>(); }
+
+// Bitwise equality of two float vectors (EXPECT_EQ on floats would pass -0 == 0).
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Every recompile cause and guard failure so far, one per line.
+std::string causes() {
+  std::string all;
+  for (const auto& c : debug::recompile_causes()) all += c.site + ": " + c.cause + "\n";
+  return all;
+}
+
+bool warned(const std::string& text) {
+  for (const auto& w : debug::warnings())
+    if (w.find(text) != std::string::npos) return true;
+  return false;
+}
+
+Tensor batch_of(int64_t n, int call) {
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = 0.25f * static_cast<float>((i + 1) * (call + 2) % 7) - 0.5f;
+  return from_vector(v, {n});
+}
+
+// w ← w − lr·x·w, returning the new w's sum of squares: a step that reads its argument, a
+// tensor it updates in place and a HostScalar.
+struct ToyStep {
+  Tensor w = from_vector<float>({1, 2, 3, 4}, {4});
+  HostScalar lr{0.5, "lr"};
+  Tensor run(const Tensor& x) {
+    w.assign(w - x * w * lr.tensor(w.dtype(), w.device()));
+    return (w * w).sum();
+  }
+};
+
+TEST(Capture, TwoEqualTracesCaptureTheStepAndLaterCallsReplayWithoutTracing) {
+  fresh();
+  ToyStep captured, lazy;
+  auto step = compile([&](const Tensor& x) { return captured.run(x); });
+  for (int call = 0; call < 6; ++call) {
+    auto x = batch_of(4, call);
+    mark_step();
+    auto builds = metrics::stat("GraphBuildTime").count;
+    auto loss = step(x);
+    auto traced = metrics::stat("GraphBuildTime").count - builds;
+    EXPECT_EQ(traced, call < 2 ? 1 : 0) << "call " << call + 1;  // calls 3.. build no graph
+    EXPECT_EQ(step.captured(), call >= 1) << "call " << call + 1;
+    auto want = lazy.run(x);
+    mark_step();
+    EXPECT_TRUE(same_bits(values(loss), values(want))) << "call " << call + 1;
+    EXPECT_TRUE(same_bits(values(captured.w), values(lazy.w))) << "call " << call + 1;
+    captured.lr.set(0.5 / (call + 2));  // a new LR: read by the next replay
+    lazy.lr.set(0.5 / (call + 2));
+  }
+  EXPECT_EQ(metrics::counter("CaptureReplay"), 4);
+  EXPECT_EQ(metrics::counter("StepCaptured"), 1);
+  EXPECT_EQ(metrics::counter("GuardFail"), 0);
+  EXPECT_EQ(metrics::stat("ReplayHostTime").count, 4);
+}
+
+TEST(Capture, ANewBatchShapeFailsAGuardNamesItAndIsCapturedInTurn) {
+  fresh();
+  ToyStep captured, lazy;
+  lazy.w = from_vector<float>({1, 2, 3, 4, 5, 6, 7, 8}, {8});
+  captured.w = from_vector<float>({1, 2, 3, 4, 5, 6, 7, 8}, {8});
+  auto step = compile([&](const Tensor& x) { return captured.run(slice(x, 0, 0, 8)); });
+  for (int call = 0; call < 3; ++call) step(batch_of(8, call));
+  ASSERT_TRUE(step.captured());
+  auto before = metrics::counter("CaptureReplay");
+  step(batch_of(16, 5));
+  EXPECT_EQ(metrics::counter("CaptureReplay"), before);
+  EXPECT_EQ(metrics::counter("GuardFailArgument"), 1);
+  EXPECT_NE(causes().find("guard failed: argument tensor 0 changed from float32[8] on cpu:0 to float32[16] on cpu:0"),
+            std::string::npos)
+      << causes();
+  // The new shape is traced twice, captured too, and the old one still replays.
+  step(batch_of(16, 6));
+  step(batch_of(16, 7));
+  EXPECT_EQ(metrics::counter("CaptureReplay"), before + 1);
+  step(batch_of(8, 8));
+  EXPECT_EQ(metrics::counter("CaptureReplay"), before + 2);
+  // And the values are lazy mode's throughout.
+  for (auto [n, call] : {std::pair{8, 0}, {8, 1}, {8, 2}, {16, 5}, {16, 6}, {16, 7}, {8, 8}})
+    lazy.run(slice(batch_of(n, call), 0, 0, 8));
+  mark_step();
+  EXPECT_TRUE(same_bits(values(captured.w), values(lazy.w)));
+}
+
+TEST(Capture, AParameterAddedToTheOptimizerFailsAGuard) {
+  fresh();
+  Tensor a = from_vector<float>({0.5f, -1.0f}, {2}), b = from_vector<float>({2.0f, 1.0f}, {2});
+  Tensor ra = from_vector<float>({0.5f, -1.0f}, {2}), rb = from_vector<float>({2.0f, 1.0f}, {2});
+  for (auto* t : {&a, &b, &ra, &rb}) t->requires_grad_(true);
+  optim::SGD opt({a}, {.lr = 0.1, .momentum = 0.9});
+  optim::SGD ref({ra}, {.lr = 0.1, .momentum = 0.9});
+  auto loss_of = [](const Tensor& p, const Tensor& q, const Tensor& x) { return (p * x).sum() + (q * q * x).sum(); };
+  auto step = compile([&](const Tensor& x) {
+    opt.zero_grad();
+    b.set_grad({});  // as a model's zero_grad would: b's gradient never accumulates
+    auto loss = loss_of(a, b, x);
+    loss.backward();
+    opt.step();
+    return loss;
+  });
+  auto lazy_step = [&](const Tensor& x) {
+    ref.zero_grad();
+    rb.set_grad({});
+    loss_of(ra, rb, x).backward();
+    ref.step();
+    mark_step();
+  };
+  for (int call = 0; call < 4; ++call) {
+    auto x = batch_of(2, call);
+    step(x);
+    lazy_step(x);
+  }
+  ASSERT_TRUE(step.captured());
+  opt.add_param_group({b});
+  ref.add_param_group({rb});
+  auto x = batch_of(2, 9);
+  step(x);
+  lazy_step(x);
+  EXPECT_EQ(metrics::counter("GuardFailHost"), 1);
+  EXPECT_NE(causes().find("guard failed: SGD's parameter count changed from 1 to 2"), std::string::npos)
+      << causes();
+  for (int call = 10; call < 14; ++call) {
+    step(batch_of(2, call));
+    lazy_step(batch_of(2, call));
+  }
+  EXPECT_TRUE(same_bits(values(a), values(ra)));
+  EXPECT_TRUE(same_bits(values(b), values(rb)));  // b is trained since it was added
+  EXPECT_NE(values(b), (std::vector<float>{2.0f, 1.0f}));
+  EXPECT_EQ(opt.steps(), ref.steps());
+}
+
+TEST(Capture, AScalarThatBecomesZeroOrOneFailsAGuard) {
+  fresh();
+  ToyStep captured, lazy;
+  auto step = compile([&](const Tensor& x) { return captured.run(x); });
+  for (int call = 0; call < 3; ++call) {
+    step(batch_of(4, call));
+    lazy.run(batch_of(4, call));
+  }
+  ASSERT_TRUE(step.captured());
+  captured.lr.set(1);  // baked into the graph as 1: another graph
+  lazy.lr.set(1);
+  auto loss = step(batch_of(4, 3));
+  auto want = lazy.run(batch_of(4, 3));
+  mark_step();
+  EXPECT_EQ(metrics::counter("GuardFailScalar"), 1);
+  EXPECT_NE(causes().find("HostScalar 'lr' is now 1.000000 (baked in as 1); the captured step read it device data"),
+            std::string::npos)
+      << causes();
+  EXPECT_TRUE(same_bits(values(loss), values(want)));
+  EXPECT_TRUE(same_bits(values(captured.w), values(lazy.w)));
+}
+
+TEST(Capture, GradModeIsAGuard) {
+  fresh();
+  auto w = from_vector<float>({1, 2}, {2}).detach();
+  w.requires_grad_(true);
+  auto fwd = compile([&](const Tensor& x) { return (w * x).sum(); });
+  for (int call = 0; call < 3; ++call) {
+    NoGradGuard no_grad;
+    fwd(batch_of(2, call));
+  }
+  ASSERT_TRUE(fwd.captured());
+  fwd(batch_of(2, 4));
+  EXPECT_EQ(metrics::counter("GuardFailGradMode"), 1);
+  EXPECT_NE(causes().find("grad mode is on"), std::string::npos) << causes();
+}
+
+TEST(Capture, TheCheckingModeCatchesAValueDependentBranch) {
+  fresh();
+  ::setenv("LOOM_CAPTURE_CHECK", "1", 1);
+  bool doubled = false;  // host state the function branches on
+  auto w = from_vector<float>({1, 2, 3}, {3});
+  auto step = compile([&](const Tensor& x) { return doubled ? (x * w).sum() : (x + w).sum(); });
+  ::unsetenv("LOOM_CAPTURE_CHECK");
+  for (int call = 0; call < 3; ++call) step(batch_of(3, call));  // call 3: checked, equal
+  ASSERT_TRUE(step.captured());
+  EXPECT_EQ(metrics::counter("CaptureCheck"), 1);
+  doubled = true;
+  auto msg = test::error_of([&] { step(batch_of(3, 4)); });
+  EXPECT_NE(msg.find("LOOM_CAPTURE_CHECK: a fresh trace of the function differs from its captured step: the graph "
+                     "changed: node %"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("was add, now mul"), std::string::npos) << msg;
+
+  // Without the check, the branch is frozen: the replay still adds.
+  fresh();
+  doubled = false;
+  auto frozen = compile([&](const Tensor& x) { return doubled ? (x * w).sum() : (x + w).sum(); });
+  for (int call = 0; call < 3; ++call) frozen(batch_of(3, call));
+  doubled = true;
+  auto x = batch_of(3, 4);
+  EXPECT_EQ(values(frozen(x)), values((x + w).sum()));
+}
+
+TEST(Capture, AReadInsideTheFunctionIsReportedAndItStaysTraced) {
+  fresh();
+  auto w = from_vector<float>({1, 2, 3}, {3});
+  float seen = 0;
+  auto step = compile([&](const Tensor& x) {
+    seen = (x * w).sum().item<float>();
+    return (x + w).sum();
+  });
+  for (int call = 0; call < 4; ++call) {
+    auto x = batch_of(3, call);
+    auto y = step(x);
+    EXPECT_EQ(values(y), values((x + w).sum()));
+    EXPECT_EQ(seen, values((x * w).sum())[0]);
+  }
+  EXPECT_FALSE(step.captured());
+  EXPECT_TRUE(step.stays_lazy());
+  EXPECT_EQ(metrics::counter("CaptureReplay"), 0);
+  EXPECT_TRUE(warned("is traced at every call: it reads a value inside (item at capture_test.cpp:")) << [] {
+    std::string all;
+    for (const auto& w : debug::warnings()) all += w + "\n";
+    return all;
+  }();
+}
+
+TEST(Capture, AStepClosureAddedInsideIsReported) {
+  fresh();
+  auto w = from_vector<float>({1, 2, 3}, {3});
+  int runs = 0;
+  auto step = compile([&](const Tensor& x) {
+    add_step_closure([&] { ++runs; });
+    return (x + w).sum();
+  });
+  for (int call = 0; call < 3; ++call) step(batch_of(3, call));
+  wait_device_ops();
+  EXPECT_EQ(runs, 3);
+  EXPECT_TRUE(step.stays_lazy());
+  EXPECT_TRUE(warned("it adds a step closure inside"));
+}
+
+TEST(Capture, ATensorKeptOutsideOrAChangingHostValueIsNeverCaptured) {
+  fresh();
+  auto w = from_vector<float>({1, 2, 3}, {3});
+  Tensor kept;
+  auto keeps = compile([&](const Tensor& x) { kept = x * w; });
+  for (int call = 0; call < 9; ++call) {
+    auto x = batch_of(3, call);
+    keeps(x);
+    EXPECT_EQ(values(kept), values(x * w));
+  }
+  EXPECT_FALSE(keeps.captured());
+  EXPECT_TRUE(keeps.stays_lazy());
+  EXPECT_TRUE(warned("a tensor its step computes is kept outside it"));
+
+  int count = 0;  // a host number turned into a tensor inside: frozen if captured
+  auto counts = compile([&](const Tensor& x) { return x * from_vector<float>({static_cast<float>(++count)}, {}); });
+  for (int call = 0; call < 9; ++call) {
+    auto x = batch_of(3, call);
+    auto y = counts(x);  // increments count
+    EXPECT_EQ(values(y), values(x * static_cast<float>(count)));
+  }
+  EXPECT_FALSE(counts.captured());
+  EXPECT_TRUE(warned("is a value made from host data inside the function"));
+}
+
+// ---- whole training steps: captured and lazy are bit-identical ----
+
+struct Run {
+  std::vector<float> losses;
+  std::vector<std::vector<float>> params;
+};
+
+// 20 steps of `loss_of` with clipping and an LR schedule, the step compiled (captured) or
+// lazy (a mark_step per step).
+Run train(nn::Module& net, optim::Optimizer& opt, optim::Schedule& sched, const std::vector<Tensor>& inputs,
+          const std::vector<Tensor>& targets, const std::function<Tensor(const Tensor&, const Tensor&)>& loss_of,
+          bool compiled) {
+  auto body = [&](const Tensor& input, const Tensor& target) {
+    opt.zero_grad();
+    auto loss = loss_of(input, target);
+    loss.backward();
+    optim::clip_grad_norm(opt.params(), 1.0);
+    opt.step();
+    return loss;
+  };
+  auto step = compile(body);
+  Run run;
+  std::vector<Tensor> losses;
+  for (int i = 0; i < 20; ++i) {
+    const auto& input = inputs[i % inputs.size()];  // the batches, in turn
+    const auto& target = targets[i % targets.size()];
+    if (compiled) {
+      losses.push_back(step(input, target));
+    } else {
+      losses.push_back(body(input, target));
+      mark_step();
+    }
+    sched.step();
+  }
+  if (compiled) EXPECT_GE(metrics::counter("CaptureReplay"), 14);
+  for (auto& l : losses) run.losses.push_back(values(l)[0]);
+  for (auto& p : net.parameters()) run.params.push_back(values(p));
+  for (auto& [name, b] : net.named_buffers()) run.params.push_back(values(b));
+  return run;
+}
+
+void expect_same(const Run& a, const Run& b) {
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  for (std::size_t i = 0; i < a.losses.size(); ++i)
+    EXPECT_TRUE(same_bits({a.losses[i]}, {b.losses[i]})) << "step " << i + 1 << ": " << a.losses[i] << " vs " << b.losses[i];
+  ASSERT_EQ(a.params.size(), b.params.size());
+  for (std::size_t i = 0; i < a.params.size(); ++i) EXPECT_TRUE(same_bits(a.params[i], b.params[i])) << "tensor " << i;
+}
+
+Run train_resnet20(bool compiled) {
+  fresh();
+  nn::manual_seed(5);
+  auto net = models::resnet("resnet20", 3, 10);
+  optim::SGD opt(net->parameters(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 5e-4, .nesterov = true});
+  optim::CosineSchedule sched(opt, {.base_lr = 0.1, .warmup_steps = 3, .total_steps = 20});
+  std::vector<Tensor> images{randn({4, 3, 16, 16}, 21), randn({4, 3, 16, 16}, 22)};
+  std::vector<Tensor> labels{from_vector<int64_t>({1, 7, 3, 0}, {4}), from_vector<int64_t>({9, 2, 2, 5}, {4})};
+  mark_step();
+  return train(*net, opt, sched, images, labels,
+               [&](const Tensor& x, const Tensor& y) { return F::cross_entropy(net->forward(x), y, 0.1); }, compiled);
+}
+
+Run train_decoder(bool compiled) {
+  fresh();
+  nn::manual_seed(6);
+  models::DecoderConfig cfg{.vocab_size = 64, .hidden_size = 32, .num_layers = 2, .num_heads = 4,
+                            .num_kv_heads = 2, .intermediate_size = 48, .max_seq_len = 16};
+  auto net = std::make_shared<models::Decoder>(cfg);
+  optim::AdamW opt(net->parameters(), {.lr = 3e-3, .weight_decay = 0.1});
+  optim::WarmupSchedule sched(opt, {.base_lr = 3e-3, .warmup_steps = 5});
+  std::mt19937_64 gen(9);
+  std::vector<Tensor> inputs, targets;
+  for (int b = 0; b < 3; ++b) {
+    std::vector<int64_t> v(2 * 17);
+    for (auto& t : v) t = static_cast<int64_t>(gen() % 64);
+    auto window = from_vector(v, {2, 17});
+    inputs.push_back(slice(window, 1, 0, 16));
+    targets.push_back(slice(window, 1, 1, 17).reshape({-1}));
+  }
+  mark_step();
+  return train(*net, opt, sched, inputs, targets,
+               [&](const Tensor& x, const Tensor& y) {
+                 return F::cross_entropy(net->forward(x).reshape({-1, 64}), y);
+               },
+               compiled);
+}
+
+TEST(Capture, TwentyResNet20StepsAreBitIdenticalToLazyMode) { expect_same(train_resnet20(true), train_resnet20(false)); }
+
+TEST(Capture, TwentyDecoderStepsAreBitIdenticalToLazyMode) { expect_same(train_decoder(true), train_decoder(false)); }
+
+TEST(Capture, InferenceUnderNoGradIsCapturedAndReplays) {
+  fresh();
+  nn::manual_seed(8);
+  auto net = models::resnet("resnet20", 3, 10);
+  net->eval();
+  NoGradGuard no_grad;
+  auto forward = compile([&](const Tensor& x) { return net->forward(x); });
+  for (int call = 0; call < 4; ++call) {
+    auto x = randn({1, 3, 16, 16}, 30 + call);
+    mark_step();
+    auto y = forward(x);
+    EXPECT_TRUE(same_bits(values(y), values(net->forward(x)))) << "call " << call + 1;
+  }
+  EXPECT_EQ(metrics::counter("CaptureReplay"), 2);
+}
+
+}  // namespace
+}  // namespace loom
