@@ -2,7 +2,7 @@
 //
 //   ./build/bench/loom_bench                                   # everything, a few minutes
 //   ./build/bench/loom_bench --steps 2 --reps 2                # a quicker, noisier pass
-//   ./build/bench/loom_bench --sections train,host --models resnet20 --modes compiled,lazy
+//   ./build/bench/loom_bench --sections train,host --models resnet20 --modes captured,compiled,lazy
 //
 // Sections (see the README's "Benchmarks" for every column):
 //   gemm    the machine's SGEMM peak (Eigen, split over the TBB threads) and loom's matmul
@@ -10,9 +10,10 @@
 //           buffers, and into fresh ones as an allocator without a cache gives), against the
 //           stream bandwidth bound and a cache-resident sin+cos compute bound
 //   train   whole training steps (fake data) of ResNet-20, ResNet-18 (CIFAR) and a 2-layer
-//           Llama-style decoder in compiled, lazy and eager modes
-//   host    tracing, graph build + hash, lookup + launch and compile time per node; device
-//           buffers and executor heap allocations per steady step
+//           Llama-style decoder in captured, compiled, lazy and eager modes
+//   host    tracing, graph build + hash, lookup + launch and compile time per node, a
+//           captured step's replay; device buffers and executor heap allocations per step
+//   infer   small-batch forward passes (ResNet-18 CIFAR b1, decoder b1x32), lazy vs captured
 // Progress goes to stderr; the table alone to stdout.
 #include "loom_bench.h"
 
@@ -124,17 +125,17 @@ void require_at_least(const char* option, int64_t value, int64_t min) {
 }
 
 int run(int argc, char** argv) {
-  const std::vector<std::string> sections{"gemm", "sincos", "train", "host"};
+  const std::vector<std::string> sections{"gemm", "sincos", "train", "host", "infer"};
   const std::vector<std::string> models{"resnet20", "resnet18", "decoder"};
-  const std::vector<std::string> modes{"compiled", "lazy", "eager"};
+  const std::vector<std::string> modes{"captured", "compiled", "lazy", "eager"};
   Options o;
   po::options_description desc("loom_bench options");
   // clang-format off
   desc.add_options()
     ("help,h", "show this help")
-    ("sections", po::value<std::string>()->default_value("gemm,sincos,train,host"), "sections to run")
+    ("sections", po::value<std::string>()->default_value("gemm,sincos,train,host,infer"), "sections to run")
     ("models", po::value<std::string>()->default_value("resnet20,resnet18,decoder"), "training workloads")
-    ("modes", po::value<std::string>()->default_value("compiled,lazy,eager"), "execution modes of the training steps and of sin(cos(x))")
+    ("modes", po::value<std::string>()->default_value("captured,compiled,lazy,eager"), "execution modes of the training steps and of sin(cos(x)) (captured: compile() with step capture; compiled: traced at every call)")
     ("steps", po::value<int64_t>(&o.steps)->default_value(o.steps), "timed training steps per model and mode")
     ("warmup", po::value<int64_t>(&o.warmup)->default_value(o.warmup), "untimed steps before them (at least 2: the first step also creates the optimizer state)")
     ("host-steps", po::value<int64_t>(&o.host_steps)->default_value(o.host_steps), "lazy steps on an idle device for the host rows (the best counts)")
@@ -174,6 +175,7 @@ int run(int argc, char** argv) {
   if (o.section("gemm")) bench_loom_matmul(o, bounds, table);
   if (o.section("sincos")) bench_sin_cos(o, bounds, table);
   if (o.section("train") || o.section("host")) bench_training(o, bounds, table);
+  if (o.section("infer")) bench_inference(o, table);
 
   std::cout << "loom_bench (threads: " << threads << ", " << o.steps << " timed steps after " << o.warmup
             << " warm-up, kernels best of " << o.reps << ")\n\n"

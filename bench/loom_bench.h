@@ -11,9 +11,9 @@
 namespace loom::bench {
 
 struct Options {
-  std::vector<std::string> sections;  // gemm, sincos, train, host
+  std::vector<std::string> sections;  // gemm, sincos, train, host, infer
   std::vector<std::string> models;    // resnet20, resnet18, decoder
-  std::vector<std::string> modes;     // compiled, lazy, eager
+  std::vector<std::string> modes;     // captured, compiled, lazy, eager
   int64_t steps = 5;       // timed training steps per (model, mode)
   int64_t warmup = 2;      // untimed steps first (step 1 creates optimizer state: 2 graphs)
   int64_t host_steps = 3;  // steps with the device idle, for the host rows (the best counts)
@@ -63,5 +63,6 @@ void measure_sgemm_peak(const Options& o, Bounds& b, Table& t);
 void bench_loom_matmul(const Options& o, const Bounds& b, Table& t);
 void bench_sin_cos(const Options& o, Bounds& b, Table& t);
 void bench_training(const Options& o, const Bounds& b, Table& t);
+void bench_inference(const Options& o, Table& t);
 
 }  // namespace loom::bench

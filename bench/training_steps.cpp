@@ -2,7 +2,8 @@
 // workloads, in the three execution modes; and the host's share of a step.
 //
 // A step is zero_grad, forward, loss, backward, optimizer update:
-//   compiled  compile(step)() — traced with eager mode off, mark_step() at its exit
+//   captured  compile(step)() — traced until stable, then replayed without tracing
+//   compiled  compile(step, {.capture = false})() — traced at every call, mark_step() at exit
 //   lazy      step(); mark_step()
 //   eager     step() with eager mode on (every op its own one-op program); mark_step()
 // Each mode trains its own model. Warm-up steps are not timed (the first step also creates
@@ -19,7 +20,13 @@
 // with the mark_step split by the metrics: trace = running the step's
 // ops into IR, build + hash = the GraphBuildTime metric of the mark_step, lookup + launch =
 // the rest of mark_step (live tensors, cache lookup, output buffers, queueing), compile =
-// CompileTime of the steady graph's first (uncached) compile.
+// CompileTime of the steady graph's first (uncached) compile; replay = a captured call's
+// host time (guards, binding, queueing; the ReplayHostTime metric), on an idle device too.
+//
+// Inference rows (section infer): small-batch forward passes under NoGradGuard, where
+// tracing is most of the host's work: lazy (forward; mark_step) against captured
+// (compile(forward)), calls back to back, the time per call from the first timed call's
+// start to the last one's end on the device.
 #include "loom_bench.h"
 
 #include <loom/autograd.h>
@@ -130,13 +137,17 @@ struct Measured {
   double buffers = 0, new_buffers = 0;            // device buffer allocations per lazy step
   double heap_allocs = -1;                        // the executor's heap allocations per lazy step
   double donated = 0;                             // results that took over an input's buffer
+  double replay_s = 0;                            // a captured call's host time (best)
 };
 
 // One mode's model, its steps and their timings.
 class ModeRun {
  public:
   ModeRun(const std::string& model, std::string mode)
-      : mode_(std::move(mode)), w_(make_workload(model)), compiled_(compile([this] { loss_ = step_ops(w_); })) {}
+      : mode_(std::move(mode)),
+        w_(make_workload(model)),
+        compiled_(compile(std::function<Tensor()>([this] { return step_ops(w_); }), {.capture = false})),
+        captured_(compile(std::function<Tensor()>([this] { return step_ops(w_); }))) {}
   ModeRun(const ModeRun&) = delete;
   ModeRun& operator=(const ModeRun&) = delete;
 
@@ -146,7 +157,9 @@ class ModeRun {
 
   void step() {
     if (mode_ == "compiled") {
-      compiled_();
+      loss_ = compiled_();
+    } else if (mode_ == "captured") {
+      loss_ = captured_();
     } else if (mode_ == "lazy") {
       loss_ = step_ops(w_);
       mark_step();
@@ -216,6 +229,27 @@ class ModeRun {
     return r;
   }
 
+  // The replay row's figure: the best of `steps` captured calls, each on an idle device.
+  void measure_replay(int64_t steps, Measured& m) {
+    m.replay_s = std::numeric_limits<double>::infinity();
+    for (int64_t i = 0; i < steps; ++i) {
+      wait_device_ops();
+      const auto before = metrics::stat("ReplayHostTime");
+      {
+        testing::DeviceQueueHold hold;
+        loss_ = captured_();
+      }
+      const auto after = metrics::stat("ReplayHostTime");
+      if (after.count != before.count + 1) {
+        progress("warning: " + w_.label + ": the captured step did not replay; no replay row");
+        m.replay_s = 0;
+        break;
+      }
+      m.replay_s = std::min(m.replay_s, (after.total - before.total) * 1e-9);
+    }
+    wait_device_ops();
+  }
+
   // Host rows' figures, the best of `steps` lazy steps (other jobs on the machine only ever
   // add time), each started on an idle device that is held until the step is measured.
   void measure_host(int64_t steps, Measured& m) {
@@ -238,6 +272,7 @@ class ModeRun {
       m.launch_s = std::min(m.launch_s, t2 - t1 - build);
     }
     wait_device_ops();
+    if (mode_ != "lazy") return;
     if (alloc_steps_ > 0) {
       m.buffers = (buffers_ + new_buffers_) / static_cast<double>(alloc_steps_);
       m.new_buffers = new_buffers_ / static_cast<double>(alloc_steps_);
@@ -250,7 +285,7 @@ class ModeRun {
   std::string mode_;
   Workload w_;
   Tensor loss_;
-  std::function<void()> compiled_;
+  Compiled<std::function<Tensor()>> compiled_, captured_;
   double window_ = 0, busy_ = 0;
   int64_t steps_ = 0;
   double buffers_ = 0, new_buffers_ = 0, heap_ = 0, donated_ = 0;
@@ -274,6 +309,12 @@ void host_rows(const Measured& m, double compiled_step_s, std::vector<Row>& out)
   add("trace + build + hash", m.trace_s + m.build_s, "%.0f ns/node", 1e9);
   add("lookup + launch", m.launch_s, "%.0f ns/node", 1e9);
   if (m.compile_s > 0) add("compile (uncached)", m.compile_s, "%.2f us/node", 1e6);
+  if (m.replay_s > 0) {
+    Row r{.section = "host", .benchmark = m.label + ": replay (guards, bind, launch)", .mode = "captured",
+          .time = format_time(m.replay_s), .rate = format("%.0f ns/node", m.replay_s / nodes * 1e9),
+          .ratio = format("%.3f", m.replay_s / (m.trace_s + m.build_s)), .vs = "time/(trace+build+hash)"};
+    out.push_back(r);
+  }
   if (m.buffers > 0)
     out.push_back({.section = "host", .benchmark = m.label + ": device buffers allocated per step", .mode = "lazy",
                    .rate = format("%.0f", m.buffers) + format(" (%.0f new)", m.new_buffers)});
@@ -285,7 +326,70 @@ void host_rows(const Measured& m, double compiled_step_s, std::vector<Row>& out)
                    .rate = format("%.1f", m.heap_allocs)});
 }
 
+// One small-batch forward pass, lazy or captured: the time per call over `calls` calls.
+double forward_seconds(const std::function<Tensor()>& forward, bool captured, int64_t calls) {
+  auto compiled = compile(forward);
+  auto call = [&] {
+    if (captured) return compiled();
+    auto y = forward();
+    mark_step();
+    return y;
+  };
+  for (int i = 0; i < 3; ++i) call();  // traced until captured (and compiled)
+  wait_device_ops();
+  const double start = now_seconds();
+  Tensor y;
+  for (int64_t i = 0; i < calls; ++i) y = call();
+  wait_device_ops();
+  const double s = (now_seconds() - start) / static_cast<double>(calls);
+  if (captured && !compiled.captured()) progress("warning: the captured forward was not captured");
+  if (!std::isfinite(y.to(DType::Float64).sum().item<double>())) progress("warning: a forward is not finite");
+  return s;
+}
+
 }  // namespace
+
+void bench_inference(const Options& o, Table& t) {
+  NoGradGuard no_grad;
+  struct Case {
+    std::string label;
+    std::function<Tensor()> forward;
+  };
+  std::vector<Case> cases;
+  if (o.has(o.models, "resnet18")) {
+    nn::manual_seed(0);
+    auto w = resnet_workload("resnet18");
+    w.model->eval();
+    auto net = std::static_pointer_cast<models::ResNet>(w.model);
+    auto image = randn({1, 3, 32, 32}, 31);
+    cases.push_back({"resnet18-cifar b1 eval", [net, image] { return net->forward(image); }});
+  }
+  if (o.has(o.models, "decoder")) {
+    nn::manual_seed(0);
+    auto w = decoder_workload();
+    w.model->eval();
+    auto lm = std::static_pointer_cast<models::Decoder>(w.model);
+    auto tokens = fake_ints({1, 32}, lm->config.vocab_size, 32);
+    cases.push_back({"decoder b1x32 forward", [lm, tokens] { return lm->forward(tokens); }});
+  }
+  mark_step();
+  wait_device_ops();
+  const int64_t calls = std::max<int64_t>(10, 4 * o.steps);
+  for (const auto& c : cases) {
+    progress(c.label + ": lazy and captured");
+    // In turn, twice, so that a load that drifts weighs on both alike; the best of each.
+    double lazy = std::numeric_limits<double>::infinity(), captured = lazy;
+    for (int round = 0; round < 2; ++round) {
+      lazy = std::min(lazy, forward_seconds(c.forward, false, calls));
+      captured = std::min(captured, forward_seconds(c.forward, true, calls));
+    }
+    t.add({.section = "infer", .benchmark = c.label, .mode = "lazy", .time = format_time(lazy),
+           .rate = format("%.1f calls/s", 1 / lazy)});
+    t.add({.section = "infer", .benchmark = c.label, .mode = "captured", .time = format_time(captured),
+           .rate = format("%.1f calls/s", 1 / captured), .ratio = format("%.2f", lazy / captured),
+           .vs = "speed/lazy"});
+  }
+}
 
 void bench_training(const Options& o, const Bounds& bounds, Table& t) {
   std::vector<Row> host;
@@ -294,6 +398,7 @@ void bench_training(const Options& o, const Bounds& bounds, Table& t) {
     std::vector<std::unique_ptr<ModeRun>> runs;
     std::vector<std::string> modes = o.section("train") ? o.modes : std::vector<std::string>{};
     if (o.section("host") && !o.has(modes, "lazy")) modes.push_back("lazy");  // untimed, for the host rows
+    if (o.section("host") && !o.has(modes, "captured")) modes.push_back("captured");
     for (const auto& mode : modes) {
       progress(name + ", " + mode + " mode: warm-up");
       runs.push_back(std::make_unique<ModeRun>(name, mode));
@@ -303,7 +408,8 @@ void bench_training(const Options& o, const Bounds& bounds, Table& t) {
     m.label = runs.front()->workload().label;
     if (o.section("train")) {
       if (!o.profile.empty()) loom::profiler::start();
-      const auto timed = static_cast<std::ptrdiff_t>(o.modes.size());
+      const auto timed = static_cast<std::ptrdiff_t>(std::count_if(
+          runs.begin(), runs.end(), [&](const auto& r) { return o.has(o.modes, r->mode()); }));
       for (auto it = runs.begin(); it != runs.begin() + timed; ++it) {
         progress(name + ", " + (*it)->mode() + " mode: timed steps");
         (*it)->timed_chunk((o.steps + 1) / 2);
@@ -317,6 +423,7 @@ void bench_training(const Options& o, const Bounds& bounds, Table& t) {
     for (const auto& r : runs) {
       if (o.section("train") && o.has(o.modes, r->mode())) t.add(r->row(bounds, compiled_s));
       if (r->mode() == "lazy" && o.section("host")) r->measure_host(o.host_steps, m);
+      if (r->mode() == "captured" && o.section("host")) r->measure_replay(o.host_steps, m);
     }
     if (o.section("host")) host_rows(m, compiled_s, host);
   }

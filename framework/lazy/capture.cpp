@@ -340,9 +340,10 @@ void run_pending_work(const std::string& site) {
 
 }  // namespace
 
-std::shared_ptr<CaptureState> make_capture_state(const std::source_location& site) {
+std::shared_ptr<CaptureState> make_capture_state(const std::source_location& site, bool capture) {
   auto s = std::make_shared<CaptureState>();
   s->site = debug::site_of(site);
+  s->lazy_forever = !capture;
   s->check_every = check_every_from_env();
   return s;
 }

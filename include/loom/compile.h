@@ -184,7 +184,7 @@ struct CaptureRefill {
   void opaque() {}
 };
 
-std::shared_ptr<CaptureState> make_capture_state(const std::source_location& site);
+std::shared_ptr<CaptureState> make_capture_state(const std::source_location& site, bool capture);
 // Replays a captured step when the guards hold: fills `results` (the returned tensors, in
 // visit order) and returns the captured return value to refill (an empty std::any for void);
 // returns null when the call must be traced.
@@ -212,11 +212,17 @@ class CaptureTrace {
 
 }  // namespace detail
 
+struct CompileOptions {
+  // false: trace every call, as before step capture (for comparisons and debugging).
+  bool capture = true;
+};
+
 // The callable that compile() returns.
 template <class Fn>
 class Compiled {
  public:
-  Compiled(Fn fn, const std::source_location& site) : fn_(std::move(fn)), state_(detail::make_capture_state(site)) {}
+  Compiled(Fn fn, CompileOptions options, const std::source_location& site)
+      : fn_(std::move(fn)), state_(detail::make_capture_state(site, options.capture)) {}
 
   template <class... Args>
   auto operator()(Args&&... args) {
@@ -270,8 +276,8 @@ class Compiled {
 // Returns a callable that runs `fn` with eager mode off, calls mark_step() at its exit, and
 // captures the step once it is stable (above). `site` names it in causes and warnings.
 template <class Fn>
-Compiled<Fn> compile(Fn fn, std::source_location site = std::source_location::current()) {
-  return Compiled<Fn>(std::move(fn), site);
+Compiled<Fn> compile(Fn fn, CompileOptions options = {}, std::source_location site = std::source_location::current()) {
+  return Compiled<Fn>(std::move(fn), options, site);
 }
 
 }  // namespace loom
