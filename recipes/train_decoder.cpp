@@ -84,13 +84,16 @@ int generate(const std::shared_ptr<models::Decoder>& net, const std::string& pro
   for (unsigned char ch : prompt) text.push_back(ch);
   if (text.empty()) text.push_back('\n');
   std::mt19937_64 rng(seed);
+  // Every step runs the same forward on a new window: captured after two calls and replayed
+  // without tracing from then on (loom/compile.h).
+  auto forward = compile([&net](const Tensor& window) { return net->forward(window); });
   std::cout << prompt << std::flush;
   for (int64_t i = 0; i < count; ++i) {
     int64_t start = std::max<int64_t>(0, static_cast<int64_t>(text.size()) - t_max);
     std::vector<int64_t> window(text.begin() + start, text.end());
     int64_t last = static_cast<int64_t>(window.size()) - 1;
     window.resize(t_max, 0);
-    auto logits = net->forward(from_vector(window, {1, t_max}));
+    auto logits = forward(from_vector(window, {1, t_max}));
     auto row = reshape(slice(logits, 1, last, last + 1), {net->config.vocab_size}).to(DType::Float64);
     auto values = row.to_vector<double>();
     int64_t next = 0;
