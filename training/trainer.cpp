@@ -417,9 +417,10 @@ void Trainer::log_summary(double seconds, double rate) const {
                  rate / world);
   else if (rate > 0)
     spdlog::info("throughput {:.1f} {}/s", rate, options_.unit);
-  spdlog::info("compiles {} (cache hits {}), transfers from the device {}, data wait {:.1f}s",
+  spdlog::info("compiles {} (cache hits {}, captured steps replayed {}), transfers from the device {}, data wait {:.1f}s",
                metrics::counter("UncachedCompile"), metrics::counter("CachedCompile"),
-               metrics::counter("TransferFromDevice"), metrics::stat("LoaderWaitTime").total / 1e9);
+               metrics::counter("CaptureReplay"), metrics::counter("TransferFromDevice"),
+               metrics::stat("LoaderWaitTime").total / 1e9);
 }
 
 }  // namespace loom
