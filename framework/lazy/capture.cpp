@@ -609,6 +609,8 @@ double since_ns(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 const std::any* try_replay(CaptureState& s, const CaptureArgs& args, std::vector<Tensor>& results) {
+  // A replay queues its program without a graph the enclosing trace could see.
+  lazy::capture::refuse("it calls another compiled function inside");
   if (s.lazy_forever) return nullptr;
   run_pending_work(s.site);
   if (s.plans.empty()) return nullptr;
@@ -692,8 +694,12 @@ struct CaptureTrace::Impl {
   Recorder* outer;
   EagerModeGuard eager_off{false};
   bool recording;
+  // Set when this trace checks a captured plan (LOOM_CAPTURE_CHECK).
+  std::optional<std::list<Plan>::iterator> checking;
 
-  Impl(CaptureState& s, const CaptureArgs& a) : state(s), args(a), outer(lazy::capture::active), recording(!s.lazy_forever) {
+  Impl(CaptureState& s, const CaptureArgs& a)
+      : state(s), args(a), outer(lazy::capture::active), recording(!s.lazy_forever),
+        checking(std::exchange(s.checking, std::nullopt)) {
     if (!recording) return;
     recorder.entry_id = TensorImpl::next_id();
     recorder.suppress_effects = std::exchange(s.effects_ran, false);
@@ -727,7 +733,7 @@ void CaptureTrace::finish(const CaptureArgs& results, std::any shape) {
   lazy::mark_step_at(s.site);
   lazy::capture::active = impl_->outer;
   impl_->recording = false;
-  auto checking = std::exchange(s.checking, std::nullopt);
+  auto checking = impl_->checking;
 
   if (results.is_opaque) r.refuse("it returns a type compile() cannot rebuild (see capture_visit)", true);
   if (r.permanent) {

@@ -48,6 +48,7 @@
 #include <loom/tensor.h>
 
 #include <any>
+#include <cstdlib>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -231,13 +232,15 @@ class Compiled {
     (capture_visit(in, std::as_const(args)), ...);
     std::vector<Tensor> replayed;
     if (const std::any* shape = detail::try_replay(*state_, in, replayed)) {
-      if constexpr (!std::is_void_v<R>) {
+      if constexpr (std::is_void_v<R>) {
+        return;
+      } else if constexpr (std::is_copy_constructible_v<R>) {
         R out = std::any_cast<const R&>(*shape);
         detail::CaptureRefill refill{replayed};
         capture_visit(refill, std::as_const(out));
         return out;
       } else {
-        return;
+        std::abort();  // never captured: finish() refuses a return value it cannot copy
       }
     }
     detail::CaptureTrace trace(*state_, in);
