@@ -2,6 +2,9 @@
 #include <loom/nn/init.h>
 #include <loom/nn/layers.h>
 
+#include <loom/autograd.h>
+#include <loom/compile.h>
+
 #include <loom/error.h>
 
 #include <string>
@@ -70,13 +73,22 @@ Dropout::Dropout(double p, std::optional<uint64_t> seed) : p(p), seed_(seed ? *s
 
 Tensor Dropout::forward(const Tensor& x) {
   check_defined("Dropout", x);
+  // Host control flow: a captured step is traced again when the mode turns.
+  guard_on("Dropout's training mode", [this] { return is_training() ? 1 : 0; });
   if (!is_training() || p == 0) return x;
   if (!is_floating(x.dtype()))
     throw Error(std::string("Dropout: expected a floating-point input, got ") + dtype_name(x.dtype()));
   if (p == 1) return x * 0.0;
-  // loom::rand mixes its seed, so consecutive seeds give unrelated masks.
-  const uint64_t seed = seed_ + calls_++;
-  auto keep = ge(rand(x.shape(), seed, x.dtype(), x.device()), scalar_tensor(p, x.dtype(), x.device()));
+  // loom::rand mixes its seed, so consecutive seeds give unrelated masks. The seed is device
+  // data advanced on the device, so a captured step draws a new mask at every replay.
+  if (!seed_now_.defined() || !(seed_now_.device() == x.device()))
+    seed_now_ = from_vector<int64_t>({static_cast<int64_t>(seed_ + calls_)}, {}, x.device());
+  every_call([this] { ++calls_; });
+  auto keep = ge(rand(x.shape(), seed_now_, x.dtype()), scalar_tensor(p, x.dtype(), x.device()));
+  {
+    NoGradGuard no_grad;
+    seed_now_.assign(seed_now_ + 1);
+  }
   return x * keep.to(x.dtype()) * (1 / (1 - p));
 }
 

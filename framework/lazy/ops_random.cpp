@@ -14,6 +14,14 @@ Tensor random(ir::Op op, const char* name, const Shape& shape, uint64_t seed, DT
 }
 }  // namespace
 
+Tensor rand(const Shape& shape, const Tensor& seed, DType dtype) {
+  if (!is_floating(dtype)) throw Error(std::string("rand: expected a floating-point dtype, got ") + dtype_name(dtype));
+  if (!seed.defined() || seed.dtype() != DType::Int64 || seed.dim() != 0)
+    throw Error("rand: expected a 0-d int64 seed tensor, got " +
+                (seed.defined() ? std::string(dtype_name(seed.dtype())) + shape_str(seed.shape()) : std::string("none")));
+  return lazy::apply(ir::Op::RandUniform, {seed}, ir::RandomAttr{shape, dtype});
+}
+
 Tensor rand(const Shape& shape, uint64_t seed, DType dtype, Device device) {
   return random(ir::Op::RandUniform, "rand", shape, seed, dtype, device);
 }

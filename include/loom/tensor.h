@@ -129,6 +129,10 @@ Tensor from_vector(const std::vector<T>& values, const Shape& shape, Device devi
 // data, so a new seed does not recompile.
 Tensor rand(const Shape& shape, uint64_t seed, DType dtype = DType::Float32, Device device = {});
 Tensor randn(const Shape& shape, uint64_t seed, DType dtype = DType::Float32, Device device = {});
+// The same with the seed a 0-d int64 tensor (on the device the values are made on): a seed
+// kept on the device and advanced there (seed.assign(seed + 1)) gives a captured step a new
+// draw at every replay (loom/compile.h).
+Tensor rand(const Shape& shape, const Tensor& seed, DType dtype = DType::Float32);
 Tensor uniform(const Shape& shape, double low, double high, uint64_t seed,
                DType dtype = DType::Float32, Device device = {});
 Tensor normal(const Shape& shape, double mean, double stddev, uint64_t seed,

@@ -9,6 +9,7 @@
 #include <loom/models/resnet.h>
 #include <loom/nn/functional.h>
 #include <loom/nn/init.h>
+#include <loom/nn/layers.h>
 #include <loom/optim.h>
 
 #include <cstdlib>
@@ -289,6 +290,24 @@ TEST(Capture, ATensorKeptOutsideOrAChangingHostValueIsNeverCaptured) {
   }
   EXPECT_FALSE(counts.captured());
   EXPECT_TRUE(warned("is a value made from host data inside the function"));
+}
+
+TEST(Capture, DropoutDrawsANewMaskAtEveryReplay) {
+  fresh();
+  nn::Dropout captured(0.5, 17), lazy(0.5, 17);
+  auto step = compile([&](const Tensor& x) { return captured.forward(x); });
+  std::vector<std::vector<float>> masks;
+  for (int call = 0; call < 5; ++call) {
+    auto x = full({64}, 1.0);
+    auto y = step(x);
+    auto want = lazy.forward(x);
+    mark_step();
+    EXPECT_TRUE(same_bits(values(y), values(want))) << "call " << call + 1;
+    masks.push_back(values(y));
+  }
+  EXPECT_EQ(metrics::counter("CaptureReplay"), 2);
+  EXPECT_NE(masks[3], masks[4]);  // two replays, two masks
+  EXPECT_NE(masks[2], masks[3]);
 }
 
 // ---- whole training steps: captured and lazy are bit-identical ----

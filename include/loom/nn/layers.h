@@ -161,6 +161,7 @@ class Dropout : public Module {
  private:
   uint64_t seed_;
   uint64_t calls_ = 0;
+  Tensor seed_now_;  // seed_ + calls_ as device data, advanced in place on the device
 };
 
 class ReLU : public Module {
