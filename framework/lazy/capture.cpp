@@ -322,15 +322,8 @@ class CaptureState {
 
 namespace {
 
-int check_every_from_env() {
-  const char* v = std::getenv("LOOM_CAPTURE_CHECK");
-  if (!v || !*v) return 0;
-  char* end = nullptr;
-  long n = std::strtol(v, &end, 10);
-  if (*end || n < 0 || n > 1'000'000)
-    throw Error(std::string("LOOM_CAPTURE_CHECK: expected an integer from 0 (off) to 1000000, got '") + v + "'");
-  return static_cast<int>(n);
-}
+// LOOM_CAPTURE_CHECK, or 0 (off): the checking mode's period.
+int check_every_from_env() { return static_cast<int>(lazy::env_integer("LOOM_CAPTURE_CHECK", 0, 0, 1'000'000)); }
 
 // Work traced before the call is not the function's: it runs first, as its own step, so
 // that the step's graph is the function's alone at every call.

@@ -12,6 +12,8 @@
 #include <loom/testing.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstdint>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -27,31 +29,28 @@
 
 namespace loom {
 namespace lazy {
+
+int64_t env_integer(const char* name, int64_t fallback, int64_t low, int64_t high) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  long long n = std::strtoll(v, &end, 10);
+  if (*end || errno == ERANGE || n < low || n > high)
+    throw Error(std::string(name) + ": expected an integer from " + std::to_string(low) + " to " +
+                std::to_string(high) + ", got '" + v + "'");
+  return n;
+}
+
 namespace {
 
 // LOOM_MAX_STEPS_IN_FLIGHT, or 2: the host traces the next step while the device runs the
 // current one and has the one after queued, and gets no further ahead.
-int steps_in_flight_from_env() {
-  const char* v = std::getenv("LOOM_MAX_STEPS_IN_FLIGHT");
-  if (!v || !*v) return 2;
-  char* end = nullptr;
-  long n = std::strtol(v, &end, 10);
-  if (*end || n < 1 || n > 1000)
-    throw Error(std::string("LOOM_MAX_STEPS_IN_FLIGHT: expected an integer from 1 to 1000, got '") + v + "'");
-  return static_cast<int>(n);
-}
+int steps_in_flight_from_env() { return static_cast<int>(env_integer("LOOM_MAX_STEPS_IN_FLIGHT", 2, 1, 1000)); }
 
 // LOOM_COMPILE_CACHE_SIZE, or 1024: programs kept per device before the least recently used
 // is dropped (and recompiled if its graph comes back).
-int cache_capacity_from_env() {
-  const char* v = std::getenv("LOOM_COMPILE_CACHE_SIZE");
-  if (!v || !*v) return 1024;
-  char* end = nullptr;
-  long n = std::strtol(v, &end, 10);
-  if (*end || n < 1 || n > 1'000'000)
-    throw Error(std::string("LOOM_COMPILE_CACHE_SIZE: expected an integer from 1 to 1000000, got '") + v + "'");
-  return static_cast<int>(n);
-}
+int cache_capacity_from_env() { return static_cast<int>(env_integer("LOOM_COMPILE_CACHE_SIZE", 1024, 1, 1'000'000)); }
 
 // One device's compiled programs, most recently used first. An entry keeps its graph's
 // structure (ir::GraphKey) so that a graph whose hash matches but whose structure does not is
@@ -316,14 +315,7 @@ void queue_locked(Executor& ex, Device device, std::shared_ptr<const runtime::Ex
 namespace {
 std::atomic<int64_t> traced_ops{0};
 
-int64_t max_graph_nodes() {
-  const char* v = std::getenv("LOOM_MAX_GRAPH_NODES");
-  if (!v || !*v) return 1'000'000;
-  char* end = nullptr;
-  long long n = std::strtoll(v, &end, 10);
-  if (*end || n <= 0) throw Error(std::string("LOOM_MAX_GRAPH_NODES: expected a positive integer, got '") + v + "'");
-  return n;
-}
+int64_t max_graph_nodes() { return env_integer("LOOM_MAX_GRAPH_NODES", 1'000'000, 1, INT64_MAX); }
 }  // namespace
 
 void reset_traced_ops() { traced_ops = 0; }

@@ -14,6 +14,10 @@ namespace loom::lazy {
 
 enum class RunKind { Step, Read, Eager };
 
+// The integer in environment variable `name`, or `fallback` when it is unset or empty; a
+// loom::Error naming the variable and the range for anything else.
+int64_t env_integer(const char* name, int64_t fallback, int64_t low, int64_t high);
+
 // Compiles (or finds) the graph of the tensors' pending values, gives each tensor its device
 // buffer and queues the program; returns without waiting. Tensors no longer pending are
 // skipped.
