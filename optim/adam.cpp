@@ -102,7 +102,10 @@ void Adam::load_state(const std::vector<std::pair<std::string, Tensor>>& state, 
   std::vector<int64_t> counts(params_.size(), 0);
   for (const auto& [name, t] : state) {
     auto dot = name.find('.');
-    std::size_t i = dot == std::string::npos ? params_.size() : std::stoul(name.substr(0, dot));
+    // "<param index>.<name>": an index that is not all digits (or absurdly long) is no index.
+    const bool digits = dot != std::string::npos && dot > 0 && dot < 10 &&
+                        name.find_first_not_of("0123456789") == dot;
+    std::size_t i = digits ? std::stoul(name.substr(0, dot)) : params_.size();
     std::string what = dot == std::string::npos ? name : name.substr(dot + 1);
     if (i >= params_.size() || (what != "exp_avg" && what != "exp_avg_sq" && what != "step"))
       throw Error(std::string(name_) + ": unexpected optimizer state '" + name + "'");

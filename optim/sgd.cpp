@@ -54,7 +54,10 @@ void SGD::load_state(const std::vector<std::pair<std::string, Tensor>>& state, i
   std::vector<Tensor> loaded(params_.size());
   for (const auto& [name, t] : state) {
     auto dot = name.find('.');
-    std::size_t i = dot == std::string::npos ? params_.size() : std::stoul(name.substr(0, dot));
+    // "<param index>.<name>": an index that is not all digits (or absurdly long) is no index.
+    const bool digits = dot != std::string::npos && dot > 0 && dot < 10 &&
+                        name.find_first_not_of("0123456789") == dot;
+    std::size_t i = digits ? std::stoul(name.substr(0, dot)) : params_.size();
     if (i >= params_.size() || name.substr(dot + 1) != "momentum_buffer")
       throw Error("SGD: unexpected optimizer state '" + name + "'");
     if (t.shape() != params_[i].shape())

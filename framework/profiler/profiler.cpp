@@ -130,10 +130,15 @@ void save(const std::string& path) {
     std::ofstream f(tmp, std::ios::trunc);
     if (!f) throw Error("profiler: cannot write '" + tmp + "'");
     f << os.str();
-    if (!f.flush()) throw Error("profiler: failed writing '" + tmp + "'");
+    if (!f.flush()) {
+      std::remove(tmp.c_str());  // nothing half-written is left behind
+      throw Error("profiler: failed writing '" + tmp + "'");
+    }
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
     throw Error("profiler: cannot rename '" + tmp + "' to '" + path + "'");
+  }
 }
 
 }  // namespace loom::profiler

@@ -83,6 +83,13 @@ TEST(FuseElementwise, AValueReadTwiceIsComputedOnce) {
     EXPECT_EQ(exps, &in == &p.instrs[0] ? 1 : 0) << "exp runs once, first\n" << ir::to_text(p);
   }
   EXPECT_EQ(fused, 3) << ir::to_text(p);
+  mark_step();
+  const auto xv = values(100), av = a.to_vector<float>(), bv = b.to_vector<float>();
+  for (int i = 0; i < 100; ++i) {
+    const double e = std::exp(static_cast<double>(xv[i]));
+    EXPECT_NEAR(av[i], e + 1, 4e-7 * (e + 1)) << i;
+    EXPECT_NEAR(bv[i], e * 3, 4e-7 * e * 3) << i;
+  }
 }
 
 TEST(FuseElementwise, ComparisonsWhereAndCastsInFloat64) {
@@ -188,6 +195,18 @@ TEST(FuseReduce, AReductionComputesItsOperandsChainAsItReads) {
         s += d * d;
       }
     EXPECT_NEAR(got[c], s / 1400, 1e-5) << c;
+  }
+  // rows: exp(x/2) summed over the innermost 7; cols: x² summed over the 4 images.
+  const auto got_rows = rows.to_vector<float>(), got_cols = cols.to_vector<float>();
+  for (int r = 0; r < 4 * 3 * 50; ++r) {
+    double want = 0;
+    for (int i = 0; i < 7; ++i) want += std::exp(0.5 * xv[r * 7 + i]);
+    EXPECT_NEAR(got_rows[r], want, 1e-6 * want) << "row " << r;
+  }
+  for (int k = 0; k < 3 * 50 * 7; ++k) {
+    double want = 0;
+    for (int n = 0; n < 4; ++n) want += static_cast<double>(xv[n * 1050 + k]) * xv[n * 1050 + k];
+    EXPECT_NEAR(got_cols[k], want, 1e-6 * (1 + want)) << "column " << k;
   }
 }
 

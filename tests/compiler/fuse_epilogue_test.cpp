@@ -5,6 +5,7 @@
 
 #include <loom/autograd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -52,6 +53,24 @@ std::pair<std::vector<T>, std::vector<T>> compiled_and_eager(const std::function
   return {got, f().to_vector<T>()};
 }
 
+// got against values computed on the host in double: eager mode runs the same kernels, so
+// agreeing with it cannot show that both are right.
+template <class T>
+void expect_host(const std::vector<T>& got, const std::vector<double>& want, int64_t terms) {
+  ASSERT_EQ(got.size(), want.size());
+  const double eps = std::is_same_v<T, float> ? 1.2e-7 : 2.3e-16;
+  const double tol = 16 * eps * std::sqrt(static_cast<double>(terms));
+  for (std::size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i]))) << "element " << i;
+}
+
+double activate(ir::Op act, double v) {
+  if (act == ir::Op::Relu) return std::max(v, 0.0);
+  if (act == ir::Op::Sigmoid) return 1 / (1 + std::exp(-v));
+  if (act == ir::Op::Tanh) return std::tanh(v);
+  return v;
+}
+
 // y = act(x @ w^T + b), a Linear layer; x [.., m, k] is multiplied as [rows, k] rows.
 template <class T>
 void check_linear(const Shape& batch, int64_t m, int64_t k, int64_t n, ir::Op act) {
@@ -91,6 +110,16 @@ void check_linear(const Shape& batch, int64_t m, int64_t k, int64_t n, ir::Op ac
     const double tol = std::is_same_v<T, float> ? 1e-6 : 1e-14;
     for (std::size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], tol) << i;
   }
+  const int64_t rows = shape_numel(sx) / k;
+  const auto xv = ramp<T>(rows * k, 0.37), wv = ramp<T>(n * k, 0.11), bv = ramp<T>(n, 0.53);
+  std::vector<double> host(static_cast<std::size_t>(rows * n));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = bv[j];
+      for (int64_t i = 0; i < k; ++i) acc += static_cast<double>(xv[r * k + i]) * wv[j * k + i];
+      host[r * n + j] = activate(act, acc);
+    }
+  expect_host(got, host, k);
 }
 
 TEST(FuseEpilogue, LinearBiasRelu) { check_linear<float>({}, 67, 33, 300, ir::Op::Relu); }
@@ -117,6 +146,17 @@ void check_batched() {
   EXPECT_EQ(p.instrs.size(), 1u) << ir::to_text(p);
   folded(p);
   EXPECT_EQ(got, want);
+  const auto xv = ramp<T>(4 * 19 * 13, 0.29), wv = ramp<T>(4 * 13 * 37, 0.07), bv = ramp<T>(37, 0.5);
+  std::vector<double> host(4 * 19 * 37);
+  for (int bi = 0; bi < 4; ++bi)
+    for (int r = 0; r < 19; ++r)
+      for (int j = 0; j < 37; ++j) {
+        double acc = bv[j];
+        for (int i = 0; i < 13; ++i)
+          acc += static_cast<double>(xv[(bi * 19 + r) * 13 + i]) * wv[(bi * 13 + i) * 37 + j];
+        host[(bi * 19 + r) * 37 + j] = std::max(acc, 0.0);
+      }
+  expect_host(got, host, 13);
 }
 
 TEST(FuseEpilogue, BatchedMatmul) { check_batched<float>(); }
@@ -124,19 +164,43 @@ TEST(FuseEpilogue, BatchedMatmulFloat64) { check_batched<double>(); }
 
 // relu(conv2d(x, w, b)) over shapes that reach each conv algorithm.
 template <class T>
-void check_conv(const Shape& sx, const Shape& sw, Conv2dParams o) {
+void check_conv(const Shape& sx, const Shape& sw, Conv2dParams o_) {
   test::fresh_engine();
   auto x = ramp_tensor<T>(sx, 0.013);
   auto w = ramp_tensor<T>(sw, 0.021);
   auto b = ramp_tensor<T>({sw[0]}, 0.7);
   Program p;
-  auto [got, want] = compiled_and_eager<T>([&] { return relu(conv2d(x, w, b, o)); }, &p);
+  auto [got, want] = compiled_and_eager<T>([&] { return relu(conv2d(x, w, b, o_)); }, &p);
   EXPECT_EQ(p.instrs.size(), 1u) << ir::to_text(p);
   if (const auto* in = folded(p)) {
     EXPECT_EQ(in->op, ir::Op::Conv2d);
     EXPECT_EQ(in->epilogue.activation, ir::Op::Relu);
   }
   EXPECT_EQ(got, want);
+  // The conv by its definition (groups 1, dilation 1 here).
+  const auto xv = ramp<T>(shape_numel(sx), 0.013), wv = ramp<T>(shape_numel(sw), 0.021),
+             bv = ramp<T>(sw[0], 0.7);
+  const int64_t n = sx[0], c = sx[1], h = sx[2], wd = sx[3], o = sw[0], kh = sw[2], kw = sw[3];
+  const int64_t oh = (h + 2 * o_.padding[0] - kh) / o_.stride[0] + 1;
+  const int64_t ow = (wd + 2 * o_.padding[1] - kw) / o_.stride[1] + 1;
+  std::vector<double> host(static_cast<std::size_t>(n * o * oh * ow));
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t oc = 0; oc < o; ++oc)
+      for (int64_t y = 0; y < oh; ++y)
+        for (int64_t x = 0; x < ow; ++x) {
+          double acc = bv[oc];
+          for (int64_t ic = 0; ic < c; ++ic)
+            for (int64_t i = 0; i < kh; ++i)
+              for (int64_t j = 0; j < kw; ++j) {
+                const int64_t iy = y * o_.stride[0] - o_.padding[0] + i;
+                const int64_t ix = x * o_.stride[1] - o_.padding[1] + j;
+                if (iy < 0 || iy >= h || ix < 0 || ix >= wd) continue;
+                acc += static_cast<double>(xv[((b * c + ic) * h + iy) * wd + ix]) *
+                       wv[((oc * c + ic) * kh + i) * kw + j];
+              }
+          host[((b * o + oc) * oh + y) * ow + x] = std::max(acc, 0.0);
+        }
+  expect_host(got, host, c * kh * kw);
 }
 
 TEST(FuseEpilogue, ConvBiasReluSmallPlanes) { check_conv<float>({2, 3, 5, 5}, {6, 3, 3, 3}, {}); }
@@ -240,6 +304,18 @@ TEST(FuseEpilogue, GradientsThroughAFoldedLinearRelu) {
   };
   const auto compiled = run(false);
   EXPECT_EQ(compiled, run(true));
+  // On the host: loss = 0.5 sum relu(x w^T + b); d/dw[j] = 0.5 sum_r [s_rj > 0] x_r, d/db[j] = 0.5 #[s_rj > 0].
+  const auto xv = ramp<double>(12 * 7, 0.3), wv = ramp<double>(9 * 7, 0.2), bv = ramp<double>(9, 0.4);
+  std::vector<double> host(9 * 7 + 9, 0.0);
+  for (int r = 0; r < 12; ++r)
+    for (int j = 0; j < 9; ++j) {
+      double sum = bv[j];
+      for (int i = 0; i < 7; ++i) sum += xv[r * 7 + i] * wv[j * 7 + i];
+      if (sum <= 0) continue;
+      for (int i = 0; i < 7; ++i) host[j * 7 + i] += 0.5 * xv[r * 7 + i];
+      host[9 * 7 + j] += 0.5;
+    }
+  expect_host(compiled, host, 12);
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // batch of 2B, or under `mpirun -np 2` with B per process: it writes each rank's final
 // parameters to <out>.rank<R>.txt so the test can compare them. The model is initialised from
 // a different seed on each rank, so the ranks agree only if the optimizer broadcasts rank 0's
-// values. --fail-rank/--fail-step/--fail-mode make one rank die (SIGKILL) or throw mid-run.
+// values. --fail-rank/--fail-step/--fail-mode make one rank die (SIGKILL), throw, or receive
+// SIGTERM mid-run.
 #include "recipe_util.h"
 
 #include <loom/data/loader.h>
@@ -38,6 +39,10 @@ class TinyTrainer : public Trainer {
   Tensor train_step(const data::Batch& b) override {
     if (++steps_ == failure_.step && dist::rank() == failure_.rank) {
       if (failure_.mode == "kill") std::raise(SIGKILL);
+      if (failure_.mode == "sigterm") {
+        std::raise(SIGTERM);  // the Trainer finishes this step, then every rank stops
+        return F::cross_entropy(net_->forward(b["input"]), b["target"]);
+      }
       throw Error("injected failure at step " + std::to_string(steps_));
     }
     return F::cross_entropy(net_->forward(b["input"]), b["target"]);
@@ -60,7 +65,7 @@ int run(int argc, char** argv) {
     ("out", po::value<std::string>()->default_value(""), "write parameters to <out>.rank<R>.txt")
     ("fail-rank", po::value<int64_t>()->default_value(-1), "the rank that fails")
     ("fail-step", po::value<int64_t>()->default_value(0), "the step at which it fails")
-    ("fail-mode", po::value<std::string>()->default_value("throw"), "kill (SIGKILL itself) or throw (a loom::Error)");
+    ("fail-mode", po::value<std::string>()->default_value("throw"), "kill (SIGKILL itself), sigterm (SIGTERM itself) or throw (a loom::Error)");
   // clang-format on
   po::variables_map vm;
   if (!recipes::parse_options(argc, argv, o, vm, "usage: dist_tiny_train [options]")) return 0;
@@ -103,6 +108,8 @@ int run(int argc, char** argv) {
     }
     if (!f) throw Error("--out: cannot write " + out + ".rank" + std::to_string(rank) + ".txt");
   }
+  if (trainer.interrupted())
+    std::cout << "dist_tiny_train: rank " << rank << " stopped at step " << trainer.step() << "\n";
   if (rank == 0) std::cout << "dist_tiny_train: trained " << trainer.step() << " steps on " << world << " processes\n";
   return 0;
 }

@@ -159,8 +159,36 @@ TEST(DataParallel, TwoRanksWithBatchBEndWhereOneProcessWithBatch2BEnds) {
   expect_two_ranks_match_one_process("");
 }
 
-// With clipping the Trainer averages first and clips the averaged gradients.
-TEST(DataParallel, ClippingActsOnTheAveragedGradients) { expect_two_ranks_match_one_process("--clip 0.05"); }
+// With clipping the Trainer averages first and clips the averaged gradients: two ranks end
+// where one process ends, and both end elsewhere than without clipping (the clip acts: the
+// gradients' norm is above 0.05 here).
+TEST(DataParallel, ClippingActsOnTheAveragedGradients) {
+  expect_two_ranks_match_one_process("--clip 0.05");
+  auto clipped = temp_path("clipped"), unclipped = temp_path("unclipped");
+  for (const auto& [path, clip] : {std::pair{clipped, "0.05"}, std::pair{unclipped, "0"}}) {
+    auto r = run(tiny() + " --batch-size 8 --steps 6 --clip " + clip + " --out " + path.string());
+    ASSERT_EQ(r.status, 0) << r.output;
+  }
+  auto a = read_parameters(clipped.string() + ".rank0.txt");
+  auto b = read_parameters(unclipped.string() + ".rank0.txt");
+  std::filesystem::remove(clipped.string() + ".rank0.txt");
+  std::filesystem::remove(unclipped.string() + ".rank0.txt");
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_FALSE(a.empty());
+  double largest = 0;
+  for (const auto& [k, v] : a) largest = std::max(largest, std::abs(v - b.at(k)));
+  EXPECT_GT(largest, 1e-3) << "clipping at 0.05 changed no parameter: it was not applied";
+}
+
+// "A signal to any rank stops all of them at the same step" (loom/trainer.h): SIGTERM reaches
+// rank 1 alone during step 3; both ranks finish step 3, stop there and exit cleanly.
+TEST(DataParallel, ASignalToOneRankStopsEveryRankAtTheSameStep) {
+  auto r = run(mpirun(2, tiny() + " --steps 1000 --fail-rank 1 --fail-step 3 --fail-mode sigterm"));
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("dist_tiny_train: rank 0 stopped at step 3")) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("dist_tiny_train: rank 1 stopped at step 3")) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("trained 3 steps on 2 processes")) << r.output;
+}
 
 TEST(DataParallel, ARankThatThrowsEndsEveryRankWithItsMessage) {
   auto r = run(mpirun(2, tiny() + " --steps 100000 --fail-rank 1 --fail-step 5 --fail-mode throw"));
@@ -197,6 +225,7 @@ TEST(TrainResnet, TwoProcessesReportGlobalThroughputAndACheckpointEveryRankResum
   EXPECT_THAT(first.output, HasSubstr("steps of 16 images"));
   EXPECT_THAT(first.output, HasSubstr("images/s over 2 processes"));
   // Rank 0 alone logs: one summary, not two.
+  ASSERT_NE(first.output.find("test accuracy"), std::string::npos) << first.output;
   EXPECT_EQ(first.output.find("test accuracy"), first.output.rfind("test accuracy")) << first.output;
   ASSERT_TRUE(std::filesystem::exists(ck));
 

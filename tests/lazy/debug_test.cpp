@@ -159,5 +159,24 @@ TEST(Profiler, ChromeTraceWithHostAndDeviceSpans) {
   EXPECT_FALSE(test::JsonChecker(std::string("{\"a\":[1,2,}")).valid());  // the checker can fail
 }
 
+// profiler::save throws a loom::Error naming the file it could not write, leaving nothing
+// behind: a directory that does not exist, and a path that is a directory (the rename fails).
+TEST(Profiler, SaveToAPathThatCannotBeWrittenIsAnError) {
+  profiler::clear();
+  profiler::start();
+  { profiler::Trace span("one"); }
+  profiler::stop();
+  const std::string missing = "/nonexistent_loom_dir/trace.json";
+  EXPECT_EQ(test::error_of([&] { profiler::save(missing); }),
+            "profiler: cannot write '" + missing + ".tmp'");
+  const auto dir = std::filesystem::temp_directory_path() / ("loom_trace_dir_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "inside");  // not empty: rename cannot replace it
+  const std::string msg = test::error_of([&] { profiler::save(dir.string()); });
+  EXPECT_THAT(msg, HasSubstr("profiler: cannot rename '" + dir.string() + ".tmp' to '" + dir.string() + "'"));
+  EXPECT_TRUE(std::filesystem::is_directory(dir / "inside"));
+  EXPECT_FALSE(std::filesystem::exists(dir.string() + ".tmp")) << "the temporary file was left";
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace loom

@@ -2,6 +2,8 @@
 // parameter, config validation, and a steady training step that compiles nothing.
 #include "nn/nn_test_util.h"
 
+#include "runtime/cpu/heap_count.h"
+
 #include <loom/autograd.h>
 #include <loom/models/decoder.h>
 #include <loom/nn/functional.h>
@@ -125,6 +127,9 @@ TEST(Decoder, SteadyTrainingStepCompilesNothing) {
   // a given kernel's task (and grows its scratch to that task's size) depends on scheduling,
   // and a late first visit could fall in a measured step. loom_bench counts with every thread.
   tbb::global_control one_thread(tbb::global_control::max_allowed_parallelism, 1);
+  // The counter must be live, or the zero below would hold by counting nothing.
+  ASSERT_TRUE(runtime::heap_counting_supported())
+      << "this test binary does not count heap allocations (loom_heap_count not linked, or not glibc)";
   models::Decoder lm(tiny());
   auto tokens = from_vector<int64_t>({1, 2, 3, 4, 5, 6, 7, 8}, {2, 4});
   auto targets = from_vector<int64_t>({2, 3, 4, 5, 6, 7, 8, 9}, {2, 4});
@@ -139,7 +144,10 @@ TEST(Decoder, SteadyTrainingStepCompilesNothing) {
     lm.zero_grad();
     mark_step();
     losses.push_back(loss.item<float>());
-    if (step == 2) metrics::reset();  // two warm-up steps after the first compile
+    if (step == 2) {  // two warm-up steps after the first compile
+      EXPECT_GT(metrics::counter("ExecuteHeapAlloc"), 0) << "the counter saw no warm-up allocation";
+      metrics::reset();
+    }
   }
   EXPECT_EQ(metrics::counter("UncachedCompile"), 0);
   EXPECT_EQ(metrics::counter("ExecuteProgram"), 2);

@@ -365,10 +365,16 @@ TEST(LoadStateDict, ErrorsNameTheKeyAndShapes) {
 
   // A failed load changes nothing; a good one copies values in place.
   EXPECT_EQ(values(std::dynamic_pointer_cast<nn::Linear>(seq[0])->weight), before);
+  // In place: the module's parameter is the same tensor (its impl, which optimizers hold)
+  // before and after, and a handle taken before the load sees the new values.
+  const Tensor held = std::dynamic_pointer_cast<nn::Linear>(seq[0])->weight;
+  const auto* impl_before = held.impl().get();
   auto good = sd;
   good[0].second = ones({4, 3});
   seq.load_state_dict(good);
-  expect_near(values(std::dynamic_pointer_cast<nn::Linear>(seq[0])->weight), std::vector<double>(12, 1), 0);
+  EXPECT_EQ(std::dynamic_pointer_cast<nn::Linear>(seq[0])->weight.impl().get(), impl_before);
+  EXPECT_EQ(seq.named_parameters()[0].second.impl().get(), impl_before);
+  expect_near(values(held), std::vector<double>(12, 1), 0);
 }
 
 }  // namespace

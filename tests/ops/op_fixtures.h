@@ -20,7 +20,42 @@
 #include <string>
 #include <vector>
 
+#include <zlib.h>
+
 namespace loom::test {
+
+// ---- generated inputs ----
+
+// The input generator of tests/reference/make_fast_path_fixtures.py, repeated exactly: the
+// integer k of element i is splitmix64(seed * 2^32 + i) mod 1025 - 512, and its value k/256
+// (exact in float32 and float64); in mode "inf" k = +-512 is +-Inf, in mode "nan" also
+// k = 511 is NaN. Integer arithmetic mod 2^64 and an exact division: the same bits as Python.
+inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Fills `values` with n generated elements; returns the sum of their k, which the fixture
+// line states so that a generator that drifted from the script's is caught.
+inline int64_t generate_values(uint64_t seed, const std::string& mode, int64_t n,
+                               std::vector<double>& values) {
+  if (mode != "finite" && mode != "inf" && mode != "nan") {
+    throw std::runtime_error("unknown generator mode '" + mode + "'");
+  }
+  int64_t sum = 0;
+  values.resize(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t k = static_cast<int64_t>(splitmix64((seed << 32) + static_cast<uint64_t>(i)) % 1025) - 512;
+    sum += k;
+    double v = static_cast<double>(k) / 256.0;
+    if (mode != "finite" && (k == 512 || k == -512)) v = k > 0 ? INFINITY : -INFINITY;
+    if (mode == "nan" && k == 511) v = NAN;
+    values[static_cast<std::size_t>(i)] = v;
+  }
+  return sum;
+}
 
 // ---- fixture file ----
 
@@ -75,7 +110,24 @@ inline TensorSpec parse_tensor(std::istringstream& in) {
     numel *= n;
   }
   std::string token;
-  while (in >> token) t.values.push_back(parse_number(token, integral));
+  while (in >> token) {
+    if (token == "gen" && t.values.empty()) {  // gen <seed> <mode> <sum of k>
+      uint64_t seed = 0;
+      std::string mode;
+      int64_t want_sum = 0;
+      if (!(in >> seed >> mode >> want_sum) || (in >> token)) {
+        throw std::runtime_error("bad gen spec");
+      }
+      const int64_t sum = generate_values(seed, mode, numel, t.values);
+      if (sum != want_sum) {
+        throw std::runtime_error("generated inputs (seed " + std::to_string(seed) + ") sum to " +
+                                 std::to_string(sum) + ", the fixture says " +
+                                 std::to_string(want_sum) + ": the generator drifted");
+      }
+      return t;
+    }
+    t.values.push_back(parse_number(token, integral));
+  }
   if (static_cast<int64_t>(t.values.size()) != numel) {
     throw std::runtime_error("expected " + std::to_string(numel) + " values for shape " +
                              loom::shape_str(t.shape) + ", got " +
@@ -84,13 +136,35 @@ inline TensorSpec parse_tensor(std::istringstream& in) {
   return t;
 }
 
+// The whole file, gunzipped when its name ends in ".gz"; false when it cannot be read.
+inline bool read_text(const std::string& path, std::string& text) {
+  const bool gz = path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
+  if (!gz) {
+    std::ifstream file(path, std::ios::binary);
+    if (!file) return false;
+    std::ostringstream ss;
+    ss << file.rdbuf();
+    text = ss.str();
+    return true;
+  }
+  gzFile file = gzopen(path.c_str(), "rb");
+  if (!file) return false;
+  char buf[1 << 16];
+  int n = 0;
+  while ((n = gzread(file, buf, sizeof buf)) > 0) text.append(buf, static_cast<std::size_t>(n));
+  const bool ok = n == 0;
+  gzclose(file);
+  return ok;
+}
+
 inline Fixtures read_fixtures(const std::string& path) {
   Fixtures f;
-  std::ifstream file(path);
-  if (!file) {
+  std::string whole;
+  if (!read_text(path, whole)) {
     f.error = "cannot open " + path;
     return f;
   }
+  std::istringstream file(whole);
   std::string text;
   int line_no = 0;
   try {

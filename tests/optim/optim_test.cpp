@@ -198,5 +198,42 @@ TEST(Optimizers, BadOptionsAreClearErrors) {
                                      {.warmup_steps = 5, .total_steps = 5}), Error);
 }
 
+// load_state() takes only what state() writes: "<param index>.<name>" with the name of the
+// optimizer's buffer and the parameter's shape; anything else is a loom::Error naming it.
+TEST(Optimizers, LoadStateChecksNamesAndShapes) {
+  auto a = zeros({2, 3}).requires_grad_(), b = zeros({4}).requires_grad_();
+  optim::SGD sgd({a, b}, {.lr = 0.1, .momentum = 0.9});
+  optim::Adam adam({a, b}, {});
+  using State = std::vector<std::pair<std::string, Tensor>>;
+  // What each writes is what each reads back.
+  sgd.load_state({{"1.momentum_buffer", ones({4})}}, 3);
+  EXPECT_EQ(sgd.steps(), 3);
+  ASSERT_EQ(sgd.state().size(), 1u);
+  EXPECT_EQ(sgd.state()[0].first, "1.momentum_buffer");
+  EXPECT_EQ(sgd.state()[0].second.to_vector<float>(), std::vector<float>(4, 1.f));
+  adam.load_state({{"0.exp_avg", ones({2, 3})}, {"0.exp_avg_sq", ones({2, 3})},
+                   {"0.step", scalar_tensor(5, DType::Int64)}}, 5);
+  EXPECT_EQ(adam.steps(), 5);
+  EXPECT_EQ(adam.state().size(), 3u);
+
+  const std::pair<State, std::string> sgd_bad[] = {
+      {{{"0.exp_avg", ones({2, 3})}}, "SGD: unexpected optimizer state '0.exp_avg'"},
+      {{{"2.momentum_buffer", ones({4})}}, "SGD: unexpected optimizer state '2.momentum_buffer'"},
+      {{{"momentum_buffer", ones({4})}}, "SGD: unexpected optimizer state 'momentum_buffer'"},
+      {{{"x.momentum_buffer", ones({4})}}, "SGD: unexpected optimizer state 'x.momentum_buffer'"},
+      {{{"1.momentum_buffer", ones({2, 3})}},
+       "SGD: state '1.momentum_buffer' expects shape [4], got [2,3]"},
+  };
+  for (const auto& [state, want] : sgd_bad)
+    EXPECT_EQ(test::error_of([&] { sgd.load_state(state, 1); }), want);
+  const std::pair<State, std::string> adam_bad[] = {
+      {{{"0.momentum_buffer", ones({2, 3})}}, "Adam: unexpected optimizer state '0.momentum_buffer'"},
+      {{{"7.exp_avg", ones({2, 3})}}, "Adam: unexpected optimizer state '7.exp_avg'"},
+      {{{"0.exp_avg_sq", ones({3, 2})}}, "Adam: state '0.exp_avg_sq' expects shape [2,3], got [3,2]"},
+  };
+  for (const auto& [state, want] : adam_bad)
+    EXPECT_EQ(test::error_of([&] { adam.load_state(state, 1); }), want);
+}
+
 }  // namespace
 }  // namespace loom

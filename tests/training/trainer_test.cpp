@@ -57,18 +57,33 @@ class BlobTrainer : public Trainer {
     // included, and guarded, so that a compiled step is traced again where the test disturbs it.
     every_call([this] { ++calls_; });
     guard_on("a disturbed step", [this] { return calls_ == interrupt_at_ || calls_ == poison_at; });
-    if (interrupt_at_ && calls_ == interrupt_at_) std::raise(SIGINT);  // as if Ctrl-C
+    if (interrupt_at_ && calls_ == interrupt_at_) std::raise(stop_signal);  // as if Ctrl-C (or kill)
+    if (watch_checkpoint) {  // lazy mode only: a replayed compiled step would not come here
+      // The checkpoint on disk as this step starts (-1: none yet).
+      checkpoint_seen.push_back(std::filesystem::exists(options().checkpoint)
+                                    ? loom::load_checkpoint(options().checkpoint).step : -1);
+    }
     auto loss = F::cross_entropy(net_->forward(b["input"]), b["target"]);
     return calls_ == poison_at ? loss * std::nan("") : loss;  // as a NaN in the data would
   }
   std::map<std::string, Tensor> eval_step(const data::Batch& b) override {
     if (fail_eval) throw Error("evaluation failed");
+    if (eval_batches_at.empty() || eval_batches_at.back().first != step()) eval_batches_at.push_back({step(), 0});
+    ++eval_batches_at.back().second;
     auto correct = eq(argmax(net_->forward(b["input"]), 1), b["target"]).to(DType::Float32);
-    return {{"accuracy", sum(correct)}};
+    if (!mask_padding) return {{"accuracy", sum(correct)}};
+    // As the README says to: the padding of a last batch counted in neither sum.
+    const Tensor real = real_rows(b, DType::Float32);
+    return {{"accuracy", sum(correct * real)}, {"rows", sum(real)}};
   }
 
   int64_t poison_at = 0;   // the step whose loss is NaN (0: none)
   bool fail_eval = false;  // eval_step throws
+  int stop_signal = SIGINT;       // what interrupt_at raises
+  bool mask_padding = false;      // eval_step weighs rows by real_rows()
+  bool watch_checkpoint = false;  // record checkpoint_seen
+  std::vector<int64_t> checkpoint_seen;                        // per step, the step on disk
+  std::vector<std::pair<int64_t, int64_t>> eval_batches_at;   // (step, batches) per evaluation
 
  private:
   std::shared_ptr<Mlp> net_;
@@ -309,6 +324,93 @@ TEST(Trainer, DestinationsAreCheckedBeforeTheFirstStep) {
         << msg;
     EXPECT_TRUE(t.losses().empty());
   }
+}
+
+TEST(Trainer, SigtermStopsLikeSigint) {
+  auto ck = temp_checkpoint("loom_sigterm_");
+  auto train = loader();
+  BlobTrainer t(fresh_model(), quiet({.epochs = 2, .checkpoint = ck}), /*interrupt_at=*/5);
+  t.stop_signal = SIGTERM;  // as `kill` or a batch scheduler sends
+  t.fit(train);
+  EXPECT_TRUE(t.interrupted());
+  EXPECT_EQ(t.losses().size(), 5u);  // the step in progress finished, then it stopped
+  EXPECT_EQ(load_checkpoint(ck).step, 5);
+  std::filesystem::remove(ck);
+}
+
+std::vector<double> flat_parameters(nn::Module& m) {
+  std::vector<double> out;
+  for (const auto& p : m.parameters())
+    for (double v : p.to(DType::Float64).to_vector<double>()) out.push_back(v);
+  return out;
+}
+
+// SGD's first step moves the parameters by lr x the gradient (the momentum buffer starts as
+// the gradient): clipped to norm c, by exactly lr x c; unclipped, by far more.
+TEST(Trainer, ClipGradNormBoundsTheUpdate) {
+  constexpr double lr = 0.2, clip = 1e-3;  // BlobTrainer's SGD lr
+  auto moved = [&](double max_norm) {
+    auto net = fresh_model();
+    const auto before = flat_parameters(*net);
+    auto train = loader();
+    BlobTrainer t(net, quiet({.max_steps = 1, .clip_grad_norm = max_norm}));
+    t.fit(train);
+    const auto after = flat_parameters(*net);
+    double s = 0;
+    for (std::size_t i = 0; i < before.size(); ++i) s += (after[i] - before[i]) * (after[i] - before[i]);
+    return std::sqrt(s);
+  };
+  // (float32 parameters round each small update: a few 1e-4 of its norm)
+  EXPECT_NEAR(moved(clip), lr * clip, 5e-3 * lr * clip);
+  EXPECT_GT(moved(0), 20 * lr * clip) << "the gradient's norm is below the clip: the test shows nothing";
+}
+
+// A test set the batch does not divide: the last batch is padded (LastBatch::Pad), and the
+// padding counts in no sum nor in the number of samples divided by.
+TEST(Trainer, EvaluationOverAPaddedLastBatchCountsRealSamplesOnly) {
+  auto net = fresh_model();
+  BlobTrainer t(net, quiet({}));
+  t.mask_padding = true;
+  auto eval = [&](int64_t batch) {
+    data::DeviceLoader l(blobs(20), {.batch_size = batch, .last_batch = data::LastBatch::Pad});
+    return t.evaluate(l);
+  };
+  const auto padded = eval(8);  // 8 + 8 + 4 real rows of 8
+  EXPECT_EQ(padded.at("rows"), 1.0);
+  // The same as batches that divide the set: one of 20, and twenty of 1.
+  EXPECT_DOUBLE_EQ(padded.at("accuracy"), eval(20).at("accuracy"));
+  EXPECT_DOUBLE_EQ(padded.at("accuracy"), eval(1).at("accuracy"));
+  const double correct = padded.at("accuracy") * 20;
+  EXPECT_DOUBLE_EQ(correct, std::round(correct)) << "a fraction of 20 samples";
+  // The untrained model gets some right and some wrong, so a miscount would show.
+  EXPECT_GT(correct, 0);
+  EXPECT_LT(correct, 20);
+}
+
+TEST(Trainer, EvalEveryEvaluatesEveryNStepsAndAtTheEnd) {
+  auto train = loader();  // 8 batches per epoch
+  auto test = data::DeviceLoader(blobs(16), {.batch_size = 8});
+  BlobTrainer t(fresh_model(), quiet({.epochs = 2, .eval_every = 5}));
+  t.fit(train, &test);
+  using Evals = std::vector<std::pair<int64_t, int64_t>>;
+  EXPECT_EQ(t.eval_batches_at, (Evals{{5, 2}, {10, 2}, {15, 2}, {16, 2}}));
+  // 0: at each epoch's end instead.
+  auto train2 = loader();
+  BlobTrainer u(fresh_model(), quiet({.epochs = 2}));
+  u.fit(train2, &test);
+  EXPECT_EQ(u.eval_batches_at, (Evals{{8, 2}, {16, 2}}));
+}
+
+TEST(Trainer, CheckpointEveryWritesEveryNSteps) {
+  auto ck = temp_checkpoint("loom_every_");
+  auto train = loader();
+  BlobTrainer t(fresh_model(), quiet({.epochs = 1, .max_steps = 7, .checkpoint = ck, .checkpoint_every = 3}));
+  t.watch_checkpoint = true;
+  t.fit(train);
+  // As each of steps 1..7 starts: nothing, then step 3's checkpoint, then step 6's.
+  EXPECT_EQ(t.checkpoint_seen, (std::vector<int64_t>{-1, -1, -1, 3, 3, 3, 6}));
+  EXPECT_EQ(load_checkpoint(ck).step, 7);  // and the last step's, at the stop
+  std::filesystem::remove(ck);
 }
 
 }  // namespace

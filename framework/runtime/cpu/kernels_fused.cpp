@@ -28,6 +28,7 @@
 #include <cassert>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -41,6 +42,8 @@ using ir::Op;
 
 template <class T>
 using Array = Eigen::Array<T, Eigen::Dynamic, 1>;
+template <class T>
+constexpr T kInf = std::numeric_limits<T>::infinity();
 
 // d = f(a) over n <= kFusedBlock elements with Eigen's vectorised functions. The operand is
 // copied into an aligned buffer padded to whole packets, so every element goes through the
@@ -151,11 +154,16 @@ void run_step(const FusedStep& s, const T* a, const T* b, const T* c, T* __restr
     case Op::Log:
       if constexpr (fp) return vector_map(a, d, n, [](const auto& x) { return x.log(); });
       break;
+    // Eigen's fast float sqrt (rsqrt and a Newton step) makes +Inf NaN: +Inf is kept apart.
     case Op::Sqrt:
-      if constexpr (fp) return vector_map(a, d, n, [](const auto& x) { return x.sqrt(); });
+      if constexpr (fp)
+        return vector_map(a, d, n, [](const auto& x) { return (x == kInf<T>).select(x, x.sqrt()); });
       break;
     case Op::Rsqrt:
-      if constexpr (fp) return vector_map(a, d, n, [](const auto& x) { return x.sqrt().inverse(); });
+      if constexpr (fp)
+        return vector_map(a, d, n, [](const auto& x) {
+          return (x == kInf<T>).select(Array<T>::Zero(x.size()), x.sqrt().inverse());
+        });
       break;
     case Op::Sigmoid:
       if constexpr (fp) return vector_map(a, d, n, [](const auto& x) { return x.logistic(); });
