@@ -84,18 +84,20 @@ int generate(const std::shared_ptr<models::Decoder>& net, const std::string& pro
   for (unsigned char ch : prompt) text.push_back(ch);
   if (text.empty()) text.push_back('\n');
   std::mt19937_64 rng(seed);
-  // Every step runs the same forward on a new window: captured after two calls and replayed
-  // without tracing from then on (loom/compile.h).
-  auto forward = compile([&net](const Tensor& window) { return net->forward(window); });
+  // Every step runs the same forward on a new window and picks the row of the last real
+  // token by an index tensor (not a slice, whose bounds would be a new graph per position):
+  // captured after two calls and replayed without tracing from then on (loom/compile.h).
+  const int64_t vocab = net->config.vocab_size;
+  auto next_logits = compile([&net, t_max, vocab](const Tensor& window, const Tensor& position) {
+    return embedding(reshape(net->forward(window), {t_max, vocab}), position).reshape({vocab}).to(DType::Float64);
+  });
   std::cout << prompt << std::flush;
   for (int64_t i = 0; i < count; ++i) {
     int64_t start = std::max<int64_t>(0, static_cast<int64_t>(text.size()) - t_max);
     std::vector<int64_t> window(text.begin() + start, text.end());
     int64_t last = static_cast<int64_t>(window.size()) - 1;
     window.resize(t_max, 0);
-    auto logits = forward(from_vector(window, {1, t_max}));
-    auto row = reshape(slice(logits, 1, last, last + 1), {net->config.vocab_size}).to(DType::Float64);
-    auto values = row.to_vector<double>();
+    auto values = next_logits(from_vector(window, {1, t_max}), from_vector<int64_t>({last}, {1})).to_vector<double>();
     int64_t next = 0;
     if (temperature <= 0) {
       next = std::max_element(values.begin(), values.end()) - values.begin();
