@@ -3,6 +3,7 @@
 // step named and leaves the last good checkpoint alone; a full disk is one error line; a
 // destination that cannot be written is refused before training.
 #include "cli_util.h"
+#include "temp_dir.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -21,20 +22,7 @@ using ::testing::Not;
 using test::CliProcess;
 using test::run_cli;
 
-// A fresh directory for one test's files, removed after it.
-class TempDir {
- public:
-  explicit TempDir(const std::string& name)
-      : path_(fs::temp_directory_path() / ("loom_" + name + "_" + std::to_string(::getpid()))) {
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& file) const { return (path_ / file).string(); }
-
- private:
-  fs::path path_;
-};
+using test::TempDir;
 
 const std::string kResnet = std::string(LOOM_TRAIN_RESNET) + " --synthetic --batch-size 16 --eval-batch-size 100 ";
 

@@ -3,6 +3,7 @@
 // (--mode lazy|eager|compiled give the same losses, --schedule step|constant set the learning
 // rate they say, --label-smoothing and --augment change what is trained on).
 #include "cli_util.h"
+#include "temp_dir.h"
 
 #include <loom/data/hdf5.h>
 
@@ -25,19 +26,7 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using test::run_cli;
 
-class TempDir {
- public:
-  explicit TempDir(const std::string& name)
-      : path_(fs::temp_directory_path() / ("loom_train_" + name + "_" + std::to_string(::getpid()))) {
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& file) const { return (path_ / file).string(); }
-
- private:
-  fs::path path_;
-};
+using test::TempDir;
 
 // Per logged step ("step k/N  loss X  lr Y"): (loss, lr).
 std::vector<std::pair<double, double>> logged_steps(const std::string& output) {

@@ -2,6 +2,7 @@
 // missing, truncated or foreign file is a loom::Error naming it; and a save writes
 // "<path>.tmp" and renames it over the last checkpoint, never writing into the file that
 // is there (a reader holding the old file keeps the old contents, a failed save keeps it).
+#include "temp_dir.h"
 #include "test_util.h"
 
 #include <loom/checkpoint.h>
@@ -17,19 +18,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  explicit TempDir(const std::string& name)
-      : path_(fs::temp_directory_path() / ("loom_ck_" + name + "_" + std::to_string(::getpid()))) {
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& file) const { return (path_ / file).string(); }
-
- private:
-  fs::path path_;
-};
+using test::TempDir;
 
 Checkpoint sample(int64_t step) {
   Checkpoint c;
