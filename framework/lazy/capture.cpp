@@ -691,7 +691,10 @@ struct CaptureTrace::Impl {
   std::optional<std::list<Plan>::iterator> checking;
 
   Impl(CaptureState& s, const CaptureArgs& a)
-      : state(s), args(a), outer(lazy::capture::active), recording(!s.lazy_forever),
+      : state(s), args(a), outer(lazy::capture::active),
+        // A replay that ran the effects and then failed a guard (and may have given up) is
+        // followed by a recorded trace, so that its every_call() updates are not run twice.
+        recording(!s.lazy_forever || s.effects_ran),
         checking(std::exchange(s.checking, std::nullopt)) {
     if (!recording) return;
     recorder.entry_id = TensorImpl::next_id();
@@ -726,6 +729,7 @@ void CaptureTrace::finish(const CaptureArgs& results, std::any shape) {
   lazy::mark_step_at(s.site);
   lazy::capture::active = impl_->outer;
   impl_->recording = false;
+  if (s.lazy_forever) return;
   auto checking = impl_->checking;
 
   if (results.is_opaque) r.refuse("it returns a type compile() cannot rebuild (see capture_visit)", true);
