@@ -55,6 +55,7 @@
 #include <memory>
 #include <source_location>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -90,7 +91,7 @@ void every_call(std::function<void()> fn);
 // optimizer updates, a branch's condition). A replay checks, after the every_call() updates,
 // that `fn` returns what it returned when the step was traced; otherwise the call is traced
 // again (its every_call() updates not repeated), and `what` names the cause.
-void guard_on(std::string what, std::function<int64_t()> fn);
+void guard_on(std::string_view what, std::function<int64_t()> fn);
 
 // How compile() walks a value: calls v.tensor(t) for each tensor and v.integer / v.number /
 // v.text for what guards compare. Overload capture_visit(V&, const YourType&) in YourType's

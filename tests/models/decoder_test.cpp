@@ -87,15 +87,7 @@ TEST(Decoder, BackwardReachesEveryParameter) {
   loss.backward();
   mark_step();
   EXPECT_NEAR(loss.item<float>(), std::log(16.0), 0.2);  // small init: near uniform
-  for (const auto& [name, p] : lm.named_parameters()) {
-    ASSERT_TRUE(p.grad().defined()) << name;
-    double norm = 0;
-    for (double g : values(p.grad())) {
-      ASSERT_TRUE(std::isfinite(g)) << name;
-      norm += g * g;
-    }
-    EXPECT_GT(norm, 0) << name;
-  }
+  test::expect_every_gradient_finite_and_nonzero(lm.named_parameters());
 }
 
 TEST(Decoder, ValidatesConfigAndInput) {

@@ -6,6 +6,7 @@
 #include <loom/autograd.h>
 #include <loom/nn/module.h>
 
+#include <cmath>
 #include <functional>
 #include <random>
 
@@ -68,6 +69,20 @@ inline void expect_gradient_matches(const std::function<Tensor(const Tensor&)>& 
     lo[i] -= eps;
     double numeric = (f(from_vector(hi, shape)).item<double>() - f(from_vector(lo, shape)).item<double>()) / (2 * eps);
     EXPECT_NEAR(analytic[i], numeric, tol * std::max(1.0, std::abs(numeric))) << "element " << i;
+  }
+}
+
+// Every parameter of `named` (a module's named_parameters()) has a finite, non-zero gradient:
+// backward reached all of them.
+inline void expect_every_gradient_finite_and_nonzero(const nn::NamedTensors& named) {
+  for (const auto& [name, p] : named) {
+    ASSERT_TRUE(p.grad().defined()) << name;
+    double norm = 0;
+    for (double g : values(p.grad())) {
+      ASSERT_TRUE(std::isfinite(g)) << name;
+      norm += g * g;
+    }
+    EXPECT_GT(norm, 0) << name;
   }
 }
 
