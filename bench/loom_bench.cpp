@@ -65,13 +65,13 @@ std::string format_time(double s) {
 void progress(const std::string& line) { std::cerr << "loom_bench: " << line << std::endl; }
 
 std::string Table::str() const {
-  constexpr std::size_t kColumns = 10;
+  constexpr std::size_t kColumns = 11;
   using Cells = std::array<std::string, kColumns>;
   auto cells = [](const Row& r) {
-    return Cells{r.section, r.benchmark, r.mode, r.time, r.rate, r.gflops, r.peak, r.ratio, r.vs, r.idle};
+    return Cells{r.section, r.benchmark, r.mode, r.precision, r.time, r.rate, r.gflops, r.peak, r.ratio, r.vs, r.idle};
   };
-  std::vector<Cells> lines{{"section", "benchmark", "mode", "time", "rate", "GFLOP/s", "%peak", "ratio", "vs",
-                            "dev idle"}};
+  std::vector<Cells> lines{{"section", "benchmark", "mode", "precision", "time", "rate", "GFLOP/s", "%peak", "ratio",
+                            "vs", "dev idle"}};
   for (const auto& r : rows_) lines.push_back(cells(r));
   std::array<std::size_t, kColumns> width{};
   for (auto& l : lines)
@@ -80,7 +80,7 @@ std::string Table::str() const {
       width[c] = std::max(width[c], l[c].size());
     }
   // Text columns flush left, figures flush right.
-  auto left = [](std::size_t c) { return c < 3 || c == 8; };
+  auto left = [](std::size_t c) { return c < 4 || c == 9; };
   std::ostringstream os;
   for (std::size_t i = 0; i < lines.size(); ++i) {
     std::string line;
@@ -136,6 +136,7 @@ int run(int argc, char** argv) {
     ("sections", po::value<std::string>()->default_value("gemm,sincos,train,host,infer"), "sections to run")
     ("models", po::value<std::string>()->default_value("resnet20,resnet18,decoder"), "training workloads")
     ("modes", po::value<std::string>()->default_value("captured,compiled,lazy,eager"), "execution modes of the training steps and of sin(cos(x)) (captured: compile() with step capture; compiled: traced at every call)")
+    ("precision", po::value<std::string>()->default_value("fp32"), "precisions of the training steps: fp32, bf16 (matmuls and convolutions in bfloat16 under loom::Autocast), or both: fp32,bf16")
     ("steps", po::value<int64_t>(&o.steps)->default_value(o.steps), "timed training steps per model and mode")
     ("warmup", po::value<int64_t>(&o.warmup)->default_value(o.warmup), "untimed steps before them (at least 2: the first step also creates the optimizer state)")
     ("host-steps", po::value<int64_t>(&o.host_steps)->default_value(o.host_steps), "lazy steps on an idle device for the host rows (the best counts)")
@@ -147,7 +148,8 @@ int run(int argc, char** argv) {
   po::store(po::parse_command_line(argc, argv, desc), vm);
   po::notify(vm);
   if (vm.count("help")) {
-    std::cout << "usage: loom_bench [options]\n\nPrints one table: training-step throughput, the SGEMM peak, "
+    std::cout << "usage: loom_bench [options]\n\nPrints one table: the hardware's FMA peak and the SGEMM peak, training-step "
+                 "throughput per precision, "
                  "sin(cos(x)) against the memory bound, and host overhead.\n\n"
               << desc;
     return 0;
@@ -155,6 +157,7 @@ int run(int argc, char** argv) {
   o.sections = split_list(vm["sections"].as<std::string>(), sections, "sections");
   o.models = split_list(vm["models"].as<std::string>(), models, "models");
   o.modes = split_list(vm["modes"].as<std::string>(), modes, "modes");
+  o.precisions = split_list(vm["precision"].as<std::string>(), {"fp32", "bf16"}, "precision");
   require_at_least("steps", o.steps, 1);
   require_at_least("warmup", o.warmup, 2);
   require_at_least("host-steps", o.host_steps, 1);
@@ -171,7 +174,10 @@ int run(int argc, char** argv) {
   Table table;
   Bounds bounds;
   // The peak is the denominator of every %peak cell, so it is measured whenever one is shown.
-  if (o.section("gemm") || o.section("train")) measure_sgemm_peak(o, bounds, table);
+  if (o.section("gemm") || o.section("train")) {
+    measure_hardware_peak(o, bounds, table);
+    measure_sgemm_peak(o, bounds, table);
+  }
   if (o.section("gemm")) bench_loom_matmul(o, bounds, table);
   if (o.section("sincos")) bench_sin_cos(o, bounds, table);
   if (o.section("train") || o.section("host")) bench_training(o, bounds, table);

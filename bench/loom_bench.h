@@ -14,6 +14,7 @@ struct Options {
   std::vector<std::string> sections;  // gemm, sincos, train, host, infer
   std::vector<std::string> models;    // resnet20, resnet18, decoder
   std::vector<std::string> modes;     // captured, compiled, lazy, eager
+  std::vector<std::string> precisions{"fp32"};  // fp32, bf16 (loom/autocast.h): training rows
   int64_t steps = 5;       // timed training steps per (model, mode)
   int64_t warmup = 2;      // untimed steps first (step 1 creates optimizer state: 2 graphs)
   int64_t host_steps = 3;  // steps with the device idle, for the host rows (the best counts)
@@ -28,10 +29,11 @@ struct Options {
 // One row of the table; empty cells print as "-".
 struct Row {
   std::string section, benchmark, mode;
+  std::string precision;  // fp32 or bf16, where the row depends on it
   std::string time;   // per step / per call / per node, with its unit
   std::string rate;   // images/s, tokens/s, GB/s, GFLOP/s, ns/node
   std::string gflops; // achieved GFLOP/s (the FLOP counts)
-  std::string peak;   // GFLOP/s as a share of the measured SGEMM peak
+  std::string peak;   // GFLOP/s as a share of the hardware peak of the row's precision
   std::string ratio;  // this row's speed as a multiple of the reference in `vs`
   std::string vs;
   std::string idle;   // share of the timed window the device had no program to run
@@ -48,6 +50,8 @@ class Table {
 
 // Measured bounds; zero when the section that measures them did not run.
 struct Bounds {
+  double fma_gflops = 0;    // the hardware's float32 peak: an FMA-bound loop (hardware_peak.cpp)
+  double bf16_gflops = 0;   // bfloat16 dot products; the float32 peak on a CPU without them
   double sgemm_gflops = 0;  // the best large Eigen SGEMM on all threads
   double copy_bytes_s = 0;  // the best stream-like kernel, bytes moved per second
 };
@@ -58,7 +62,13 @@ std::string format(const char* fmt, double value);  // one printf conversion
 std::string format_time(double seconds);             // "12.3 ms", "850 ns", ...
 void progress(const std::string& line);              // to stderr, while the table is built
 
-// Sections. measure_sgemm_peak also adds its rows when the gemm section is selected.
+// The hardware peak of `precision` ("fp32", "bf16"), or the SGEMM peak when the FMA loop did
+// not run; 0 when neither did.
+double peak_gflops(const Bounds& b, const std::string& precision);
+
+// Sections. measure_hardware_peak and measure_sgemm_peak add their rows when the gemm section is
+// selected.
+void measure_hardware_peak(const Options& o, Bounds& b, Table& t);
 void measure_sgemm_peak(const Options& o, Bounds& b, Table& t);
 void bench_loom_matmul(const Options& o, const Bounds& b, Table& t);
 void bench_sin_cos(const Options& o, Bounds& b, Table& t);

@@ -29,6 +29,7 @@
 // start to the last one's end on the device.
 #include "loom_bench.h"
 
+#include <loom/autocast.h>
 #include <loom/autograd.h>
 #include <loom/debug.h>
 #include <loom/lazy.h>
@@ -143,8 +144,10 @@ struct Measured {
 // One mode's model, its steps and their timings.
 class ModeRun {
  public:
-  ModeRun(const std::string& model, std::string mode)
+  ModeRun(const std::string& model, std::string mode, std::string precision)
       : mode_(std::move(mode)),
+        precision_name_(std::move(precision)),
+        precision_(parse_precision(precision_name_)),
         w_(make_workload(model)),
         compiled_(compile(std::function<Tensor()>([this] { return step_ops(w_); }), {.capture = false})),
         captured_(compile(std::function<Tensor()>([this] { return step_ops(w_); }))) {}
@@ -152,10 +155,14 @@ class ModeRun {
   ModeRun& operator=(const ModeRun&) = delete;
 
   const std::string& mode() const { return mode_; }
+  const std::string& precision() const { return precision_name_; }
   const Workload& workload() const { return w_; }
   double step_seconds() const { return window_ / static_cast<double>(steps_); }
 
+  // The whole step runs under the precision's Autocast scope (a captured call too: its
+  // guards then see the precision it was captured with).
   void step() {
+    Autocast scope(precision_);
     if (mode_ == "compiled") {
       loss_ = compiled_();
     } else if (mode_ == "captured") {
@@ -217,13 +224,15 @@ class ModeRun {
     const double step_s = step_seconds();
     const double rate = static_cast<double>(w_.units_per_step) / step_s;
     const double gflops = rate * w_.flops_per_unit / 1e9;
-    Row r{.section = "train", .benchmark = w_.label, .mode = mode_, .time = format_time(step_s),
+    Row r{.section = "train", .benchmark = w_.label, .mode = mode_, .precision = precision_name_,
+          .time = format_time(step_s),
           .rate = format("%.1f ", rate) + w_.unit, .gflops = format("%.1f", gflops),
           .idle = format("%.0f%%", 100 * std::max(0.0, 1 - busy_ / window_))};
-    if (bounds.sgemm_gflops > 0) r.peak = format("%.0f%%", 100 * gflops / bounds.sgemm_gflops);
+    if (const double peak = peak_gflops(bounds, precision_name_); peak > 0)
+      r.peak = format("%.0f%%", 100 * gflops / peak);
     if (compiled_step_s > 0) {
       r.ratio = format("%.2f", compiled_step_s / step_s);
-      r.vs = "speed/compiled";
+      r.vs = "speed/compiled fp32";
     }
     if (!std::isfinite(loss_.item<double>())) progress("warning: " + w_.label + " " + mode_ + " loss is not finite");
     return r;
@@ -237,6 +246,7 @@ class ModeRun {
       const auto before = metrics::stat("ReplayHostTime");
       {
         testing::DeviceQueueHold hold;
+        Autocast scope(precision_);
         loss_ = captured_();
       }
       const auto after = metrics::stat("ReplayHostTime");
@@ -259,6 +269,7 @@ class ModeRun {
       double t0, t1, t2, build0;
       {
         testing::DeviceQueueHold hold;
+        Autocast scope(precision_);
         build0 = stat_total("GraphBuildTime");
         t0 = now_seconds();
         loss_ = step_ops(w_);
@@ -283,6 +294,8 @@ class ModeRun {
 
  private:
   std::string mode_;
+  std::string precision_name_;  // fp32 or bf16
+  Precision precision_;
   Workload w_;
   Tensor loss_;
   Compiled<std::function<Tensor()>> compiled_, captured_;
@@ -396,34 +409,44 @@ void bench_training(const Options& o, const Bounds& bounds, Table& t) {
   for (const auto& name : o.models) {
     Measured m;
     std::vector<std::unique_ptr<ModeRun>> runs;
-    std::vector<std::string> modes = o.section("train") ? o.modes : std::vector<std::string>{};
-    if (o.section("host") && !o.has(modes, "lazy")) modes.push_back("lazy");  // untimed, for the host rows
-    if (o.section("host") && !o.has(modes, "captured")) modes.push_back("captured");
-    for (const auto& mode : modes) {
-      progress(name + ", " + mode + " mode: warm-up");
-      runs.push_back(std::make_unique<ModeRun>(name, mode));
+    // Timed runs: every (precision, mode); the host rows come from the first precision's lazy
+    // and captured runs, made untimed when those modes are not timed.
+    const std::string& host_precision = o.precisions.front();
+    std::vector<std::pair<std::string, std::string>> plan;  // (mode, precision)
+    if (o.section("train"))
+      for (const auto& precision : o.precisions)
+        for (const auto& mode : o.modes) plan.emplace_back(mode, precision);
+    for (const char* mode : {"lazy", "captured"})
+      if (o.section("host") && !(o.section("train") && o.has(o.modes, mode)))
+        plan.emplace_back(mode, host_precision);
+    for (const auto& [mode, precision] : plan) {
+      progress(name + ", " + mode + " mode, " + precision + ": warm-up");
+      runs.push_back(std::make_unique<ModeRun>(name, mode, precision));
       runs.back()->warm_up(o.warmup, m);
     }
     debug::reset();  // the warm-up compiles are done; a steady step compiles nothing
     m.label = runs.front()->workload().label;
     if (o.section("train")) {
       if (!o.profile.empty()) loom::profiler::start();
-      const auto timed = static_cast<std::ptrdiff_t>(std::count_if(
-          runs.begin(), runs.end(), [&](const auto& r) { return o.has(o.modes, r->mode()); }));
+      const auto timed = static_cast<std::ptrdiff_t>(o.modes.size() * o.precisions.size());
       for (auto it = runs.begin(); it != runs.begin() + timed; ++it) {
-        progress(name + ", " + (*it)->mode() + " mode: timed steps");
+        progress(name + ", " + (*it)->mode() + " mode, " + (*it)->precision() + ": timed steps");
         (*it)->timed_chunk((o.steps + 1) / 2);
       }
       for (auto it = runs.rend() - timed; it != runs.rend(); ++it) (*it)->timed_chunk(o.steps / 2);
       if (!o.profile.empty()) loom::profiler::stop();
     }
+    // Each row's ratio: against the compiled fp32 step (the reference of every mode and precision).
     double compiled_s = 0;
     for (const auto& r : runs)
-      if (r->mode() == "compiled" && o.section("train")) compiled_s = r->step_seconds();
-    for (const auto& r : runs) {
-      if (o.section("train") && o.has(o.modes, r->mode())) t.add(r->row(bounds, compiled_s));
-      if (r->mode() == "lazy" && o.section("host")) r->measure_host(o.host_steps, m);
-      if (r->mode() == "captured" && o.section("host")) r->measure_replay(o.host_steps, m);
+      if (r->mode() == "compiled" && r->precision() == "fp32" && o.section("train")) compiled_s = r->step_seconds();
+    const auto timed = o.section("train") ? static_cast<std::ptrdiff_t>(o.modes.size() * o.precisions.size()) : 0;
+    for (auto it = runs.begin(); it != runs.end(); ++it) {
+      const auto& r = *it;
+      if (it - runs.begin() < timed) t.add(r->row(bounds, compiled_s));
+      if (r->precision() != host_precision || !o.section("host")) continue;
+      if (r->mode() == "lazy") r->measure_host(o.host_steps, m);
+      if (r->mode() == "captured") r->measure_replay(o.host_steps, m);
     }
     if (o.section("host")) host_rows(m, compiled_s, host);
   }

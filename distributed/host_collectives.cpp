@@ -17,6 +17,8 @@ MPI_Datatype mpi_type(DType t, const char* who) {
     case DType::Int64: return MPI_INT64_T;
     case DType::Int32: return MPI_INT32_T;
     case DType::Bool: break;
+    case DType::BFloat16:
+      throw Error(std::string(who) + ": cannot reduce bfloat16 tensors; cast to float32 first");
   }
   throw Error(std::string(who) + ": cannot reduce " + dtype_name(t) + " tensors; cast to int32 first");
 }

@@ -50,8 +50,10 @@ HostDType host_dtype(DType t) {
     case DType::Int64: return HostDType::Int64;
     case DType::Int32: return HostDType::Int32;
     case DType::Bool: return HostDType::Bool;
+    case DType::BFloat16: break;
   }
-  return HostDType::Float32;
+  throw Error(std::string("host arrays hold no ") + dtype_name(t) +
+              " (HDF5 has no such type): cast the tensor to float32 first");
 }
 
 HostArray::HostArray(HostDType dtype, Shape shape) : dtype(dtype), shape(std::move(shape)) {

@@ -76,6 +76,7 @@ void add_run_options(po::options_description& o, RunDefaults d) {
   // clang-format off
   o.add_options()
     ("mode", po::value<std::string>()->default_value("lazy"), "execution: lazy (mark_step per batch), compiled (compile(step)) or eager")
+    ("precision", po::value<std::string>()->default_value("fp32"), "fp32, or bf16: matmuls and convolutions in bfloat16 (autocast), weights, optimizer state and checkpoints in float32")
     ("threads", po::value<int>()->default_value(0), "intra-op threads (0: all cores)")
     ("loader-threads", po::value<int>()->default_value(d.loader_threads), "data loader worker threads")
     ("prefetch", po::value<int>()->default_value(4), "batches prepared ahead of the device")
@@ -98,6 +99,11 @@ TrainerOptions run_options(const po::variables_map& vm, int argc, char** argv) {
   set_threads(vm["threads"].as<int>());
   TrainerOptions t;
   t.mode = parse_mode(vm["mode"].as<std::string>());
+  try {
+    t.precision = parse_precision(vm["precision"].as<std::string>());
+  } catch (const Error& e) {
+    throw Error(std::string("--precision: ") + e.what());
+  }
   t.log_every = vm["log-every"].as<int64_t>();
   t.eval_every = vm["eval-every"].as<int64_t>();
   t.checkpoint = vm["checkpoint"].as<std::string>();

@@ -224,8 +224,8 @@ int run(int argc, char** argv) {
   to.units_per_sample = seq;
   DecoderTrainer trainer(net, opt, to);
   trainer.set_schedule(recipes::make_schedule("cosine", *opt, vm["lr"].as<double>(), vm["warmup"].as<int64_t>(), steps));
-  spdlog::info("{}: {} parameters, {} steps of {}x{} tokens, mode {}", model_name(cfg), net->num_parameters(), steps,
-               batch * world, seq, vm["mode"].as<std::string>());
+  spdlog::info("{}: {} parameters, {} steps of {}x{} tokens, mode {}, precision {}", model_name(cfg), net->num_parameters(), steps,
+               batch * world, seq, vm["mode"].as<std::string>(), vm["precision"].as<std::string>());
   if (world > 1) spdlog::info("data-parallel over {} processes: {} windows per process and step", world, batch);
   trainer.fit(train_loader, &val_loader);
   if (trainer.interrupted()) return 130;

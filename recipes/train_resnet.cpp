@@ -153,8 +153,8 @@ int train(int argc, char** argv) {
   ResNetTrainer trainer(net, opt, to, vm["label-smoothing"].as<double>());
   trainer.set_schedule(recipes::make_schedule(vm["schedule"].as<std::string>(), *opt, vm["lr"].as<double>(),
                                               vm["warmup"].as<int64_t>(), steps));
-  spdlog::info("{}: {} parameters, {} steps of {} images ({} per epoch), mode {}", model_name, net->num_parameters(),
-               steps, batch_size * dist::world_size(), train_loader.batches_per_epoch(), vm["mode"].as<std::string>());
+  spdlog::info("{}: {} parameters, {} steps of {} images ({} per epoch), mode {}, precision {}", model_name, net->num_parameters(),
+               steps, batch_size * dist::world_size(), train_loader.batches_per_epoch(), vm["mode"].as<std::string>(), vm["precision"].as<std::string>());
   if (dist::is_distributed())
     spdlog::info("data-parallel over {} processes: {} images per process and step", dist::world_size(), batch_size);
   trainer.fit(train_loader, &test_loader);

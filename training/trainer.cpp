@@ -176,7 +176,11 @@ void Trainer::load_checkpoint(const std::string& path) {
 
 Tensor Trainer::run_step(const data::Batch& batch) {
   optimizer_->zero_grad();
-  auto loss = train_step(batch);
+  Tensor loss;
+  {
+    Autocast precision(options_.precision);
+    loss = train_step(batch);
+  }
   if (!loss.defined() || loss.numel() != 1)
     throw Error("Trainer: train_step must return a one-element loss, got shape " +
                 (loss.defined() ? shape_str(loss.shape()) : std::string("(undefined)")));
@@ -237,7 +241,12 @@ std::map<std::string, double> Trainer::evaluate(data::DeviceLoader& eval) {
   // and replayed like the training step (the padded last batch is traced: its count of real
   // rows is a guard).
   auto accumulate = [&](const data::Batch& batch) {
-    for (auto& [name, value] : eval_step(batch)) {
+    std::map<std::string, Tensor> values;
+    {
+      Autocast precision(options_.precision);
+      values = eval_step(batch);
+    }
+    for (auto& [name, value] : values) {
       auto v = value.to(DType::Float64);
       auto it = sums.find(name);
       if (it == sums.end()) sums.emplace(name, v + 0.0);  // a tensor of our own, updated in place

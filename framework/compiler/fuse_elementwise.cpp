@@ -2,6 +2,8 @@
 
 #include "ir/unreachable.h"
 
+#include <loom/bfloat16.h>
+
 #include <algorithm>
 #include <cassert>
 #include <cmath>
@@ -28,8 +30,16 @@ bool is_float(DType t) { return t == DType::Float32 || t == DType::Float64; }
 // Whether every value of dtype `src` survives conversion to `compute` unchanged, so tests and
 // comparisons on the converted value give the same answer.
 bool exact_in(DType src, DType compute) {
-  return src == compute || src == DType::Bool ||
+  return src == compute || src == DType::Bool || (src == DType::BFloat16 && is_float(compute)) ||
          (compute == DType::Float64 && (src == DType::Float32 || src == DType::Int32));
+}
+
+// A Cast to bfloat16 of a float value: after widening (widen.h) the only bfloat16 an
+// elementwise instruction makes. It joins a float fusion as a rounding step, and heads one
+// whose result is stored as bfloat16.
+bool rounds_to_bfloat16(const ir::Instr& in, const ir::Program& p) {
+  return in.op == Op::Cast && in.dtype == DType::BFloat16 &&
+         is_float(p.slot_type(in.args[0]).dtype);
 }
 
 // Whether an elementwise op reads its operands in a dtype other than its result's (so the
@@ -86,6 +96,7 @@ class Fuser {
   std::optional<DType> root_compute(const ir::Instr& in) const {
     if (!is_elementwise(in.op)) return std::nullopt;
     if (is_float(in.dtype)) return in.dtype;
+    if (rounds_to_bfloat16(in, p_)) return p_.slot_type(in.args[0]).dtype;
     if (in.dtype == DType::Bool && tests_operands(in.op)) {
       auto t = p_.slot_type(in.args[0]).dtype;
       if (is_float(t)) return t;
@@ -95,6 +106,7 @@ class Fuser {
 
   bool fits(const ir::Instr& in, DType compute) const {
     if (!is_elementwise(in.op)) return false;
+    if (rounds_to_bfloat16(in, p_)) return p_.slot_type(in.args[0]).dtype == compute;
     if (in.dtype != compute && in.dtype != DType::Bool) return false;
     bool converts_to_compute = in.op == Op::Cast && in.dtype == compute;
     if (tests_operands(in.op) && !converts_to_compute)
@@ -158,6 +170,7 @@ class Fuser {
       case DType::Int64: return std::trunc(v);
       case DType::Float32: return static_cast<float>(v);
       case DType::Float64: return v;
+      case DType::BFloat16: return round_to_bfloat16(static_cast<float>(v));
     }
     return v;
   }

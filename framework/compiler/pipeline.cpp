@@ -8,6 +8,7 @@
 #include "compiler/lower.h"
 #include "compiler/memory_plan.h"
 #include "compiler/simplify.h"
+#include "compiler/widen.h"
 
 #include <loom/error.h>
 
@@ -28,10 +29,10 @@ void check_supported(const ir::Program& p, const ir::Target& target) {
 
 }  // namespace
 
-// The pass order, stated here once: lower, check_supported, simplify, fuse_epilogue,
+// The pass order, stated here once: lower, widen_bfloat16, check_supported, simplify, fuse_epilogue,
 // fuse_elementwise, fuse_reduce_prologue, fold_transpose, eliminate_dead_code, plan_memory.
 // A target skips the rewrites it does not take; lowering, the check, simplification and dead
-// code elimination always run.
+// code elimination always run, and so does widening, which is a no-op without bfloat16.
 ir::Program compile(const ir::Graph& graph, const ir::Target& target) {
   static const bool dump = std::getenv("LOOM_DUMP_PASSES") != nullptr;
   auto after = [&](const char* pass, const ir::Program& p) {
@@ -40,6 +41,8 @@ ir::Program compile(const ir::Graph& graph, const ir::Target& target) {
   if (dump) std::cerr << "== input\n" << ir::to_text(graph);
   ir::Program p = lower(graph);
   after("lower", p);
+  p = widen_bfloat16(std::move(p), target);
+  after("widen_bfloat16", p);
   check_supported(p, target);
   p = simplify(std::move(p));
   after("simplify", p);

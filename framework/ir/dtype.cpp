@@ -17,6 +17,7 @@ const char* dtype_name(DType t) {
     case DType::Int64: return "int64";
     case DType::Int32: return "int32";
     case DType::Bool: return "bool";
+    case DType::BFloat16: return "bfloat16";
   }
   assert(false && "unknown dtype");
   return "?";
@@ -29,12 +30,25 @@ std::size_t dtype_size(DType t) {
     case DType::Int64: return 8;
     case DType::Int32: return 4;
     case DType::Bool: return 1;
+    case DType::BFloat16: return 2;
   }
   assert(false && "unknown dtype");
   return 0;
 }
 
-bool is_floating(DType t) { return t == DType::Float32 || t == DType::Float64; }
+bool is_floating(DType t) {
+  return t == DType::Float32 || t == DType::Float64 || t == DType::BFloat16;
+}
+
+DType parse_dtype(std::string_view name) {
+  std::string known;
+  for (int i = 0; i < kDTypeCount; ++i) {
+    const auto t = static_cast<DType>(i);
+    if (name == dtype_name(t)) return t;
+    known += std::string(known.empty() ? "" : ", ") + dtype_name(t);
+  }
+  throw Error("unknown dtype '" + std::string(name) + "' (known: " + known + ")");
+}
 
 std::string shape_str(const Shape& s) {
   std::string out = "[";

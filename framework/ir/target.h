@@ -30,8 +30,28 @@ struct Target {
   bool runs(Op op, DType dtype) const {
     return (dtypes[static_cast<int>(op)] >> static_cast<int>(dtype)) & 1;
   }
-  // Every op at every dtype.
-  void run_everything() { dtypes.fill(static_cast<uint8_t>((1u << kDTypeCount) - 1)); }
+  // Every op at every dtype, but bfloat16 only where the op moves or converts elements
+  // (moves_elements): bfloat16 arithmetic is then widened to float32 (compiler/widen.h). A
+  // device whose kernels compute in bfloat16 adds those ops with run_bfloat16.
+  void run_everything() {
+    constexpr auto bf16 = 1u << static_cast<int>(DType::BFloat16);
+    for (int op = 0; op < kOpCount; ++op)
+      dtypes[op] = static_cast<uint8_t>(((1u << kDTypeCount) - 1) &
+                                        ~(moves_elements(static_cast<Op>(op)) ? 0u : bf16));
+  }
+  void run_bfloat16(Op op) { dtypes[static_cast<int>(op)] |= 1u << static_cast<int>(DType::BFloat16); }
+
+  // The ops whose kernels only copy or convert elements: a bfloat16 passes through them bit
+  // for bit (or is converted, by Cast).
+  static constexpr bool moves_elements(Op op) {
+    switch (op) {
+      case Op::DeviceData: case Op::Cast: case Op::Reshape: case Op::Permute: case Op::Slice:
+      case Op::Expand: case Op::Concat: case Op::Gather: case Op::IndexSelect:
+        return true;
+      default:
+        return false;
+    }
+  }
 };
 
 }  // namespace loom::ir

@@ -237,6 +237,7 @@ void CaptureTrace::finish(const CaptureArgs& results, std::any shape) {
   r.owed.clear();
   if (why.empty()) {
     p.grad_enabled = is_grad_enabled();
+    p.precision = autocast_precision();
     for (const auto& t : impl_->args.tensors)
       p.arg_tensors.push_back({t.dtype(), t.shape(), t.device(), t.impl()->requires_grad()});
     p.integers = impl_->args.integers;

@@ -7,6 +7,7 @@
 #include "lazy/capture.h"
 #include "lazy/debug.h"
 
+#include <loom/autocast.h>
 #include <loom/compile.h>
 
 #include <any>
@@ -115,6 +116,7 @@ struct Plan {
   std::vector<Watched> watched;
   // Guards.
   bool grad_enabled = true;
+  Precision precision = Precision::Float32;  // the Autocast scope's (include/loom/autocast.h)
   std::vector<ArgTensor> arg_tensors;
   std::vector<int64_t> integers;
   std::vector<double> numbers;
@@ -159,7 +161,7 @@ class Recorder {
   bool existed(const TensorImpl& t) const { return t.id() < entry_id; }
 };
 
-enum class GuardKind { Argument, Tensor, GradMode, Host, Scalar };
+enum class GuardKind { Argument, Tensor, GradMode, Autocast, Host, Scalar };
 // The metric a failure of this kind counts in.
 const char* counter_of(GuardKind k);
 

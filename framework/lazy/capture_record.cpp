@@ -142,6 +142,7 @@ const char* counter_of(GuardKind k) {
     case GuardKind::Argument: return "GuardFailArgument";
     case GuardKind::Tensor: return "GuardFailTensor";
     case GuardKind::GradMode: return "GuardFailGradMode";
+    case GuardKind::Autocast: return "GuardFailAutocast";
     case GuardKind::Host: return "GuardFailHost";
     case GuardKind::Scalar: return "GuardFailScalar";
   }
@@ -153,6 +154,9 @@ std::optional<Failure> check_guards(const Plan& p, const CaptureArgs& a) {
   if (is_grad_enabled() != p.grad_enabled)
     return Failure{GuardKind::GradMode, std::string("grad mode is ") + (p.grad_enabled ? "off" : "on") +
                                             ", the step was captured with it " + (p.grad_enabled ? "on" : "off")};
+  if (autocast_precision() != p.precision)
+    return Failure{GuardKind::Autocast, std::string("autocast precision is ") + precision_name(autocast_precision()) +
+                                            ", the step was captured under " + precision_name(p.precision)};
   if (a.tensors.size() != p.arg_tensors.size())
     return Failure{GuardKind::Argument, "the arguments hold " + std::to_string(a.tensors.size()) +
                                             " tensors, the captured step's " + std::to_string(p.arg_tensors.size())};
@@ -260,6 +264,7 @@ std::string plan_difference(const Plan& a, const Plan& b, runtime::Backend* back
   }
   if (a.results != b.results) return "the returned tensors changed";
   if (a.grad_enabled != b.grad_enabled) return "grad mode changed";
+  if (a.precision != b.precision) return "autocast precision changed";
   if (a.arg_tensors.size() != b.arg_tensors.size() || a.integers != b.integers || a.texts != b.texts ||
       a.numbers.size() != b.numbers.size() ||
       (!a.numbers.empty() && std::memcmp(a.numbers.data(), b.numbers.data(), a.numbers.size() * sizeof(double)) != 0))

@@ -1,4 +1,5 @@
-// Compute ops: matmul, convolution and pooling.
+// Compute ops: matmul, convolution and pooling. matmul and conv2d compute in bfloat16 inside
+// an Autocast scope (autocast.cpp).
 #include "lazy/ops_util.h"
 
 namespace loom {
@@ -9,6 +10,9 @@ using lazy::fail;
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   if (!a.defined() || !b.defined()) fail("matmul", "expected defined tensors, got an empty handle");
+  // Autocast: the product of the bfloat16 casts, rounded to bfloat16, handed back as float32.
+  if (lazy::autocasts(a, b))
+    return matmul(a.to(DType::BFloat16), b.to(DType::BFloat16)).to(DType::Float32);
   if (a.dim() == 0 || b.dim() == 0)
     fail("matmul", "expected operands of at least 1 dimension, got " + shape_str(a.shape()) +
                        " and " + shape_str(b.shape()));
@@ -52,7 +56,12 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, con
                             .padding = {o.padding[0], o.padding[1]},
                             .dilation = {o.dilation[0], o.dilation[1]},
                             .groups = o.groups};
-  auto y = apply(Op::Conv2d, {input, weight}, attr);
+  // Autocast: as matmul, the convolution of the bfloat16 casts, back as float32 (the bias is
+  // added in float32).
+  auto y = lazy::autocasts(input, weight)
+               ? apply(Op::Conv2d, {input.to(DType::BFloat16), weight.to(DType::BFloat16)}, attr)
+                     .to(DType::Float32)
+               : apply(Op::Conv2d, {input, weight}, attr);
   if (!bias.defined()) return y;
   if (bias.shape() != Shape{weight.shape()[0]})
     fail("conv2d", "expected a bias of shape [" + std::to_string(weight.shape()[0]) + "], got " +

@@ -5,6 +5,8 @@
 #include "autograd/grad_node.h"
 #include "lazy/executor.h"
 
+#include <loom/bfloat16.h>
+
 #include <algorithm>
 #include <cstdlib>
 
@@ -57,6 +59,10 @@ Tensor scalar_data(double value, DType dtype, Device device) {
     case DType::Int64: { auto v = static_cast<int64_t>(value); return make_device_tensor(&v, dtype, {}, device); }
     case DType::Int32: { auto v = static_cast<int32_t>(value); return make_device_tensor(&v, dtype, {}, device); }
     case DType::Bool: { unsigned char v = value != 0; return make_device_tensor(&v, dtype, {}, device); }
+    case DType::BFloat16: {
+      bfloat16 v(static_cast<float>(value));
+      return make_device_tensor(&v, dtype, {}, device);
+    }
   }
   fail("scalar", "unknown dtype");
 }

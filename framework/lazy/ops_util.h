@@ -26,4 +26,8 @@ int64_t normalize_dim(int64_t dim, int64_t rank, const char* op);
 
 [[noreturn]] void fail(const char* op, const std::string& what);
 
+// Whether matmul/conv2d on these operands computes in bfloat16: inside an Autocast scope
+// (include/loom/autocast.h) with float32 operands (autocast.cpp).
+bool autocasts(const Tensor& a, const Tensor& b);
+
 }  // namespace loom::lazy

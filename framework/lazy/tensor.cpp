@@ -1,6 +1,7 @@
 // Tensor handles, creation and reads.
 #include "lazy/ops_util.h"
 
+#include <loom/bfloat16.h>
 #include <loom/lazy.h>
 
 #include <cmath>
@@ -97,6 +98,7 @@ double HostTensor::at(int64_t i) const {
     case DType::Int64: return static_cast<double>(data<int64_t>()[i]);
     case DType::Int32: return data<int32_t>()[i];
     case DType::Bool: return bytes[i] ? 1 : 0;
+    case DType::BFloat16: return static_cast<float>(data<bfloat16>()[i]);
   }
   return 0;
 }

@@ -15,14 +15,18 @@
 
 namespace loom {
 
-enum class DType { Float32, Float64, Int64, Int32, Bool };
-inline constexpr int kDTypeCount = 5;
+// BFloat16: the upper half of a float32 (8 exponent bits, 7 mantissa bits), rounded to
+// nearest even; see <loom/bfloat16.h>. Mixed precision (<loom/autocast.h>) computes in it.
+enum class DType { Float32, Float64, Int64, Int32, Bool, BFloat16 };
+inline constexpr int kDTypeCount = 6;
 
 using Shape = std::vector<int64_t>;
 
 const char* dtype_name(DType t);
 std::size_t dtype_size(DType t);
-bool is_floating(DType t);
+bool is_floating(DType t);  // float32, float64, bfloat16
+// "float32", "bfloat16", ... back to the dtype; throws naming the accepted names.
+DType parse_dtype(std::string_view name);
 std::string shape_str(const Shape& s);
 int64_t shape_numel(const Shape& s);
 

@@ -22,7 +22,9 @@
 // project"; examples/ is such a project).
 #pragma once
 
+#include <loom/autocast.h>
 #include <loom/autograd.h>
+#include <loom/bfloat16.h>
 #include <loom/checkpoint.h>
 #include <loom/data/dataset.h>
 #include <loom/data/hdf5.h>

@@ -43,6 +43,7 @@
 // them; a signal to any rank stops all of them at the same step; throughput is global.
 #pragma once
 
+#include <loom/autocast.h>
 #include <loom/data/loader.h>
 #include <loom/nn/module.h>
 #include <loom/optim.h>
@@ -68,6 +69,9 @@ struct TrainerOptions {
   int64_t checkpoint_every = 0;   // steps between checkpoints (0: at each epoch's end)
   bool resume = false;            // continue from `checkpoint` if it exists
   ExecutionMode mode = ExecutionMode::Lazy;
+  // bf16: train_step and eval_step run inside an Autocast scope (loom/autocast.h): matmuls and
+  // convolutions in bfloat16, the rest, the weights and the checkpoints in float32.
+  Precision precision = Precision::Float32;
   double clip_grad_norm = 0;      // clip gradients to this global norm (0: off)
   std::string profile;            // write a Chrome trace of the run here ("" : off)
   std::string model_name;         // stored in checkpoints; a resume must match it

@@ -7,6 +7,7 @@
 //   Tensor x = make_tensor(f.cases[0].inputs[0], DType::Float32);
 #pragma once
 
+#include <loom/bfloat16.h>
 #include <loom/tensor.h>
 
 #include <algorithm>
@@ -248,6 +249,7 @@ inline Tensor make_tensor(const TensorSpec& spec, DType run) {
       case DType::Int64: { int64_t x = static_cast<int64_t>(v); std::memcpy(dst, &x, width); break; }
       case DType::Int32: { int32_t x = static_cast<int32_t>(v); std::memcpy(dst, &x, width); break; }
       case DType::Bool: { bool x = v != 0; std::memcpy(dst, &x, width); break; }
+      case DType::BFloat16: { loom::bfloat16 x(static_cast<float>(v)); std::memcpy(dst, &x, width); break; }
     }
   }
   return loom::from_host(bytes.data(), dt, spec.shape);

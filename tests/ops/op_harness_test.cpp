@@ -6,7 +6,10 @@
 //   forward    float64 and float32 against PyTorch, and the traced graph holds the op;
 //   gradient   where op_info(op).differentiable: against central finite differences in
 //              float64, for every floating-point input;
-//   modes      lazy, eager and compiled execution give the same bytes (float32 and float64).
+//   modes      lazy, eager and compiled execution give the same bytes (float32, float64 and
+//              bfloat16);
+//   bfloat16   the case run on bfloat16 inputs against the float32 run on the same values
+//              (the inputs rounded to bfloat16 first): relative error at most 1e-2.
 // Adding an op to ir/op.h fails OpHarness.EveryOpHasCasesOrIsExempt until its cases are here;
 // the exempt ops are listed in kExempt, each with its reason, and asserted.
 // (ops_forward_test.cpp checks edge values per public function: NaN, ties, broadcasting.)
@@ -269,7 +272,7 @@ TEST_P(OpCaseTest, ForwardMatchesPyTorch) {
 
 TEST_P(OpCaseTest, LazyEagerAndCompiledAgreeExactly) {
   const OpCase& c = GetParam().c();
-  for (DType run : {DType::Float64, DType::Float32}) {
+  for (DType run : {DType::Float64, DType::Float32, DType::BFloat16}) {
     SCOPED_TRACE(dtype_name(run));
     const auto in = inputs_of(*fx_, run);
     Tensor lazy = c.fn(in, run);
@@ -288,6 +291,41 @@ TEST_P(OpCaseTest, LazyEagerAndCompiledAgreeExactly) {
     EXPECT_TRUE(l.bytes == e.bytes) << "lazy and eager differ";
     EXPECT_TRUE(l.bytes == k.bytes) << "lazy and compiled differ";
   }
+}
+
+// bfloat16 arithmetic is float32 arithmetic rounded once per op (the compiler widens it where
+// the device has no bfloat16 kernel: compiler/widen.h), so the reference is the float32 run on
+// the very values the bfloat16 run reads. A floating-point result is compared as bfloat16
+// precision allows: |got - want| <= 1e-2 |want|, with a floor of 1e-3 of the result's largest
+// magnitude for the elements a sum cancels to near zero; other results exactly.
+TEST_P(OpCaseTest, BFloat16MatchesFloat32OnTheSameValues) {
+  const OpRun r = GetParam();
+  const auto bf16 = inputs_of(*fx_, DType::BFloat16);
+  std::vector<Tensor> f32;
+  for (const auto& t : bf16) f32.push_back(t.dtype() == DType::BFloat16 ? t.to(DType::Float32) : t);
+  const Tensor got = r.c().fn(bf16, DType::BFloat16);
+  const Tensor want = r.c().fn(f32, DType::Float32);
+  EXPECT_GT(test::count_ops(test::graph_of(got), r.op), 0)
+      << "the bfloat16 call does not emit " << ir::op_name(r.op);
+  const HostTensor w = want.to_host();
+  if (w.dtype == DType::Float32) {
+    ASSERT_EQ(got.dtype(), DType::BFloat16) << "a float result of bfloat16 inputs is bfloat16";
+  }
+  const HostTensor g = (got.dtype() == DType::BFloat16 ? got.to(DType::Float32) : got).to_host();
+  ASSERT_EQ(g.shape, w.shape);
+  double largest = 0;
+  for (int64_t i = 0; i < w.numel(); ++i)
+    if (std::isfinite(w.at(i))) largest = std::max(largest, std::abs(w.at(i)));
+  const bool exact = !is_floating(w.dtype);
+  const test::Tolerance tol = exact ? test::Tolerance{0, 0} : test::Tolerance{1e-2, 1e-3 * largest};
+  double worst = 0;
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    EXPECT_TRUE(test::close(g.at(i), w.at(i), tol))
+        << "[" << i << "] bfloat16 gives " << g.at(i) << ", float32 " << w.at(i);
+    if (std::isfinite(w.at(i)) && std::abs(w.at(i)) > tol.abs)
+      worst = std::max(worst, std::abs(g.at(i) - w.at(i)) / std::abs(w.at(i)));
+  }
+  RecordProperty("worst_relative_error", std::to_string(worst));
 }
 
 TEST_P(OpCaseTest, GradientMatchesFiniteDifferences) {

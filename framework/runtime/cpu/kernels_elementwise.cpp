@@ -11,11 +11,16 @@
 namespace loom::runtime {
 namespace {
 
-// Converts to a storage type; bool is "not zero", as in PyTorch.
+// Converts to a storage type; bool is "not zero", as in PyTorch. bfloat16 goes through
+// float32 both ways (a float64 is rounded to float32 first, as PyTorch does).
 template <class To, class From>
 To convert(From v) {
-  if constexpr (std::is_same_v<To, BoolStorage>)
+  if constexpr (std::is_same_v<From, bfloat16>)
+    return convert<To>(static_cast<float>(v));
+  else if constexpr (std::is_same_v<To, BoolStorage>)
     return static_cast<BoolStorage>(v != From(0));
+  else if constexpr (std::is_same_v<To, bfloat16>)
+    return bfloat16(static_cast<float>(v));
   else
     return static_cast<To>(v);
 }
@@ -60,9 +65,9 @@ void cast_kernel(const TensorView& x, const TensorView& out) {
     if (x.data != out.data) std::memcpy(out.data, x.data, out.numel() * dtype_size(out.dtype));
     return;
   }
-  visit_dtype(x.dtype, [&](auto in_tag) {
+  visit_storage(x.dtype, [&](auto in_tag) {
     using In = typename decltype(in_tag)::type;
-    visit_dtype(out.dtype, [&](auto out_tag) {
+    visit_storage(out.dtype, [&](auto out_tag) {
       using Out = typename decltype(out_tag)::type;
       map1<In, Out>(x, out, kGrainElementwise, [](In v) { return convert<Out>(v); });
     });

@@ -204,10 +204,17 @@ void run_step(const FusedStep& s, const T* a, const T* b, const T* c, T* __restr
       break;
     case Op::LogicalNot: for (int64_t i = 0; i < n; ++i) d[i] = a[i] == zero ? one : zero; return;
     case Op::Cast:
-      // Members of a fusion produce the compute type or bool, so a cast is a copy or a test.
+      // Members of a fusion produce the compute type, bool, or bfloat16 (widen.h), so a cast
+      // is a copy, a test or a rounding to bfloat16 (through float32, as cast_kernel converts).
       // (Casts between dtypes, outside fusions, are cast_kernel's.)
       if (s.dtype == DType::Bool) {
         for (int64_t i = 0; i < n; ++i) d[i] = a[i] != zero ? one : zero;
+      } else if (s.dtype == DType::BFloat16) {
+        if constexpr (fp)
+          for (int64_t i = 0; i < n; ++i)
+            d[i] = static_cast<T>(round_to_bfloat16(static_cast<float>(a[i])));
+        else
+          unsupported_dtype("cast", DType::BFloat16);
       } else {
         std::copy(a, a + n, d);
       }
@@ -278,7 +285,7 @@ class BlockEvaluator {
         value_[k] = src.as<const T>() + begin;
         continue;
       }
-      visit_dtype(l.dtype, [&](auto tag) {
+      visit_storage(l.dtype, [&](auto tag) {
         using S = typename decltype(tag)::type;
         load_block(l, src.as<const S>(), begin, len, reg(k));
       });
@@ -312,7 +319,8 @@ void run_fusion(const Fusion& f, std::span<const TensorView> in, const TensorVie
   const bool aliased =
       std::any_of(in.begin(), in.end(), [&](const TensorView& v) { return v.data == out.data; });
   const bool direct_out = out.dtype == f.compute && !aliased;
-  assert((out.dtype == f.compute || out.dtype == DType::Bool) && "fused kernel: bad result dtype");
+  assert((out.dtype == f.compute || out.dtype == DType::Bool || out.dtype == DType::BFloat16) &&
+         "fused kernel: bad result dtype");
   const int64_t blocks = (n + kFusedBlock - 1) / kFusedBlock;
   parallel_range(blocks, 8, [&](int64_t b0, int64_t b1) {
     BlockEvaluator<T> eval(f, in);
@@ -325,6 +333,11 @@ void run_fusion(const Fusion& f, std::span<const TensorView> in, const TensorVie
       const T* r = eval.eval(begin, len, nullptr);
       if (out.dtype == f.compute) {
         std::copy(r, r + len, out.as<T>() + begin);
+        continue;
+      }
+      if (out.dtype == DType::BFloat16) {  // the last step rounded already: exact
+        bfloat16* po = out.as<bfloat16>() + begin;
+        for (int64_t i = 0; i < len; ++i) po[i] = bfloat16(static_cast<float>(r[i]));
         continue;
       }
       BoolStorage* po = out.as<BoolStorage>() + begin;

@@ -14,6 +14,7 @@
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/small_vector.h"
 
+#include <loom/bfloat16.h>
 #include <loom/error.h>
 
 #include <tbb/blocked_range.h>
@@ -22,6 +23,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace loom::runtime {
@@ -41,7 +43,9 @@ using BoolStorage = uint8_t;
   throw Error(std::string(op) + ": the CPU kernel does not support dtype " + dtype_name(t));
 }
 
-// Calls f(TypeTag<T>{}) with T the storage type of `t`.
+// Calls f(TypeTag<T>{}) with T the storage type of `t`, for the dtypes kernels compute in.
+// bfloat16 is not one: the compiler widens bfloat16 arithmetic to float32 (compiler/widen.h),
+// so only the kernels that convert or move bits see it (visit_storage, visit_width).
 template <class F>
 decltype(auto) visit_dtype(DType t, F&& f) {
   switch (t) {
@@ -50,8 +54,17 @@ decltype(auto) visit_dtype(DType t, F&& f) {
     case DType::Int64: return f(TypeTag<int64_t>{});
     case DType::Int32: return f(TypeTag<int32_t>{});
     case DType::Bool: return f(TypeTag<BoolStorage>{});
+    case DType::BFloat16: break;
   }
   unsupported_dtype("kernel", t);
+}
+
+// As visit_dtype, bfloat16 included (loom::bfloat16, which converts to and from float): for
+// the kernels that only convert, Cast and a fusion's loads and stored result.
+template <class F>
+decltype(auto) visit_storage(DType t, F&& f) {
+  if (t == DType::BFloat16) return f(TypeTag<bfloat16>{});
+  return visit_dtype(t, std::forward<F>(f));
 }
 
 // Floating-point dtypes only: other dtypes throw naming `op`.
@@ -70,7 +83,7 @@ decltype(auto) visit_numeric(const char* op, DType t, F&& f) {
     case DType::Float64: return f(TypeTag<double>{});
     case DType::Int64: return f(TypeTag<int64_t>{});
     case DType::Int32: return f(TypeTag<int32_t>{});
-    case DType::Bool: break;
+    case DType::Bool: case DType::BFloat16: break;
   }
   unsupported_dtype(op, t);
 }
@@ -81,9 +94,10 @@ template <class F>
 decltype(auto) visit_width(DType t, F&& f) {
   switch (dtype_size(t)) {
     case 1: return f(TypeTag<uint8_t>{});
+    case 2: return f(TypeTag<uint16_t>{});
     case 4: return f(TypeTag<uint32_t>{});
     case 8: return f(TypeTag<uint64_t>{});
-    default: break;  // dtype_size returns size_t; every DType is 1, 4 or 8 bytes wide
+    default: break;  // dtype_size returns size_t; every DType is 1, 2, 4 or 8 bytes wide
   }
   unsupported_dtype("kernel", t);
 }

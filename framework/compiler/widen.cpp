@@ -1,0 +1,78 @@
+#include "compiler/widen.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace loom::compiler {
+namespace {
+
+// Whether `in` must run in float32: it reads or makes bfloat16 and the target cannot.
+bool needs_widening(const ir::Program& p, const ir::Instr& in, const ir::Target& target) {
+  if (target.runs(in.op, DType::BFloat16)) return false;
+  if (in.dtype == DType::BFloat16) return true;
+  return std::any_of(in.args.begin(), in.args.end(),
+                     [&](int a) { return p.slot_type(a).dtype == DType::BFloat16; });
+}
+
+ir::Instr cast(int slot, DType to, const Shape& shape) {
+  ir::Instr c;
+  c.op = ir::Op::Cast;
+  c.dtype = to;
+  c.shape = shape;
+  c.attr = ir::CastAttr{to};
+  c.args = {slot};
+  return c;
+}
+
+}  // namespace
+
+ir::Program widen_bfloat16(ir::Program p, const ir::Target& target) {
+  const auto n_in = static_cast<int>(p.inputs.size());
+  bool any = false;
+  for (const auto& in : p.instrs) any = any || needs_widening(p, in, target);
+  if (!any) return p;
+
+  std::vector<ir::Instr> out;
+  out.reserve(p.instrs.size() * 2);
+  std::vector<int> slot_map(p.num_slots());        // old slot → new slot
+  std::vector<int> widened(p.num_slots(), -1);     // old bf16 slot → its float32 cast
+  std::vector<ir::SlotType> types(p.inputs.begin(), p.inputs.end());  // new slots' types
+  for (int s = 0; s < n_in; ++s) slot_map[s] = s;
+  auto emit = [&](ir::Instr in) {
+    types.push_back({in.dtype, in.shape});
+    out.push_back(std::move(in));
+    return n_in + static_cast<int>(out.size()) - 1;
+  };
+
+  for (int i = 0; i < static_cast<int>(p.instrs.size()); ++i) {
+    ir::Instr in = std::move(p.instrs[i]);
+    const bool widen = needs_widening(p, in, target);
+    for (auto& a : in.args) {
+      const int old = a;
+      a = slot_map[old];
+      if (!widen || types[a].dtype != DType::BFloat16) continue;
+      if (widened[old] < 0) widened[old] = emit(cast(a, DType::Float32, types[a].shape));
+      a = widened[old];
+    }
+    const bool narrow = widen && in.dtype == DType::BFloat16;
+    if (narrow) {
+      in.dtype = DType::Float32;
+      if (in.attr.is<ir::RandomAttr>()) {
+        auto r = in.attr.get<ir::RandomAttr>();
+        r.dtype = DType::Float32;
+        in.attr = r;
+      }
+    }
+    const Shape shape = in.shape;
+    int slot = emit(std::move(in));
+    // A later widened reader casts the rounded bfloat16 back: the unrounded float32 value
+    // is not what this instruction means.
+    if (narrow) slot = emit(cast(slot, DType::BFloat16, shape));
+    slot_map[n_in + i] = slot;
+  }
+  p.instrs = std::move(out);
+  for (auto& o : p.outputs) o = slot_map[o];
+  return p;
+}
+
+}  // namespace loom::compiler

@@ -1,0 +1,36 @@
+// The autocast scope (include/loom/autocast.h): a thread-local precision that matmul and
+// conv2d (ops_compute.cpp) read through lazy::autocast_operands.
+#include "lazy/ops_util.h"
+
+#include <loom/autocast.h>
+#include <loom/error.h>
+
+#include <string>
+
+namespace loom {
+namespace {
+thread_local Precision current = Precision::Float32;
+}  // namespace
+
+Precision parse_precision(std::string_view text) {
+  if (text == "fp32" || text == "float32") return Precision::Float32;
+  if (text == "bf16" || text == "bfloat16") return Precision::BFloat16;
+  throw Error("unknown precision '" + std::string(text) + "' (expected fp32 or bf16)");
+}
+
+const char* precision_name(Precision p) { return p == Precision::BFloat16 ? "bf16" : "fp32"; }
+
+Precision autocast_precision() { return current; }
+
+Autocast::Autocast(Precision p) : previous_(current) { current = p; }
+Autocast::~Autocast() { current = previous_; }
+
+namespace lazy {
+
+bool autocasts(const Tensor& a, const Tensor& b) {
+  return current == Precision::BFloat16 && a.dtype() == DType::Float32 &&
+         b.dtype() == DType::Float32;
+}
+
+}  // namespace lazy
+}  // namespace loom
