@@ -11,7 +11,7 @@
 namespace loom::bench {
 
 struct Options {
-  std::vector<std::string> sections;  // gemm, sincos, train, host, infer
+  std::vector<std::string> sections;  // gemm, sincos, fused, train, host, infer
   std::vector<std::string> models;    // resnet20, resnet18, decoder
   std::vector<std::string> modes;     // captured, compiled, lazy, eager
   int64_t steps = 5;       // timed training steps per (model, mode)
@@ -62,6 +62,7 @@ void progress(const std::string& line);              // to stderr, while the tab
 void measure_sgemm_peak(const Options& o, Bounds& b, Table& t);
 void bench_loom_matmul(const Options& o, const Bounds& b, Table& t);
 void bench_sin_cos(const Options& o, Bounds& b, Table& t);
+void bench_fused(const Options& o, Table& t);  // fused elementwise chains against the triad
 void bench_training(const Options& o, const Bounds& b, Table& t);
 void bench_inference(const Options& o, Table& t);
 
