@@ -185,12 +185,20 @@ constexpr DType dtype_of() {
 }
 
 // A step's operand over a block of n elements: n elements in memory, or one value standing for
-// all of them (a splat), `p` then pointing at that value.
+// all of them (a splat), `p` then pointing at that value; no pointer for an operand the op
+// does not take.
 template <class T>
 struct Operand {
   const T* p = nullptr;
   bool splat = false;
 };
+
+// True when every operand a step has is a splat (an absent operand has no pointer): the step's
+// result is then one value too.
+template <class T>
+bool only_splats(Operand<T> a, Operand<T> b, Operand<T> c) {
+  return (!a.p || a.splat) && (!b.p || b.splat) && (!c.p || c.splat);
+}
 
 // How the loops of a binary or ternary step read an operand: element i, or the one value (held
 // in a register, so the loop reads one stream less).
@@ -369,14 +377,13 @@ void nary_op(const FusedStep& s, A a, B b, C c, T* __restrict d, int64_t n) {
 template <class T>
 void run_step(const FusedStep& s, Operand<T> a, Operand<T> b, Operand<T> c, T* __restrict d,
               int64_t n) {
-  const int arity = ir::op_info(s.op).arity;
-  const bool all_splat = (arity < 1 || a.splat) && (arity < 2 || b.splat) && (arity < 3 || c.splat);
+  const bool all_splat = only_splats(a, b, c);
   if (all_splat && n > 1) {
     run_step(s, a, b, c, d, 1);
     std::fill(d + 1, d + n, d[0]);
     return;
   }
-  if (arity <= 1) return unary_op<T>(s, a.p, d, n);
+  if (!b.p) return unary_op<T>(s, a.p, d, n);  // Constant or a unary op
   // Which of the operands are splats, as bits (a: 1, b: 2, c: 4); a one-element step reads
   // its splats as arrays of one.
   const int splats = all_splat ? 0 : (a.splat ? 1 : 0) | (b.splat ? 2 : 0) | (c.splat ? 4 : 0);
@@ -431,8 +438,7 @@ class BlockEvaluator {
       for (int v = n_loads_; v < n_values_; ++v) {
         const auto& s = f_.steps[v - n_loads_];
         const Operand<T> a = operand(s.a), b = operand(s.b), c = operand(s.c);
-        const int arity = ir::op_info(s.op).arity;
-        if ((arity < 1 || a.splat) && (arity < 2 || b.splat) && (arity < 3 || c.splat)) {
+        if (only_splats(a, b, c)) {
           run_step<T>(s, a, b, c, splat_ + v, 1);
           value_[v] = {splat_ + v, true};
           continue;
