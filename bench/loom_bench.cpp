@@ -9,6 +9,8 @@
 //   sincos  y = sin(cos(x)) on 16M floats, one graph vs one op at a time (into recycled
 //           buffers, and into fresh ones as an allocator without a cache gives), against the
 //           stream bandwidth bound and a cache-resident sin+cos compute bound
+//   fused   fused elementwise chains (batch-norm apply + ReLU, its backward, residual
+//           add + ReLU) at ResNet shapes, against the stream triad measured beside them
 //   train   whole training steps (fake data) of ResNet-20, ResNet-18 (CIFAR) and a 2-layer
 //           Llama-style decoder in captured, compiled, lazy and eager modes
 //   host    tracing, graph build + hash, lookup + launch and compile time per node, a
@@ -125,7 +127,7 @@ void require_at_least(const char* option, int64_t value, int64_t min) {
 }
 
 int run(int argc, char** argv) {
-  const std::vector<std::string> sections{"gemm", "sincos", "train", "host", "infer"};
+  const std::vector<std::string> sections{"gemm", "sincos", "fused", "train", "host", "infer"};
   const std::vector<std::string> models{"resnet20", "resnet18", "decoder"};
   const std::vector<std::string> modes{"captured", "compiled", "lazy", "eager"};
   Options o;
@@ -133,7 +135,7 @@ int run(int argc, char** argv) {
   // clang-format off
   desc.add_options()
     ("help,h", "show this help")
-    ("sections", po::value<std::string>()->default_value("gemm,sincos,train,host,infer"), "sections to run")
+    ("sections", po::value<std::string>()->default_value("gemm,sincos,fused,train,host,infer"), "sections to run")
     ("models", po::value<std::string>()->default_value("resnet20,resnet18,decoder"), "training workloads")
     ("modes", po::value<std::string>()->default_value("captured,compiled,lazy,eager"), "execution modes of the training steps and of sin(cos(x)) (captured: compile() with step capture; compiled: traced at every call)")
     ("precision", po::value<std::string>()->default_value("fp32"), "precisions of the training steps: fp32, bf16 (matmuls and convolutions in bfloat16 under loom::Autocast), or both: fp32,bf16")
@@ -180,6 +182,7 @@ int run(int argc, char** argv) {
   }
   if (o.section("gemm")) bench_loom_matmul(o, bounds, table);
   if (o.section("sincos")) bench_sin_cos(o, bounds, table);
+  if (o.section("fused")) bench_fused(o, table);
   if (o.section("train") || o.section("host")) bench_training(o, bounds, table);
   if (o.section("infer")) bench_inference(o, table);
 

@@ -11,7 +11,7 @@
 namespace loom::bench {
 
 struct Options {
-  std::vector<std::string> sections;  // gemm, sincos, train, host, infer
+  std::vector<std::string> sections;  // gemm, sincos, fused, train, host, infer
   std::vector<std::string> models;    // resnet20, resnet18, decoder
   std::vector<std::string> modes;     // captured, compiled, lazy, eager
   std::vector<std::string> precisions{"fp32"};  // fp32, bf16 (loom/autocast.h): training rows
@@ -72,6 +72,7 @@ void measure_hardware_peak(const Options& o, Bounds& b, Table& t);
 void measure_sgemm_peak(const Options& o, Bounds& b, Table& t);
 void bench_loom_matmul(const Options& o, const Bounds& b, Table& t);
 void bench_sin_cos(const Options& o, Bounds& b, Table& t);
+void bench_fused(const Options& o, Table& t);  // fused elementwise chains against the triad
 void bench_training(const Options& o, const Bounds& b, Table& t);
 void bench_inference(const Options& o, Table& t);
 

@@ -3,7 +3,9 @@
 // blocks over the TBB threads — how loom's own kernels use Eigen, single-threaded below TBB;
 // Eigen's OpenMP path would put a second thread pool beside TBB's), loom's matmul at 2048³,
 // the stream bandwidth (scale and triad over 16M floats), a cache-resident sin+cos compute
-// bound, and y = sin(cos(x)) on 16M floats as one graph and one op at a time.
+// bound, and y = sin(cos(x)) on 16M floats as one graph and one op at a time; fused
+// elementwise chains of a ResNet's training step (batch-norm apply + ReLU, its backward, the
+// residual add + ReLU) against the stream triad measured beside them.
 #include "loom_bench.h"
 
 // GCC 12's AVX-512 intrinsics read their _mm512_undefined_* placeholders uninitialised (GCC
@@ -74,6 +76,28 @@ double gemm_gflops(int64_t n, double seconds) { return 2.0 * static_cast<double>
 
 std::string percent(double fraction) { return format("%.0f%%", 100 * fraction); }
 
+// The stream triad x = y + a*z over 16M floats (192 MiB moved, far beyond the caches), in
+// bytes per second.
+double triad_bytes_s(const Options& o, int64_t n) {
+  const int64_t threads = thread_count();
+  std::vector<float> x(n), y(n), z(n);
+  // First touch in the same blocks as the kernel, so pages sit near the threads using them.
+  parallel_blocks(n, threads, [&](int64_t b, int64_t e) {
+    std::fill(x.data() + b, x.data() + e, 1.0f);
+    std::fill(y.data() + b, y.data() + e, 2.0f);
+    std::fill(z.data() + b, z.data() + e, 3.0f);
+  });
+  float* px = x.data();
+  const float* py = y.data();
+  const float* pz = z.data();
+  const double s = best_seconds(o.reps, [&] {
+    parallel_blocks(n, threads, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) px[i] = py[i] + 0.5f * pz[i];
+    });
+  });
+  return 12.0 * static_cast<double>(n) / s;
+}
+
 }  // namespace
 
 void measure_sgemm_peak(const Options& o, Bounds& bounds, Table& t) {
@@ -127,31 +151,25 @@ void bench_sin_cos(const Options& o, Bounds& bounds, Table& t) {
   const double bytes = 8.0 * static_cast<double>(n);  // read 4 and write 4 bytes per element
   {
     progress("stream scale and triad, 16M floats");
-    std::vector<float> x(n), y(n), z(n);
+    std::vector<float> x(n), y(n);
     // First touch in the same blocks as the kernels, so pages sit near the threads using them.
     parallel_blocks(n, threads, [&](int64_t b, int64_t e) {
       std::fill(x.data() + b, x.data() + e, 1.0f);
       std::fill(y.data() + b, y.data() + e, 2.0f);
-      std::fill(z.data() + b, z.data() + e, 3.0f);
     });
     float* px = x.data();
     float* py = y.data();
-    float* pz = z.data();
     const double scale = best_seconds(o.reps, [&] {
       parallel_blocks(n, threads, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) py[i] = 1.0001f * px[i];
       });
     });
-    const double triad = best_seconds(o.reps, [&] {
-      parallel_blocks(n, threads, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) px[i] = py[i] + 0.5f * pz[i];
-      });
-    });
-    bounds.copy_bytes_s = std::max(bytes / scale, 1.5 * bytes / triad);
+    const double triad = triad_bytes_s(o, n);
+    bounds.copy_bytes_s = std::max(bytes / scale, triad);
     t.add({.section = "sincos", .benchmark = "stream scale y = a*x, 16M floats", .time = format_time(scale),
            .rate = format("%.1f GB/s", bytes / scale / 1e9)});
-    t.add({.section = "sincos", .benchmark = "stream triad x = y + a*z, 16M floats", .time = format_time(triad),
-           .rate = format("%.1f GB/s", 1.5 * bytes / triad / 1e9)});
+    t.add({.section = "sincos", .benchmark = "stream triad x = y + a*z, 16M floats",
+           .time = format_time(1.5 * bytes / triad), .rate = format("%.1f GB/s", triad / 1e9)});
   }
 
   // Compute bound: each thread maps its own cache-resident block through cos then sin, so
@@ -227,6 +245,60 @@ void bench_sin_cos(const Options& o, Bounds& bounds, Table& t) {
     r.vs = "speed/compiled";
   }
   t.add(r);
+}
+
+void bench_fused(const Options& o, Table& t) {
+  progress("stream triad, 16M floats");
+  const double triad = triad_bytes_s(o, kSinCosElements);
+  t.add({.section = "fused", .benchmark = "stream triad x = y + a*z, 16M floats = BOUND",
+         .time = format_time(12.0 * static_cast<double>(kSinCosElements) / triad),
+         .rate = format("%.1f GB/s", triad / 1e9)});
+  struct Chain {
+    const char* name;
+    int full, channel;  // operands of the input's size, per-channel operands ([1,C,1,1])
+    Tensor (*fn)(const std::vector<Tensor>& full, const std::vector<Tensor>& channel);
+  };
+  // The chains as a ResNet's training step has them (nn::functional's batch norm, its
+  // gradient rules): each compiles to one fused kernel.
+  const Chain chains[] = {
+      {"bn+relu y = relu(x*scale[c] + shift[c])", 1, 2,
+       [](const std::vector<Tensor>& f, const std::vector<Tensor>& c) { return relu(f[0] * c[0] + c[1]); }},
+      {"bn+relu backward dx = (g*(y>0) - mg[c] - xhat*mgx[c])*istd[c]", 3, 4,
+       [](const std::vector<Tensor>& f, const std::vector<Tensor>& c) {
+         const Tensor& g = f[0];
+         Tensor gm = where(gt(f[1], scalar_tensor(0)), g, scalar_tensor(0));
+         Tensor xhat = (f[2] - c[0]) * c[1];
+         return (gm - c[2] - xhat * c[3]) * c[1];
+       }},
+      {"residual y = relu(a + b)", 2, 0,
+       [](const std::vector<Tensor>& f, const std::vector<Tensor>&) { return relu(f[0] + f[1]); }},
+  };
+  const Shape shapes[] = {{128, 16, 32, 32}, {32, 64, 32, 32}, {128, 64, 8, 8}};
+  for (const auto& shape : shapes) {
+    std::string dims;
+    for (int64_t d : shape) dims += (dims.empty() ? "[" : ",") + std::to_string(d);
+    dims += "]";
+    const int64_t numel = shape[0] * shape[1] * shape[2] * shape[3];
+    for (const auto& chain : chains) {
+      progress(std::string("loom ") + chain.name + " " + dims);
+      std::vector<Tensor> full, channel;
+      for (int i = 0; i < chain.full; ++i) full.push_back(randn(shape, 10 + i));
+      for (int i = 0; i < chain.channel; ++i) channel.push_back(randn({1, shape[1], 1, 1}, 20 + i) + 1.5);
+      mark_step();
+      wait_device_ops();
+      auto fn = compile([&] { return chain.fn(full, channel); });
+      Tensor y;
+      const double s = best_seconds(o.reps, [&] {
+        y = Tensor();  // the old output goes back to the allocator first, as in a training loop
+        y = fn();
+        wait_device_ops();
+      });
+      const double bytes = 4.0 * static_cast<double>((chain.full + 1) * numel + chain.channel * shape[1]);
+      t.add({.section = "fused", .benchmark = std::string(chain.name) + " " + dims, .mode = "captured",
+             .time = format_time(s), .rate = format("%.1f GB/s", bytes / s / 1e9),
+             .ratio = format("%.2f", bytes / s / triad), .vs = "speed/triad"});
+    }
+  }
 }
 
 }  // namespace loom::bench

@@ -133,6 +133,64 @@ TEST(ElementwiseKernels, IntegerAndBoolOperands) {
   EXPECT_EQ(same, (std::vector<uint8_t>{1, 1, 0, 0}));
 }
 
+// A fusion over [N, C, plane] whose values each have their own register.
+ir::Fusion fusion_over(int64_t n, std::vector<ir::FusedLoad> loads, std::vector<ir::FusedStep> steps) {
+  ir::Fusion f;
+  f.compute = DType::Float32;
+  f.shape = {n};
+  f.loads = std::move(loads);
+  f.steps = std::move(steps);
+  f.num_registers = static_cast<int>(f.loads.size() + f.steps.size());
+  for (int v = 0; v < f.num_registers; ++v) f.register_of.push_back(v);
+  return f;
+}
+
+// A per-channel operand ([1, C, 1] over [N, C, plane]) is read as one value per plane, or
+// copied where a block holds several planes; steps on such values alone are computed once. Each
+// element is still what the operand written out in full gives, bit for bit, for planes shorter
+// and longer than a block and not dividing it.
+TEST(ElementwiseKernels, BroadcastOperandsGiveTheMaterialisedBits) {
+  const Op binary[] = {Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Pow, Op::Maximum, Op::Minimum, Op::Lt};
+  for (int64_t plane : {1, 3, 100, 200, 700, 1030}) {
+    const int64_t batch = 3, channels = 5, n = batch * channels * plane;
+    std::mt19937_64 rng(static_cast<uint64_t>(plane));
+    std::uniform_real_distribution<double> u(0.1, 4);
+    std::vector<float> x(n), per_channel(channels), full(n);
+    for (auto& v : x) v = static_cast<float>(u(rng)) - 2;
+    for (auto& v : per_channel) v = static_cast<float>(u(rng));
+    for (int64_t i = 0; i < n; ++i) full[i] = per_channel[i / plane % channels];
+    const ir::FusedLoad x_load{0, DType::Float32, {n}, {1}};
+    const ir::FusedLoad broadcast{1, DType::Float32, {batch, channels, plane}, {0, 1, 0}};
+    const ir::FusedLoad materialised{2, DType::Float32, {n}, {1}};
+    const std::vector<TensorView> in{{x.data(), DType::Float32, {n}},
+                                     {per_channel.data(), DType::Float32, {1, channels, 1}},
+                                     {full.data(), DType::Float32, {n}}};
+    auto expect_same = [&](const std::vector<ir::FusedStep>& steps, DType out_dtype, const std::string& what) {
+      const std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(out_dtype);
+      std::vector<unsigned char> want(bytes, 0xAB), got(bytes, 0xCD);
+      fused_kernel(fusion_over(n, {x_load, materialised}, steps), in, {want.data(), out_dtype, {n}});
+      fused_kernel(fusion_over(n, {x_load, broadcast}, steps), in, {got.data(), out_dtype, {n}});
+      EXPECT_EQ(std::memcmp(want.data(), got.data(), bytes), 0) << what << ", plane " << plane;
+    };
+    for (Op op : binary) {
+      const DType out = op == Op::Lt ? DType::Bool : DType::Float32;
+      expect_same({{op, 0, 1, -1, 0, out}}, out, std::string(ir::op_name(op)) + "(x, c)");
+      expect_same({{op, 1, 0, -1, 0, out}}, out, std::string(ir::op_name(op)) + "(c, x)");
+    }
+    // A batch-norm-like chain: rsqrt(c + 0.5) once per plane, then per element.
+    const std::vector<ir::FusedStep> chain{
+        {Op::Constant, -1, -1, -1, 0.5, DType::Float32},  // v2
+        {Op::Add, 1, 2, -1, 0, DType::Float32},           // v3 = c + 0.5
+        {Op::Rsqrt, 3, -1, -1, 0, DType::Float32},        // v4
+        {Op::Mul, 0, 4, -1, 0, DType::Float32},           // v5 = x * v4
+        {Op::Gt, 5, 2, -1, 0, DType::Bool},               // v6
+        {Op::Where, 6, 5, 2, 0, DType::Float32}};         // v7
+    expect_same(chain, DType::Float32, "chain");
+    // A result that is one value throughout.
+    expect_same({{Op::Mul, 1, 1, -1, 0, DType::Float32}}, DType::Float32, "c * c");
+  }
+}
+
 // A result written over its operand (a donated buffer) is still right.
 TEST(ElementwiseKernels, ResultOverItsOperand) {
   std::vector<double> x{-1.5, -0.25, 0.5, 2};

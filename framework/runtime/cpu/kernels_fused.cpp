@@ -1,9 +1,18 @@
-// The fused elementwise kernel. The result is cut into blocks of kFusedBlock elements; TBB
-// spreads blocks over threads. For each block, operands are loaded (converted to the compute
-// type, broadcast by their strides) into scratch registers, or read in place when they are
-// contiguous and already of the compute type; then each step runs as one simple loop over the
-// block, which the compiler vectorises; transcendental functions use Eigen's vectorised
-// versions. The last step writes straight into the result when no conversion is needed.
+// The fused elementwise kernel. TBB spreads the result's blocks of kFusedBlock elements over
+// threads; each thread evaluates its consecutive blocks as sub-blocks of at most kFusedBlock
+// elements, with one cursor per strided operand that moves along as it goes (no division per
+// block). Over one sub-block an operand is read
+//   - in place, when its elements there are contiguous and of the compute type;
+//   - as one value (a splat), when it does not change there: a per-channel operand inside one
+//     plane of an NCHW tensor, a scalar, a constant; steps whose operands are all splats are
+//     computed once, on that one value;
+//   - or converted and broadcast into a scratch register otherwise.
+// A sub-block ends early where a broadcast or in-place run ends, when that run is long enough
+// (kMinRun) for a splat or an in-place read to pay for the shorter block. Each step then runs
+// as one simple loop over the sub-block, which the compiler vectorises, a splat operand being a
+// scalar in a vector register; transcendental functions use Eigen's vectorised versions. The
+// last step writes straight into the result when no conversion is needed; otherwise
+// store_result converts.
 //
 // run_step below is the one implementation of every elementwise op. Fusions run it, and so
 // does an op alone (elementwise_kernel, which run_kernel calls for every dtype), so lazy,
@@ -70,10 +79,12 @@ void vector_map(const T* a, T* d, int64_t n, F f) {
   std::copy(out, out + n, d);
 }
 
-// Tags of the per-thread buffers a fusion evaluates with: its block registers, and where
-// each of its values is.
+// Tags of the per-thread buffers a fusion evaluates with: its block registers, where each of
+// its values is, its splat values and its loads' cursors.
 struct Registers;
 struct Values;
+struct Splats;
+struct Cursors;
 struct Alone;  // elementwise_kernel's result and condition blocks
 
 // Registers start on a 64-byte boundary (kFusedBlock elements apart), so vector_map works on
@@ -86,40 +97,80 @@ T* scratch_registers(std::size_t n) {
   return regs + (misalign ? kAlign - misalign : 0);
 }
 
-// Reads elements [begin, begin + len) of the result's index space from `src` into dst.
-// Walks the merged dimensions with an odometer, one run along the innermost at a time.
-template <class T, class S>
-void load_block(const FusedLoad& l, const S* src, int64_t begin, int64_t len, T* dst) {
+// A sub-block ends where a broadcast or in-place run ends when that run has at least this many
+// elements left: shorter runs are copied into a register with the rest of the block.
+constexpr int64_t kMinRun = 128;
+
+// Asks for the cache lines of the n elements that follow p's sub-block of n elements. The steps
+// of a sub-block read their operands one at a time, each for a few microseconds only, which
+// leaves the hardware prefetchers too little time to run ahead of any one stream: asking for
+// every operand's next sub-block at once keeps all of them in flight, as one loop over all
+// streams would. (A prefetch never faults, so running past the operand's end is harmless.)
+template <class S>
+void prefetch_next(const S* p, int64_t n) {
+  const auto* next = reinterpret_cast<const char*>(p + n);
+  const auto bytes = static_cast<int64_t>(sizeof(S)) * n;
+  for (int64_t at = 0; at < bytes; at += 64) __builtin_prefetch(next + at);
+}
+
+// Where a strided load stands in its operand: the coordinates, in the load's merged
+// dimensions, of the element at the evaluator's position, and that element's offset.
+struct Cursor {
+  std::array<int64_t, ir::kMaxFusedRank> idx;
+  int64_t offset;
+};
+
+// A load that is read by a plain position, without a cursor: contiguous over the whole result.
+bool is_flat(const FusedLoad& l) { return l.sizes.size() == 1 && l.strides[0] == 1; }
+
+// The cursor at element `pos` of the result's index space.
+void seek(const FusedLoad& l, int64_t pos, Cursor& c) {
   const std::size_t rank = l.sizes.size();
   assert(rank >= 1 && rank <= ir::kMaxFusedRank && "fused load: bad rank");
-  if (rank == 1 && l.strides[0] == 1) {
-    for (int64_t i = 0; i < len; ++i) dst[i] = static_cast<T>(src[begin + i]);
-    return;
-  }
-  std::array<int64_t, ir::kMaxFusedRank> idx{};
-  int64_t rem = begin, offset = 0;
+  c.offset = 0;
   for (std::size_t d = rank; d-- > 0;) {
-    idx[d] = rem % l.sizes[d];
-    rem /= l.sizes[d];
-    offset += idx[d] * l.strides[d];
+    c.idx[d] = pos % l.sizes[d];
+    pos /= l.sizes[d];
+    c.offset += c.idx[d] * l.strides[d];
   }
-  const std::size_t last = rank - 1;
-  const int64_t inner = l.sizes[last], step = l.strides[last];
+}
+
+// Elements left in the cursor's run along the innermost dimension.
+int64_t run_left(const FusedLoad& l, const Cursor& c) {
+  return l.sizes.back() - c.idx[l.sizes.size() - 1];
+}
+
+// Moves the cursor `run` elements on along its innermost dimension (run <= run_left), carrying
+// into the outer dimensions where the run ends.
+void step_run(const FusedLoad& l, Cursor& c, int64_t run) {
+  const std::size_t last = l.sizes.size() - 1;
+  c.idx[last] += run;
+  c.offset += run * l.strides[last];
+  for (std::size_t d = last; d > 0 && c.idx[d] == l.sizes[d]; --d) {
+    c.offset += l.strides[d - 1] - c.idx[d] * l.strides[d];
+    c.idx[d] = 0;
+    ++c.idx[d - 1];
+  }
+}
+
+// Reads `len` elements of the result's index space from `src`, starting at the cursor, into
+// dst, converted to T; moves the cursor past them. One run along the innermost dimension at a
+// time.
+template <class T, class S>
+void load_block(const FusedLoad& l, const S* src, Cursor& c, int64_t len, T* dst) {
+  const int64_t step = l.strides.back();
   for (int64_t i = 0; i < len;) {
-    int64_t run = std::min(len - i, inner - idx[last]);
+    const int64_t run = std::min(len - i, run_left(l, c));
+    const S* p = src + c.offset;
     if (step == 0) {
-      std::fill(dst + i, dst + i + run, static_cast<T>(src[offset]));
+      std::fill(dst + i, dst + i + run, static_cast<T>(*p));
+    } else if (step == 1) {
+      for (int64_t k = 0; k < run; ++k) dst[i + k] = static_cast<T>(p[k]);
     } else {
-      for (int64_t k = 0; k < run; ++k) dst[i + k] = static_cast<T>(src[offset + k * step]);
+      for (int64_t k = 0; k < run; ++k) dst[i + k] = static_cast<T>(p[k * step]);
     }
     i += run;
-    idx[last] += run;
-    offset += run * step;
-    for (std::size_t d = last; d > 0 && idx[d] == l.sizes[d]; --d) {
-      offset += l.strides[d - 1] - idx[d] * l.strides[d];
-      idx[d] = 0;
-      ++idx[d - 1];
-    }
+    step_run(l, c, run);
   }
 }
 
@@ -133,13 +184,38 @@ constexpr DType dtype_of() {
   else return DType::Bool;
 }
 
-// The one implementation of every elementwise op: d = op(a, b, c) over n <= kFusedBlock
-// elements. Fusions run it in their compute type (float or double); elementwise_kernel runs it
-// for an op alone, in any dtype. Booleans are 0 or 1 in T. Ops defined on floating point only
-// (shape inference rejects them on other dtypes) throw for an integer or bool T.
+// A step's operand over a block of n elements: n elements in memory, or one value standing for
+// all of them (a splat), `p` then pointing at that value; no pointer for an operand the op
+// does not take.
 template <class T>
-void run_step(const FusedStep& s, const T* a, const T* b, const T* c, T* __restrict d,
-              int64_t n) {
+struct Operand {
+  const T* p = nullptr;
+  bool splat = false;
+};
+
+// True when every operand a step has is a splat (an absent operand has no pointer): the step's
+// result is then one value too.
+template <class T>
+bool only_splats(Operand<T> a, Operand<T> b, Operand<T> c) {
+  return (!a.p || a.splat) && (!b.p || b.splat) && (!c.p || c.splat);
+}
+
+// How the loops of a binary or ternary step read an operand: element i, or the one value (held
+// in a register, so the loop reads one stream less).
+template <class T>
+struct Elems {
+  const T* p;
+  T operator[](int64_t i) const { return p[i]; }
+};
+template <class T>
+struct Splat {
+  T v;
+  T operator[](int64_t) const { return v; }
+};
+
+// Constant and the unary ops: d = op(a) over n <= kFusedBlock elements.
+template <class T>
+void unary_op(const FusedStep& s, const T* a, T* __restrict d, int64_t n) {
   constexpr bool fp = std::is_floating_point_v<T>;
   const T zero(0), one(1);
   switch (s.op) {
@@ -219,6 +295,34 @@ void run_step(const FusedStep& s, const T* a, const T* b, const T* c, T* __restr
         std::copy(a, a + n, d);
       }
       return;
+
+    case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Pow: case Op::Maximum:
+    case Op::Minimum: case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt:
+    case Op::Ge: case Op::Where:
+      LOOM_UNREACHABLE("elementwise step: a binary or ternary op taken for a unary one");
+    // Not elementwise: the fusion pass admits none of these, and run_kernel sends them
+    // elsewhere.
+    case Op::DeviceData: case Op::Iota: case Op::RandUniform: case Op::RandNormal:
+    case Op::Sum: case Op::Mean: case Op::Max: case Op::ArgMax:
+    case Op::Reshape: case Op::Permute: case Op::Slice: case Op::Expand: case Op::Pad:
+    case Op::Concat: case Op::Matmul: case Op::Conv2d: case Op::MaxPool2d: case Op::AvgPool2d:
+    case Op::Conv2dGradInput: case Op::Conv2dGradWeight: case Op::MaxPool2dGrad:
+    case Op::AvgPool2dGrad: case Op::Gather: case Op::IndexSelect: case Op::ScatterAdd:
+    case Op::OneHot: case Op::Count_:
+      LOOM_UNREACHABLE("elementwise step: not an elementwise op");
+  }
+  // Only a floating-point op on an integer or bool T breaks out of the switch.
+  if constexpr (!fp) unsupported_dtype(ir::op_name(s.op), dtype_of<T>());
+  LOOM_UNREACHABLE("elementwise step: op out of range");
+}
+
+// The binary ops and Where: d = op(a, b, c) over n <= kFusedBlock elements, each operand
+// read through Elems or Splat.
+template <class T, class A, class B, class C>
+void nary_op(const FusedStep& s, A a, B b, C c, T* __restrict d, int64_t n) {
+  constexpr bool fp = std::is_floating_point_v<T>;
+  const T zero(0), one(1);
+  switch (s.op) {
     case Op::Add: for (int64_t i = 0; i < n; ++i) d[i] = a[i] + b[i]; return;
     case Op::Sub: for (int64_t i = 0; i < n; ++i) d[i] = a[i] - b[i]; return;
     case Op::Mul: for (int64_t i = 0; i < n; ++i) d[i] = a[i] * b[i]; return;
@@ -249,8 +353,11 @@ void run_step(const FusedStep& s, const T* a, const T* b, const T* c, T* __restr
     case Op::Ge: for (int64_t i = 0; i < n; ++i) d[i] = a[i] >= b[i] ? one : zero; return;
     case Op::Where: for (int64_t i = 0; i < n; ++i) d[i] = a[i] != zero ? b[i] : c[i]; return;
 
-    // Not elementwise: the fusion pass admits none of these, and run_kernel sends them
-    // elsewhere.
+    case Op::Constant: case Op::Neg: case Op::Abs: case Op::Relu: case Op::Exp: case Op::Log:
+    case Op::Sqrt: case Op::Rsqrt: case Op::Sigmoid: case Op::Tanh: case Op::Silu: case Op::Sin:
+    case Op::Cos: case Op::Erf: case Op::Gelu: case Op::GeluTanh: case Op::LogicalNot:
+    case Op::Cast:
+      LOOM_UNREACHABLE("elementwise step: a unary op taken for a binary one");
     case Op::DeviceData: case Op::Iota: case Op::RandUniform: case Op::RandNormal:
     case Op::Sum: case Op::Mean: case Op::Max: case Op::ArgMax:
     case Op::Reshape: case Op::Permute: case Op::Slice: case Op::Expand: case Op::Pad:
@@ -260,12 +367,59 @@ void run_step(const FusedStep& s, const T* a, const T* b, const T* c, T* __restr
     case Op::OneHot: case Op::Count_:
       LOOM_UNREACHABLE("elementwise step: not an elementwise op");
   }
-  // Only a floating-point op on an integer or bool T breaks out of the switch.
   if constexpr (!fp) unsupported_dtype(ir::op_name(s.op), dtype_of<T>());
   LOOM_UNREACHABLE("elementwise step: op out of range");
 }
 
-// Evaluates a fusion block by block on one thread, with that thread's scratch registers.
+// The one implementation of every elementwise op: d = op(a, b, c) over n <= kFusedBlock
+// elements (unary_op and nary_op hold the arithmetic, one loop per op). Fusions run it in
+// their compute type (float or double); elementwise_kernel runs it for an op alone, in any
+// dtype. Booleans are 0 or 1 in T. Ops defined on floating point only (shape inference rejects
+// them on other dtypes) throw for an integer or bool T.
+//
+// A splat operand gives each element the value an array of copies would: the same expression
+// on the same values. When every operand is a splat (a Constant, a step on per-channel values
+// only), the step is computed once and copied; a one-element step takes the same loop (and,
+// for a transcendental, the same padded packet path) as a long one, so the bits are the same.
+template <class T>
+void run_step(const FusedStep& s, Operand<T> a, Operand<T> b, Operand<T> c, T* __restrict d,
+              int64_t n) {
+  const bool all_splat = only_splats(a, b, c);
+  if (all_splat && n > 1) {
+    run_step(s, a, b, c, d, 1);
+    std::fill(d + 1, d + n, d[0]);
+    return;
+  }
+  if (!b.p) return unary_op<T>(s, a.p, d, n);  // Constant or a unary op
+  // Which of the operands are splats, as bits (a: 1, b: 2, c: 4); a one-element step reads
+  // its splats as arrays of one.
+  const int splats = all_splat ? 0 : (a.splat ? 1 : 0) | (b.splat ? 2 : 0) | (c.splat ? 4 : 0);
+  using E = Elems<T>;
+  using S = Splat<T>;
+  if constexpr (std::is_floating_point_v<T>) {  // only fusions (float or double) have splats
+    switch (splats) {
+      case 1: return nary_op<T>(s, S{*a.p}, E{b.p}, E{c.p}, d, n);
+      case 2: return nary_op<T>(s, E{a.p}, S{*b.p}, E{c.p}, d, n);
+      case 3: return nary_op<T>(s, S{*a.p}, S{*b.p}, E{c.p}, d, n);
+      case 4: return nary_op<T>(s, E{a.p}, E{b.p}, S{*c.p}, d, n);
+      case 5: return nary_op<T>(s, S{*a.p}, E{b.p}, S{*c.p}, d, n);
+      case 6: return nary_op<T>(s, E{a.p}, S{*b.p}, S{*c.p}, d, n);
+      default: break;  // 0: arrays only (7 is all_splat, taken above)
+    }
+  }
+  assert(splats == 0 && "elementwise step: splat operand outside a fusion");
+  nary_op<T>(s, E{a.p}, E{b.p}, E{c.p}, d, n);
+}
+
+// Operands in memory, n elements each.
+template <class T>
+void run_step(const FusedStep& s, const T* a, const T* b, const T* c, T* __restrict d,
+              int64_t n) {
+  run_step<T>(s, Operand<T>{a}, Operand<T>{b}, Operand<T>{c}, d, n);
+}
+
+// Evaluates a fusion over consecutive elements on one thread, with that thread's scratch
+// registers, splat values and cursors.
 template <class T>
 class BlockEvaluator {
  public:
@@ -273,76 +427,153 @@ class BlockEvaluator {
       : f_(f), in_(in), n_loads_(static_cast<int>(f.loads.size())),
         n_values_(n_loads_ + static_cast<int>(f.steps.size())),
         regs_(scratch_registers<T>(static_cast<std::size_t>(f.num_registers) * kFusedBlock)),
-        value_(thread_scratch<const T*, Values>(n_values_)) {}
+        value_(thread_scratch<Operand<T>, Values>(n_values_)),
+        splat_(thread_scratch<T, Splats>(n_values_)),
+        cursor_(thread_scratch<Cursor, Cursors>(n_loads_)) {
+    assert(n_values_ > n_loads_ && "fused kernel: a fusion without steps");
+  }
 
-  // Elements [begin, begin + len) of the result's index space, len <= kFusedBlock. The last
-  // step writes to `dst` when given; returns where the result is.
-  const T* eval(int64_t begin, int64_t len, T* dst) {
-    for (int k = 0; k < n_loads_; ++k) {
-      const auto& l = f_.loads[k];
-      const TensorView& src = in_[l.arg];
-      if (f_.register_of[k] < 0) {
-        value_[k] = src.as<const T>() + begin;
-        continue;
+  // Elements [begin, begin + len) of the result's index space, in sub-blocks of at most
+  // kFusedBlock elements. With `direct`, the last step writes elements straight to
+  // direct[0, len); otherwise emit(at, n, value) receives elements [at, at + n) of the result.
+  template <class Emit>
+  void eval(int64_t begin, int64_t len, T* direct, Emit&& emit) {
+    seek_all(begin);
+    const int last = n_values_ - 1;
+    for (int64_t pos = begin, end = begin + len; pos < end;) {
+      const int64_t n = load_all(pos, std::min(kFusedBlock, end - pos));
+      for (int v = n_loads_; v < n_values_; ++v) {
+        const auto& s = f_.steps[v - n_loads_];
+        const Operand<T> a = operand(s.a), b = operand(s.b), c = operand(s.c);
+        if (only_splats(a, b, c)) {
+          run_step<T>(s, a, b, c, splat_ + v, 1);
+          value_[v] = {splat_ + v, true};
+          continue;
+        }
+        T* d = (v == last && direct) ? direct + (pos - begin) : reg(v);
+        run_step<T>(s, a, b, c, d, n);
+        value_[v] = {d, false};
       }
-      visit_storage(l.dtype, [&](auto tag) {
-        using S = typename decltype(tag)::type;
-        load_block(l, src.as<const S>(), begin, len, reg(k));
-      });
-      value_[k] = reg(k);
+      if (!direct) {
+        emit(pos, n, value_[last]);
+      } else if (value_[last].splat) {
+        std::fill_n(direct + (pos - begin), n, *value_[last].p);
+      }
+      pos += n;
     }
-    for (int v = n_loads_; v < n_values_; ++v) {
-      const auto& s = f_.steps[v - n_loads_];
-      T* d = (v == n_values_ - 1 && dst) ? dst : reg(v);
-      run_step<T>(s, s.a >= 0 ? value_[s.a] : nullptr, s.b >= 0 ? value_[s.b] : nullptr,
-                  s.c >= 0 ? value_[s.c] : nullptr, d, len);
-      value_[v] = d;
-    }
-    return value_[n_values_ - 1];
   }
 
  private:
   T* reg(int v) const { return regs_ + f_.register_of[v] * kFusedBlock; }
+  Operand<T> operand(int v) const { return v >= 0 ? value_[v] : Operand<T>{}; }
+
+  void seek_all(int64_t pos) {
+    for (int k = 0; k < n_loads_; ++k)
+      if (!is_flat(f_.loads[k])) seek(f_.loads[k], pos, cursor_[k]);
+  }
+
+  // Loads every operand for the sub-block at `pos` of at most `max_len` elements; returns its
+  // length, cut where a broadcast or in-place run ends when that run is long (kMinRun).
+  int64_t load_all(int64_t pos, int64_t max_len) {
+    int64_t n = max_len;
+    for (int k = 0; k < n_loads_; ++k) {
+      const auto& l = f_.loads[k];
+      if (is_flat(l)) continue;
+      const int64_t left = run_left(l, cursor_[k]);
+      const bool whole_run = l.strides.back() == 0 || (l.strides.back() == 1 && l.dtype == f_.compute);
+      if (whole_run && left < n && left >= kMinRun) n = left;
+    }
+    for (int k = 0; k < n_loads_; ++k) {
+      const auto& l = f_.loads[k];
+      const TensorView& src = in_[l.arg];
+      Cursor& c = cursor_[k];
+      if (f_.register_of[k] < 0) {  // contiguous, of the compute type: read in place
+        value_[k] = {src.as<const T>() + pos, false};
+        prefetch_next(value_[k].p, n);
+      } else if (is_flat(l)) {  // contiguous, converted
+        visit_storage(l.dtype, [&](auto tag) {
+          using S = typename decltype(tag)::type;
+          const S* p = src.as<const S>() + pos;
+          prefetch_next(p, n);
+          T* r = reg(k);
+          for (int64_t i = 0; i < n; ++i) r[i] = static_cast<T>(p[i]);
+        });
+        value_[k] = {reg(k), false};
+      } else if (run_left(l, c) >= n && l.strides.back() == 0) {  // one value throughout
+        visit_storage(l.dtype, [&](auto tag) {
+          using S = typename decltype(tag)::type;
+          splat_[k] = static_cast<T>(src.as<const S>()[c.offset]);
+        });
+        value_[k] = {splat_ + k, true};
+        step_run(l, c, n);
+      } else if (run_left(l, c) >= n && l.strides.back() == 1 && l.dtype == f_.compute) {
+        value_[k] = {src.as<const T>() + c.offset, false};
+        prefetch_next(value_[k].p, n);
+        step_run(l, c, n);
+      } else {
+        visit_storage(l.dtype, [&](auto tag) {
+          using S = typename decltype(tag)::type;
+          load_block(l, src.as<const S>(), c, n, reg(k));
+        });
+        value_[k] = {reg(k), false};
+      }
+    }
+    return n;
+  }
 
   const Fusion& f_;
   std::span<const TensorView> in_;
   const int n_loads_, n_values_;
   T* regs_;
-  const T** value_;
+  Operand<T>* value_;  // per value: where it is over the current sub-block
+  T* splat_;           // per value: its one value, when it is a splat
+  Cursor* cursor_;     // per load: where the current sub-block starts in the operand
 };
+
+// Elements [at, at + n) of a fusion's or op's result, computed in T, stored into `out`: the
+// one place a result is converted to its storage dtype (T itself, bool, or bfloat16). (A result of
+// type T that overlaps no operand is written by the last step directly instead.)
+template <class T>
+void store_result(Operand<T> r, const TensorView& out, int64_t at, int64_t n) {
+  if (out.dtype == dtype_of<T>()) {
+    T* po = out.as<T>() + at;
+    if (r.splat) std::fill_n(po, n, *r.p);
+    else std::copy(r.p, r.p + n, po);
+    return;
+  }
+  if (out.dtype == DType::BFloat16) {  // after a rounding step (widen.h): exact
+    bfloat16* po = out.as<bfloat16>() + at;
+    if (r.splat) std::fill_n(po, n, bfloat16(static_cast<float>(*r.p)));
+    else
+      for (int64_t i = 0; i < n; ++i) po[i] = bfloat16(static_cast<float>(r.p[i]));
+    return;
+  }
+  assert(out.dtype == DType::Bool && "elementwise: bad result dtype");
+  BoolStorage* po = out.as<BoolStorage>() + at;
+  if (r.splat) {
+    std::fill_n(po, n, static_cast<BoolStorage>(*r.p != T(0)));
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) po[i] = r.p[i] != T(0);
+}
+
+// True when the result is written over one of its operands (a donated buffer,
+// memory_plan.cpp): its last step must then not write where operands are read directly (and
+// run_step writes through a __restrict pointer; GeluTanh rereads its operand).
+bool overlaps_operand(std::span<const TensorView> in, const TensorView& out) {
+  return std::any_of(in.begin(), in.end(), [&](const TensorView& v) { return v.data == out.data; });
+}
 
 template <class T>
 void run_fusion(const Fusion& f, std::span<const TensorView> in, const TensorView& out) {
   const int64_t n = out.numel();
-  // A result written over a donated operand (memory_plan.cpp) is computed into a register
-  // and then copied: its last step must not write where its operands are read directly.
-  const bool aliased =
-      std::any_of(in.begin(), in.end(), [&](const TensorView& v) { return v.data == out.data; });
-  const bool direct_out = out.dtype == f.compute && !aliased;
-  assert((out.dtype == f.compute || out.dtype == DType::Bool || out.dtype == DType::BFloat16) &&
-         "fused kernel: bad result dtype");
+  const bool direct_out = out.dtype == f.compute && !overlaps_operand(in, out);
   const int64_t blocks = (n + kFusedBlock - 1) / kFusedBlock;
   parallel_range(blocks, 8, [&](int64_t b0, int64_t b1) {
     BlockEvaluator<T> eval(f, in);
-    for (int64_t blk = b0; blk < b1; ++blk) {
-      const int64_t begin = blk * kFusedBlock, len = std::min(kFusedBlock, n - begin);
-      if (direct_out) {
-        eval.eval(begin, len, out.as<T>() + begin);
-        continue;
-      }
-      const T* r = eval.eval(begin, len, nullptr);
-      if (out.dtype == f.compute) {
-        std::copy(r, r + len, out.as<T>() + begin);
-        continue;
-      }
-      if (out.dtype == DType::BFloat16) {  // the last step rounded already: exact
-        bfloat16* po = out.as<bfloat16>() + begin;
-        for (int64_t i = 0; i < len; ++i) po[i] = bfloat16(static_cast<float>(r[i]));
-        continue;
-      }
-      BoolStorage* po = out.as<BoolStorage>() + begin;
-      for (int64_t i = 0; i < len; ++i) po[i] = r[i] != T(0);
-    }
+    const int64_t begin = b0 * kFusedBlock, len = std::min(b1 * kFusedBlock, n) - begin;
+    eval.eval(begin, len, direct_out ? out.as<T>() + begin : nullptr,
+              [&](int64_t at, int64_t m, Operand<T> r) { store_result(r, out, at, m); });
   });
 }
 
@@ -353,12 +584,7 @@ template <class T>
 void run_alone(Op op, std::span<const TensorView> in, const TensorView& out) {
   const int64_t n = out.numel();
   const bool where = op == Op::Where;
-  // A result written over a donated operand (memory_plan.cpp) goes through scratch: run_step
-  // writes through a __restrict pointer and may reread its operand (GeluTanh).
-  const bool aliased =
-      std::any_of(in.begin(), in.end(), [&](const TensorView& v) { return v.data == out.data; });
-  const bool direct_out = out.dtype == dtype_of<T>() && !aliased;
-  assert((out.dtype == dtype_of<T>() || out.dtype == DType::Bool) && "elementwise: bad result dtype");
+  const bool direct_out = out.dtype == dtype_of<T>() && !overlaps_operand(in, out);
   const FusedStep step{op, -1, -1, -1, 0, out.dtype};
   const int64_t blocks = (n + kFusedBlock - 1) / kFusedBlock;
   parallel_range(blocks, 8, [&](int64_t b0, int64_t b1) {
@@ -376,13 +602,7 @@ void run_alone(Op op, std::span<const TensorView> in, const TensorView& out) {
       }
       T* d = direct_out ? out.as<T>() + begin : scratch;
       run_step<T>(step, operand[0], operand[1], operand[2], d, len);
-      if (direct_out) continue;
-      if (out.dtype == dtype_of<T>()) {
-        std::copy(d, d + len, out.as<T>() + begin);
-        continue;
-      }
-      BoolStorage* po = out.as<BoolStorage>() + begin;
-      for (int64_t i = 0; i < len; ++i) po[i] = d[i] != T(0);
+      if (!direct_out) store_result(Operand<T>{d}, out, begin, len);
     }
   });
 }
@@ -401,8 +621,7 @@ void eval_fusion(const ir::Fusion& fusion, std::span<const TensorView> in, int64
   assert(fusion.compute == (sizeof(T) == 4 ? DType::Float32 : DType::Float64) &&
          "eval_fusion: wrong compute type");
   BlockEvaluator<T> eval(fusion, in);
-  for (int64_t at = 0; at < len; at += kFusedBlock)
-    eval.eval(begin + at, std::min(kFusedBlock, len - at), dst + at);
+  eval.eval(begin, len, dst, [](int64_t, int64_t, Operand<T>) {});
 }
 
 template void eval_fusion<float>(const ir::Fusion&, std::span<const TensorView>, int64_t,
