@@ -17,7 +17,9 @@ It exists to put PyTorch's figures beside loom's, measured on the same machine i
 session, e.g.
 
   ./build/bench/loom_bench            # loom's rows (see bench/loom_bench.cpp for options)
-  /usr/bin/python3 bench/pytorch_steps.py --threads 2 --channels-last
+  /usr/bin/python3 bench/pytorch_steps.py --threads 2 --channels-last --bf16
+
+or both sides back to back with their ratios: /usr/bin/python3 bench/vs_pytorch.py
 
 Run it with Debian's /usr/bin/python3: torch 1.13 comes from the python3-torch package,
 which the `python3` first on PATH does not see. The table goes to stdout, progress to stderr.
@@ -226,11 +228,11 @@ def make_workload(name, channels_last):
     return model, opt, inputs, targets, batch, "img/s"
 
 
-def run(name, layout, jit, args):
+def run(name, layout, jit, precision, args):
     """Warm-up steps untimed, then each timed step on its own; returns a table row."""
     model, opt, inputs, targets, units, unit = make_workload(name, layout == "channels_last")
     count = sum(p.numel() for p in model.parameters())
-    progress(f"{name} {layout}{' jit' if jit else ''}: {count:,} parameters "
+    progress(f"{name} {layout} {precision}{' jit' if jit else ''}: {count:,} parameters "
              f"(loom {LOOM_PARAMETERS[name]:,}{'' if count == LOOM_PARAMETERS[name] else ', MISMATCH'})")
     model.train()
     forward = model
@@ -238,10 +240,14 @@ def run(name, layout, jit, args):
         # Tracing records the training-mode graph; the model's parameters stay the optimizer's.
         forward = torch.jit.trace(model, inputs, check_trace=False)
 
+    # bf16: the forward and the loss under torch.autocast("cpu", torch.bfloat16), the way
+    # PyTorch users train in mixed precision on a CPU (float32 weights and optimizer state; the
+    # backward follows the autocast casts). loom's --precision bf16 is the same recipe.
     def step():
         opt.zero_grad(set_to_none=True)  # as loom's zero_grad, which drops the gradients
-        logits = forward(inputs)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            logits = forward(inputs)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets)
         loss.backward()
         opt.step()
         return loss
@@ -259,15 +265,15 @@ def run(name, layout, jit, args):
         progress(f"warning: {name} {layout} loss is not finite")
     median, best = statistics.median(times), min(times)
     rate = units / median
-    return [name, layout, "jit.trace" if jit else "eager", f"{median * 1e3:.1f} ms", f"{best * 1e3:.1f} ms",
+    return [name, layout, "jit.trace" if jit else "eager", precision, f"{median * 1e3:.1f} ms", f"{best * 1e3:.1f} ms",
             f"{rate:.1f} {unit}", f"{rate * FLOPS_PER_UNIT[name] / 1e9:.1f}", f"{count:,}"]
 
 
 def print_table(rows):
-    head = ["model", "layout", "mode", "step (median)", "step (best)", "rate (median)", "GFLOP/s", "parameters"]
+    head = ["model", "layout", "mode", "precision", "step (median)", "step (best)", "rate (median)", "GFLOP/s", "parameters"]
     widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
     for r in [head, ["-" * w for w in widths]] + rows:
-        print("  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
+        print("  ".join(c.ljust(w) if i < 4 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
 
 
 def main():
@@ -284,6 +290,10 @@ def main():
     p.add_argument("--jit", action="store_true",
                    help="also run each row's model through torch.jit.trace (a further row each; the "
                         "JIT optimises the graph after its second run, so keep --warmup >= 2)")
+    p.add_argument("--bf16", action="store_true",
+                   help="also run every row under torch.autocast('cpu', torch.bfloat16) (a bf16 row "
+                        "after each fp32 row)")
+    p.add_argument("--bf16-only", action="store_true", help="only the bf16 (autocast) rows")
     args = p.parse_args()
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     for m in models:
@@ -300,17 +310,19 @@ def main():
         progress("warning: matmuls run on netlib's reference BLAS, so the decoder rows measure it, not "
                  "PyTorch; install libopenblas0-pthread (see the top of this file)")
 
+    precisions = ["bf16"] if args.bf16_only else ["fp32", "bf16"] if args.bf16 else ["fp32"]
     rows = []
     for name in models:
         layouts = ["-"] if name == "decoder" else ["nchw", "channels_last"] if args.channels_last else ["nchw"]
         for layout in layouts:
             for jit in [False, True] if args.jit else [False]:
-                try:
-                    rows.append(run(name, layout, jit, args))
-                except Exception as e:  # a JIT failure should not lose the eager rows
-                    if not jit:
-                        raise
-                    progress(f"{name} {layout} jit.trace: skipped ({type(e).__name__}: {e})")
+                for precision in precisions:
+                    try:
+                        rows.append(run(name, layout, jit, precision, args))
+                    except Exception as e:  # a JIT failure should not lose the eager rows
+                        if not jit:
+                            raise
+                        progress(f"{name} {layout} {precision} jit.trace: skipped ({type(e).__name__}: {e})")
     print(f"# PyTorch {torch.__version__}, {args.threads} threads, BLAS {blas}"
           f"{' (netlib reference BLAS: slow matmuls)' if reference_blas else ''}; GFLOP/s from the median step")
     print_table(rows)
