@@ -137,6 +137,35 @@ std::string temp_checkpoint(const char* name) {
   return p;
 }
 
+// --precision bf16: the Linear layers' matmuls run in bfloat16 (rounded, so the losses differ
+// from fp32's), the model still learns, the weights and the checkpoint stay float32, and the
+// three execution modes agree exactly (a captured step replays under its precision).
+TEST(Trainer, Bf16PrecisionTrainsWithFloat32WeightsAndAgreesAcrossModes) {
+  auto losses_in = [](ExecutionMode mode, Precision precision, const std::string& checkpoint = {}) {
+    auto train = loader();
+    auto test = data::DeviceLoader(blobs(32), {.batch_size = 8});
+    auto net = fresh_model();
+    BlobTrainer t(net, quiet({.epochs = 3, .checkpoint = checkpoint, .mode = mode, .precision = precision}));
+    t.fit(train, &test);
+    for (const auto& p : net->parameters()) EXPECT_EQ(p.dtype(), DType::Float32);
+    EXPECT_GE(t.last_eval().at("accuracy"), 0.9);
+    return t.losses();
+  };
+  const std::string ck = temp_checkpoint("bf16_trainer");
+  const auto bf16 = losses_in(ExecutionMode::Lazy, Precision::BFloat16, ck);
+  const auto fp32 = losses_in(ExecutionMode::Lazy, Precision::Float32);
+  ASSERT_EQ(bf16.size(), fp32.size());
+  EXPECT_NE(bf16, fp32) << "bf16 rounds: some loss must differ";
+  EXPECT_LT(bf16.back(), 0.5 * bf16.front());
+  for (std::size_t i = 0; i < 8; ++i) EXPECT_NEAR(bf16[i], fp32[i], 0.02 * fp32[i] + 1e-3) << "step " << i;
+  EXPECT_EQ(losses_in(ExecutionMode::Compiled, Precision::BFloat16), bf16);
+  EXPECT_EQ(losses_in(ExecutionMode::Eager, Precision::BFloat16), bf16);
+  const auto saved = loom::load_checkpoint(ck);
+  ASSERT_FALSE(saved.model.empty());
+  for (const auto& [name, t] : saved.model) EXPECT_EQ(t.dtype(), DType::Float32) << name;
+  std::filesystem::remove(ck);
+}
+
 TEST(Trainer, ResumingAfterSigintGivesTheUninterruptedLosses) {
   std::vector<double> whole;
   {
