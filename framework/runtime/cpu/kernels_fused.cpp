@@ -26,6 +26,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
+#include "runtime/cpu/fused_jit.h"
 #include "runtime/cpu/kernels_impl.h"
 
 #include "ir/unreachable.h"
@@ -86,6 +87,7 @@ struct Values;
 struct Splats;
 struct Cursors;
 struct Alone;  // elementwise_kernel's result and condition blocks
+struct CodeValues;  // the value pointers FusedCode::run reads
 
 // Registers start on a 64-byte boundary (kFusedBlock elements apart), so vector_map works on
 // them in place.
@@ -101,6 +103,9 @@ T* scratch_registers(std::size_t n) {
 // elements left: shorter runs are copied into a register with the rest of the block.
 constexpr int64_t kMinRun = 128;
 
+// The longest sub-block the fusion's machine code runs at once (fused_jit.h).
+constexpr int64_t kCodeBlock = 16 * kFusedBlock;
+
 // Asks for the cache lines of the n elements that follow p's sub-block of n elements. The steps
 // of a sub-block read their operands one at a time, each for a few microseconds only, which
 // leaves the hardware prefetchers too little time to run ahead of any one stream: asking for
@@ -108,6 +113,7 @@ constexpr int64_t kMinRun = 128;
 // streams would. (A prefetch never faults, so running past the operand's end is harmless.)
 template <class S>
 void prefetch_next(const S* p, int64_t n) {
+  if (n > kFusedBlock) return;  // the machine code's long loops: the hardware's prefetchers keep up
   const auto* next = reinterpret_cast<const char*>(p + n);
   const auto bytes = static_cast<int64_t>(sizeof(S)) * n;
   for (int64_t at = 0; at < bytes; at += 64) __builtin_prefetch(next + at);
@@ -423,8 +429,8 @@ void run_step(const FusedStep& s, const T* a, const T* b, const T* c, T* __restr
 template <class T>
 class BlockEvaluator {
  public:
-  BlockEvaluator(const Fusion& f, std::span<const TensorView> in)
-      : f_(f), in_(in), n_loads_(static_cast<int>(f.loads.size())),
+  BlockEvaluator(const Fusion& f, std::span<const TensorView> in, const FusedCode* code = nullptr)
+      : f_(f), in_(in), code_(code), n_loads_(static_cast<int>(f.loads.size())),
         n_values_(n_loads_ + static_cast<int>(f.steps.size())),
         regs_(scratch_registers<T>(static_cast<std::size_t>(f.num_registers) * kFusedBlock)),
         value_(thread_scratch<Operand<T>, Values>(n_values_)),
@@ -440,8 +446,17 @@ class BlockEvaluator {
   void eval(int64_t begin, int64_t len, T* direct, Emit&& emit) {
     seek_all(begin);
     const int last = n_values_ - 1;
+    // The machine code keeps no values in registers between steps, so it takes longer
+    // sub-blocks (fewer calls, fewer evaluations of the values computed before it) when it
+    // writes the result directly and reads every operand in place or as a splat.
+    const int64_t max_len = code_ && direct ? kCodeBlock : kFusedBlock;
     for (int64_t pos = begin, end = begin + len; pos < end;) {
-      const int64_t n = load_all(pos, std::min(kFusedBlock, end - pos));
+      const int64_t n = load_all(pos, std::min(max_len, end - pos));
+      if (run_code(n, direct ? direct + (pos - begin) : nullptr)) {
+        if (!direct) emit(pos, n, value_[last]);
+        pos += n;
+        continue;
+      }
       for (int v = n_loads_; v < n_values_; ++v) {
         const auto& s = f_.steps[v - n_loads_];
         const Operand<T> a = operand(s.a), b = operand(s.b), c = operand(s.c);
@@ -465,6 +480,36 @@ class BlockEvaluator {
 
  private:
   T* reg(int v) const { return regs_ + f_.register_of[v] * kFusedBlock; }
+
+  // Runs the sub-block's n elements through the fusion's machine code (fused_jit.h), when it
+  // has code and the sub-block's loads are splats exactly where the code expects them (a
+  // broadcast run that does not cover the sub-block was copied instead): the values computed
+  // before are computed here first, as the steps below compute them, and the code writes the
+  // result to `direct`, or to the last value's register. False: the steps must run.
+  bool run_code(int64_t n, T* direct) {
+    if constexpr (!std::is_same_v<T, float>) {
+      return false;
+    } else {
+      if (!code_) return false;
+      const auto& before = code_->before();
+      for (int k = 0; k < n_loads_; ++k)
+        if (value_[k].splat != before[k]) return false;
+      const float** values = thread_scratch<const float*, CodeValues>(n_values_);
+      for (int v = 0; v < n_values_; ++v) {
+        if (v >= n_loads_ && before[v]) {
+          const auto& s = f_.steps[v - n_loads_];
+          run_step<T>(s, operand(s.a), operand(s.b), operand(s.c), splat_ + v, 1);
+          value_[v] = {splat_ + v, true};
+        }
+        values[v] = v < n_loads_ || before[v] ? value_[v].p : nullptr;
+      }
+      const int last = n_values_ - 1;
+      T* d = direct ? direct : reg(last);
+      code_->run(values, d, n);
+      value_[last] = {d, false};
+      return true;
+    }
+  }
   Operand<T> operand(int v) const { return v >= 0 ? value_[v] : Operand<T>{}; }
 
   void seek_all(int64_t pos) {
@@ -474,15 +519,23 @@ class BlockEvaluator {
 
   // Loads every operand for the sub-block at `pos` of at most `max_len` elements; returns its
   // length, cut where a broadcast or in-place run ends when that run is long (kMinRun).
+  // A max_len beyond kFusedBlock (the machine code's sub-blocks) is cut to kFusedBlock where
+  // an operand has to be copied into a register.
   int64_t load_all(int64_t pos, int64_t max_len) {
     int64_t n = max_len;
+    bool copies = false;
     for (int k = 0; k < n_loads_; ++k) {
       const auto& l = f_.loads[k];
-      if (is_flat(l)) continue;
+      if (is_flat(l)) {
+        copies |= f_.register_of[k] >= 0;
+        continue;
+      }
       const int64_t left = run_left(l, cursor_[k]);
       const bool whole_run = l.strides.back() == 0 || (l.strides.back() == 1 && l.dtype == f_.compute);
       if (whole_run && left < n && left >= kMinRun) n = left;
+      copies |= !whole_run || left < n;
     }
+    if (copies) n = std::min(n, kFusedBlock);
     for (int k = 0; k < n_loads_; ++k) {
       const auto& l = f_.loads[k];
       const TensorView& src = in_[l.arg];
@@ -523,6 +576,7 @@ class BlockEvaluator {
 
   const Fusion& f_;
   std::span<const TensorView> in_;
+  const FusedCode* code_;  // the fusion's machine code, or nullptr: the steps run one by one
   const int n_loads_, n_values_;
   T* regs_;
   Operand<T>* value_;  // per value: where it is over the current sub-block
@@ -565,12 +619,13 @@ bool overlaps_operand(std::span<const TensorView> in, const TensorView& out) {
 }
 
 template <class T>
-void run_fusion(const Fusion& f, std::span<const TensorView> in, const TensorView& out) {
+void run_fusion(const Fusion& f, std::span<const TensorView> in, const TensorView& out,
+                const FusedCode* code) {
   const int64_t n = out.numel();
   const bool direct_out = out.dtype == f.compute && !overlaps_operand(in, out);
   const int64_t blocks = (n + kFusedBlock - 1) / kFusedBlock;
   parallel_range(blocks, 8, [&](int64_t b0, int64_t b1) {
-    BlockEvaluator<T> eval(f, in);
+    BlockEvaluator<T> eval(f, in, code);
     const int64_t begin = b0 * kFusedBlock, len = std::min(b1 * kFusedBlock, n) - begin;
     eval.eval(begin, len, direct_out ? out.as<T>() + begin : nullptr,
               [&](int64_t at, int64_t m, Operand<T> r) { store_result(r, out, at, m); });
@@ -610,9 +665,20 @@ void run_alone(Op op, std::span<const TensorView> in, const TensorView& out) {
 }  // namespace
 
 void fused_kernel(const ir::Fusion& fusion, std::span<const TensorView> in,
-                  const TensorView& out) {
-  visit_float("fused elementwise", fusion.compute,
-              [&](auto tag) { run_fusion<typename decltype(tag)::type>(fusion, in, out); });
+                  const TensorView& out, const FusedCode* code) {
+  visit_float("fused elementwise", fusion.compute, [&](auto tag) {
+    run_fusion<typename decltype(tag)::type>(fusion, in, out, code);
+  });
+}
+
+std::unique_ptr<const FusedCode> compile_fused_code(const ir::Fusion& fusion) {
+  // A load is a splat over a sub-block where load_all reads it as one: a broadcast whose runs
+  // are long enough to cut sub-blocks at (kMinRun), or one value throughout.
+  std::vector<bool> splat_loads;
+  for (const auto& l : fusion.loads)
+    splat_loads.push_back(!is_flat(l) && l.strides.back() == 0 &&
+                          (l.sizes.size() == 1 || l.sizes.back() >= kMinRun));
+  return FusedCode::compile(fusion, splat_loads);
 }
 
 template <class T>

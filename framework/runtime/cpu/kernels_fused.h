@@ -5,16 +5,24 @@
 #pragma once
 
 #include "ir/program.h"
+#include "runtime/cpu/fused_jit.h"
 #include "runtime/cpu/kernels.h"
 
+#include <memory>
 #include <span>
 
 namespace loom::runtime {
 
 inline constexpr int64_t kFusedBlock = 512;
 
+// With `code` (compile_fused_code), sub-blocks run as its machine code where they can; the
+// result is the same to the bit either way.
 void fused_kernel(const ir::Fusion& fusion, std::span<const TensorView> in,
-                  const TensorView& out);
+                  const TensorView& out, const FusedCode* code = nullptr);
+
+// The fusion's machine code (fused_jit.h), expecting splats where the evaluator reads loads as
+// one value; nullptr where it does not apply. Made once per compiled program.
+std::unique_ptr<const FusedCode> compile_fused_code(const ir::Fusion& fusion);
 
 // One unary, binary or ternary elementwise op (not Cast) alone, in any dtype its shape
 // inference admits: operands contiguous and of the result's shape. It runs the very step a

@@ -1,0 +1,277 @@
+// The fusions' machine code (fused_jit.h) gives the block evaluator's bits: random chains of
+// the steps it takes, over operands read in place, as per-channel splats (planes longer and
+// shorter than the splat threshold), as scalars and converted from bool, with NaN, infinities,
+// signed zeros, ties and bfloat16 rounding ties among the values, and results of every length
+// (full vectors and tails), stored directly, converted (bool, bfloat16) or over an operand.
+#include "ir/program.h"
+#include "runtime/cpu/fused_jit.h"
+#include "runtime/cpu/kernels.h"
+#include "runtime/cpu/kernels_fused.h"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace loom::runtime {
+namespace {
+
+using ir::Op;
+
+float special(std::mt19937_64& rng) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float values[] = {0.0f, -0.0f, 1.0f, -1.0f, inf, -inf, std::numeric_limits<float>::quiet_NaN(),
+                          // bfloat16 ties (to even down, to even up), the largest finite float
+                          std::bit_cast<float>(0x3f808000u), std::bit_cast<float>(0x3f818000u),
+                          std::numeric_limits<float>::max(), 1e-40f};
+  return values[rng() % std::size(values)];
+}
+
+// A random fusion over [batch, channels, plane] and its operands.
+struct Case {
+  ir::Fusion fusion;
+  std::vector<std::vector<float>> floats;
+  std::vector<std::vector<uint8_t>> bools;
+  std::vector<TensorView> in;
+  std::string text;  // the steps, for failure messages
+};
+
+Case random_case(std::mt19937_64& rng, int64_t batch, int64_t channels, int64_t plane, int n_steps) {
+  Case c;
+  const int64_t n = batch * channels * plane;
+  std::uniform_real_distribution<float> u(-3, 3);
+  auto values = [&](int64_t count) {
+    std::vector<float> v(count);
+    for (auto& x : v) x = rng() % 8 == 0 ? special(rng) : u(rng);
+    return v;
+  };
+  // Operands: two full ones (the second equal to the first in places: ties), a per-channel
+  // one, a scalar, a bool mask.
+  c.floats.push_back(values(n));
+  c.floats.push_back(values(n));
+  for (int64_t i = 0; i < n; i += 3) c.floats[1][i] = c.floats[0][i];
+  c.floats.push_back(values(channels));
+  c.floats.push_back(values(1));
+  c.bools.emplace_back(n);
+  for (auto& b : c.bools[0]) b = rng() % 2;
+  c.in = {{c.floats[0].data(), DType::Float32, {n}},
+          {c.floats[1].data(), DType::Float32, {n}},
+          {c.floats[2].data(), DType::Float32, {1, channels, 1}},
+          {c.floats[3].data(), DType::Float32, {1}},
+          {c.bools[0].data(), DType::Bool, {n}}};
+  auto& f = c.fusion;
+  f.compute = DType::Float32;
+  f.shape = {n};
+  f.loads = {{0, DType::Float32, {n}, {1}},
+             {1, DType::Float32, {n}, {1}},
+             {2, DType::Float32, {batch, channels, plane}, {0, 1, 0}},
+             {3, DType::Float32, {n}, {0}},
+             {4, DType::Bool, {n}, {1}}};
+  const Op binary[] = {Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Maximum, Op::Minimum,
+                       Op::Eq, Op::Ne, Op::Lt, Op::Le, Op::Gt, Op::Ge};
+  const Op unary[] = {Op::Neg, Op::Abs, Op::Relu, Op::LogicalNot, Op::Cast};
+  const DType casts[] = {DType::Bool, DType::BFloat16, DType::Float32};
+  int values_so_far = static_cast<int>(f.loads.size());
+  auto pick = [&] {
+    // Mostly recent values, so chains grow long; sometimes any.
+    return rng() % 3 == 0 ? static_cast<int>(rng() % values_so_far)
+                          : values_so_far - 1 - static_cast<int>(rng() % std::min(values_so_far, 3));
+  };
+  for (int s = 0; s < n_steps; ++s) {
+    ir::FusedStep step{Op::Add, -1, -1, -1, 0, DType::Float32};
+    const auto kind = rng() % 10;
+    if (kind < 5) {
+      step.op = binary[rng() % std::size(binary)];
+      step.a = pick();
+      step.b = static_cast<int>(rng() % values_so_far);
+    } else if (kind < 8) {
+      step.op = unary[rng() % std::size(unary)];
+      step.a = pick();
+      if (step.op == Op::Cast) step.dtype = casts[rng() % std::size(casts)];
+    } else if (kind < 9) {
+      step.op = Op::Where;
+      step.a = pick();
+      step.b = static_cast<int>(rng() % values_so_far);
+      step.c = static_cast<int>(rng() % values_so_far);
+    } else {
+      step.op = Op::Constant;
+      const double constants[] = {0.0, -0.5, 2.0, std::nan("")};
+      step.scalar = constants[rng() % std::size(constants)];
+    }
+    c.text += std::string(ir::op_name(step.op)) + "(" + std::to_string(step.a) + "," +
+              std::to_string(step.b) + "," + std::to_string(step.c) + ") ";
+    f.steps.push_back(step);
+    ++values_so_far;
+  }
+  // Every value has its own register; loads read in place have none (as the fusion pass lays
+  // them out: contiguous operands of the compute type).
+  f.num_registers = values_so_far;
+  for (int v = 0; v < values_so_far; ++v) f.register_of.push_back(v < 2 ? -1 : v);
+  return c;
+}
+
+std::vector<unsigned char> run(const Case& c, DType out_dtype, const FusedCode* code, bool over_operand) {
+  const int64_t n = c.fusion.shape[0];
+  std::vector<unsigned char> out(static_cast<std::size_t>(n) * dtype_size(out_dtype), 0xAB);
+  if (over_operand) {  // the result written over its first operand (a donated buffer)
+    std::vector<float> operand = c.floats[0];
+    std::vector<TensorView> in = c.in;
+    in[0].data = operand.data();
+    fused_kernel(c.fusion, in, {operand.data(), DType::Float32, {n}}, code);
+    std::memcpy(out.data(), operand.data(), out.size());
+  } else {
+    fused_kernel(c.fusion, c.in, {out.data(), out_dtype, {n}}, code);
+  }
+  return out;
+}
+
+TEST(FusedCode, GivesTheEvaluatorsBitsOnRandomChains) {
+  if (!fused_jit_available()) GTEST_SKIP() << "no fused machine code here (a CPU without AVX2, or LOOM_FUSED_JIT=0)";
+  std::mt19937_64 rng(7);
+  int compiled = 0, cases = 0;
+  for (int64_t plane : {1, 5, 100, 128, 300, 1024, 2100}) {
+    for (int trial = 0; trial < 12; ++trial) {
+      const int64_t batch = 1 + static_cast<int64_t>(rng() % 3), channels = 1 + static_cast<int64_t>(rng() % 4);
+      const Case c = random_case(rng, batch, channels, plane, 1 + static_cast<int>(rng() % 12));
+      const auto code = compile_fused_code(c.fusion);
+      // Every step here is one the code takes, so there is code exactly when the result
+      // depends on an operand read element by element (not only on splats: the per-channel
+      // operand is one where its planes are long, the scalar always).
+      std::vector<bool> per_element{true, true, plane < 128, false, true};
+      for (const auto& s : c.fusion.steps)
+        per_element.push_back((s.a >= 0 && per_element[s.a]) || (s.b >= 0 && per_element[s.b]) ||
+                              (s.c >= 0 && per_element[s.c]));
+      ++cases;
+      EXPECT_EQ(code != nullptr, per_element.back()) << "plane " << plane << ": " << c.text;
+      if (!code) continue;
+      ++compiled;
+      for (DType out_dtype : {DType::Float32, DType::Bool, DType::BFloat16}) {
+        const auto want = run(c, out_dtype, nullptr, false);
+        const auto got = run(c, out_dtype, code.get(), false);
+        EXPECT_EQ(want, got) << dtype_name(out_dtype) << " plane " << plane << ": " << c.text;
+      }
+      EXPECT_EQ(run(c, DType::Float32, nullptr, true), run(c, DType::Float32, code.get(), true))
+          << "over its operand, plane " << plane << ": " << c.text;
+    }
+  }
+  // Most chains read an operand element by element: the comparisons above ran the code.
+  EXPECT_GT(compiled, cases / 2) << compiled << " of " << cases << " chains compiled";
+}
+
+// Each step the code takes, alone, on every pair of special values (and ordinary ones), over
+// a length with a tail: the same bits as the evaluator.
+TEST(FusedCode, EachStepGivesTheEvaluatorsBitsOnSpecialValues) {
+  if (!fused_jit_available()) GTEST_SKIP() << "no fused machine code here (a CPU without AVX2, or LOOM_FUSED_JIT=0)";
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> specials{0.0f, -0.0f, 1.0f, -1.0f, 2.5f, -2.5f, inf, -inf, nan, -nan,
+                                    std::bit_cast<float>(0x7f800001u),  // a signalling NaN
+                                    std::bit_cast<float>(0x3f808000u), std::bit_cast<float>(0x3f818000u),
+                                    std::bit_cast<float>(0xbf808000u), std::bit_cast<float>(0x7f7f8000u),
+                                    std::numeric_limits<float>::max(), 1e-40f, -1e-40f};
+  std::vector<float> a, b, c;
+  for (float x : specials)
+    for (float y : specials) {
+      a.push_back(x);
+      b.push_back(y);
+      c.push_back(-y);
+    }
+  const int64_t n = static_cast<int64_t>(a.size());  // 324: 40 vectors and a tail of 4
+  const std::vector<TensorView> in{{a.data(), DType::Float32, {n}}, {b.data(), DType::Float32, {n}},
+                                   {c.data(), DType::Float32, {n}}};
+  std::vector<ir::FusedStep> steps;
+  for (Op op : {Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Maximum, Op::Minimum, Op::Eq, Op::Ne, Op::Lt,
+                Op::Le, Op::Gt, Op::Ge})
+    steps.push_back({op, 0, 1, -1, 0, DType::Float32});
+  steps.push_back({Op::Where, 0, 1, 2, 0, DType::Float32});
+  for (Op op : {Op::Neg, Op::Abs, Op::Relu, Op::LogicalNot}) steps.push_back({op, 0, -1, -1, 0, DType::Float32});
+  for (DType to : {DType::Bool, DType::BFloat16, DType::Float32}) steps.push_back({Op::Cast, 0, -1, -1, 0, to});
+  for (const auto& step : steps) {
+    ir::Fusion f;
+    f.compute = DType::Float32;
+    f.shape = {n};
+    f.loads = {{0, DType::Float32, {n}, {1}}, {1, DType::Float32, {n}, {1}}, {2, DType::Float32, {n}, {1}}};
+    f.steps = {step};
+    f.num_registers = 4;
+    f.register_of = {-1, -1, -1, 3};
+    const auto code = compile_fused_code(f);
+    const std::string what = std::string(ir::op_name(step.op)) + " to " + dtype_name(step.dtype);
+    ASSERT_NE(code, nullptr) << what;
+    std::vector<uint32_t> want(n), got(n);
+    fused_kernel(f, in, {want.data(), DType::Float32, {n}});
+    fused_kernel(f, in, {got.data(), DType::Float32, {n}}, code.get());
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(want[i], got[i]) << what << " of " << a[i] << " and " << b[i] << " (element " << i << ")";
+  }
+}
+
+TEST(FusedCode, TakesOnlyTheStepsItComputesExactly) {
+  if (!fused_jit_available()) GTEST_SKIP() << "no fused machine code here (a CPU without AVX2, or LOOM_FUSED_JIT=0)";
+  const int64_t n = 1000;
+  auto fusion = [&](Op op) {
+    ir::Fusion f;
+    f.compute = DType::Float32;
+    f.shape = {n};
+    f.loads = {{0, DType::Float32, {n}, {1}}};
+    f.steps = {{op, 0, -1, -1, 0, DType::Float32}};
+    f.num_registers = 2;
+    f.register_of = {-1, 1};
+    return f;
+  };
+  EXPECT_NE(compile_fused_code(fusion(Op::Relu)), nullptr);
+  // Their bits come from Eigen's and libm's approximations: the evaluator keeps them.
+  for (Op op : {Op::Exp, Op::Sqrt, Op::Rsqrt, Op::Tanh, Op::Sigmoid, Op::Erf, Op::Gelu})
+    EXPECT_EQ(compile_fused_code(fusion(op)), nullptr) << ir::op_name(op);
+  // A float64 fusion is the evaluator's.
+  ir::Fusion f64 = fusion(Op::Relu);
+  f64.compute = DType::Float64;
+  f64.loads[0].dtype = DType::Float64;
+  EXPECT_EQ(compile_fused_code(f64), nullptr);
+}
+
+// More values live at once than vector registers, or more element operands than general
+// registers: no code, and the evaluator's result stands.
+TEST(FusedCode, LeavesFusionsTooWideForItsRegistersToTheEvaluator) {
+  if (!fused_jit_available()) GTEST_SKIP() << "no fused machine code here (a CPU without AVX2, or LOOM_FUSED_JIT=0)";
+  const int64_t n = 777;
+  for (int operands : {4, 12, 16}) {
+    std::vector<std::vector<float>> data(operands, std::vector<float>(n));
+    std::vector<TensorView> in;
+    ir::Fusion f;
+    f.compute = DType::Float32;
+    f.shape = {n};
+    for (int k = 0; k < operands; ++k) {
+      for (int64_t i = 0; i < n; ++i) data[k][i] = static_cast<float>(k + 1) * 0.25f + static_cast<float>(i % 7);
+      in.push_back({data[k].data(), DType::Float32, {n}});
+      f.loads.push_back({k, DType::Float32, {n}, {1}});
+    }
+    // neg of each operand first, all live together, then summed.
+    for (int k = 0; k < operands; ++k) f.steps.push_back({Op::Neg, k, -1, -1, 0, DType::Float32});
+    int sum = operands;
+    for (int k = 1; k < operands; ++k) {
+      f.steps.push_back({Op::Add, sum, operands + k, -1, 0, DType::Float32});
+      sum = static_cast<int>(f.loads.size() + f.steps.size()) - 1;
+    }
+    const int values = static_cast<int>(f.loads.size() + f.steps.size());
+    f.num_registers = values;
+    for (int v = 0; v < values; ++v) f.register_of.push_back(v < operands ? -1 : v);
+    const auto code = compile_fused_code(f);
+    EXPECT_EQ(code != nullptr, operands <= 10) << operands << " operands";
+    std::vector<float> out(n);
+    fused_kernel(f, in, {out.data(), DType::Float32, {n}}, code.get());
+    for (int64_t i = 0; i < n; ++i) {
+      float want = -data[0][i];
+      for (int k = 1; k < operands; ++k) want += -data[k][i];
+      ASSERT_EQ(out[i], want) << operands << " operands, element " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace loom::runtime
