@@ -12,7 +12,8 @@
 // as one simple loop over the sub-block, which the compiler vectorises, a splat operand being a
 // scalar in a vector register; transcendental functions use Eigen's vectorised versions. The
 // last step writes straight into the result when no conversion is needed; otherwise
-// store_result converts.
+// store_result converts. A fusion with machine code (fused_jit.h, made when its program is
+// compiled) runs its sub-blocks through that code instead of step by step, with the same bits.
 //
 // run_step below is the one implementation of every elementwise op. Fusions run it, and so
 // does an op alone (elementwise_kernel, which run_kernel calls for every dtype), so lazy,
