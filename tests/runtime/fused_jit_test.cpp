@@ -211,6 +211,36 @@ TEST(FusedCode, EachStepGivesTheEvaluatorsBitsOnSpecialValues) {
   }
 }
 
+// A reduction's prologue (compiler/fuse_reduce.cpp) runs through the code as well: per-channel
+// sums and maxima of random chains, as batch norm's statistics and gradients reduce them.
+TEST(FusedCode, ReductionProloguesGiveTheEvaluatorsBits) {
+  if (!fused_jit_available()) GTEST_SKIP() << "no fused machine code here (a CPU without AVX2, or LOOM_FUSED_JIT=0)";
+  std::mt19937_64 rng(11);
+  int compiled = 0;
+  for (int64_t plane : {5, 64, 300, 1024}) {
+    for (int trial = 0; trial < 8; ++trial) {
+      const int64_t batch = 2 + static_cast<int64_t>(rng() % 3), channels = 1 + static_cast<int64_t>(rng() % 4);
+      Case c = random_case(rng, batch, channels, plane, 1 + static_cast<int>(rng() % 10));
+      c.fusion.shape = {batch, channels, plane};
+      const auto code = compile_fused_code(c.fusion);
+      if (!code) continue;
+      ++compiled;
+      for (Op op : {Op::Sum, Op::Max}) {
+        for (const std::vector<int64_t>& axes : {std::vector<int64_t>{0, 2}, std::vector<int64_t>{2}}) {
+          const Shape out_shape{axes[0] == 0 ? 1 : batch, channels, 1};
+          std::vector<uint32_t> want(static_cast<std::size_t>(shape_numel(out_shape))), got(want.size());
+          fused_reduce_kernel(op, ir::AxesAttr{axes}, c.fusion, c.in, {want.data(), DType::Float32, out_shape});
+          fused_reduce_kernel(op, ir::AxesAttr{axes}, c.fusion, c.in, {got.data(), DType::Float32, out_shape},
+                              code.get());
+          EXPECT_EQ(want, got) << ir::op_name(op) << " over " << axes.size() << " axes, plane " << plane
+                               << ": " << c.text;
+        }
+      }
+    }
+  }
+  EXPECT_GT(compiled, 8);
+}
+
 TEST(FusedCode, TakesOnlyTheStepsItComputesExactly) {
   if (!fused_jit_available()) GTEST_SKIP() << "no fused machine code here (a CPU without AVX2, or LOOM_FUSED_JIT=0)";
   const int64_t n = 1000;

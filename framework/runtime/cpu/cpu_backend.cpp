@@ -44,12 +44,12 @@ class CpuExecutable final : public Executable {
     fused_code.resize(program.instrs.size());
     for (std::size_t i = 0; i < program.instrs.size(); ++i) {
       const auto& in = program.instrs[i];
-      if (in.fusion && !in.epilogue.active() && ir::op_info(in.op).group != ir::OpGroup::Reduce)
-        fused_code[i] = compile_fused_code(*in.fusion);
+      if (in.fusion && !in.epilogue.active()) fused_code[i] = compile_fused_code(*in.fusion);
     }
   }
   ir::Program program;
-  // Per instruction: its fusion's machine code (fused_jit.h), or nullptr.
+  // Per instruction: its fusion's (or its reduction's prologue's) machine code (fused_jit.h),
+  // or nullptr.
   std::vector<std::unique_ptr<const FusedCode>> fused_code;
   // Run state, touched only by the device thread. The kernels' views (dtype and shape) are
   // made once here; a run only points them at this run's buffers, so it copies no shapes.
@@ -123,7 +123,7 @@ int run_program(const CpuExecutable& exe, const BufferList& inputs, const Buffer
     else if (!in.fusion)
       run_kernel(in.op, in.attr, views, out);
     else if (ir::op_info(in.op).group == ir::OpGroup::Reduce)
-      fused_reduce_kernel(in.op, in.attr, *in.fusion, views, out);
+      fused_reduce_kernel(in.op, in.attr, *in.fusion, views, out, exe.fused_code[i].get());
     else
       fused_kernel(*in.fusion, views, out, exe.fused_code[i].get());
   }

@@ -684,17 +684,17 @@ std::unique_ptr<const FusedCode> compile_fused_code(const ir::Fusion& fusion) {
 
 template <class T>
 void eval_fusion(const ir::Fusion& fusion, std::span<const TensorView> in, int64_t begin,
-                 int64_t len, T* dst) {
+                 int64_t len, T* dst, const FusedCode* code) {
   assert(fusion.compute == (sizeof(T) == 4 ? DType::Float32 : DType::Float64) &&
          "eval_fusion: wrong compute type");
-  BlockEvaluator<T> eval(fusion, in);
+  BlockEvaluator<T> eval(fusion, in, code);
   eval.eval(begin, len, dst, [](int64_t, int64_t, Operand<T>) {});
 }
 
 template void eval_fusion<float>(const ir::Fusion&, std::span<const TensorView>, int64_t,
-                                 int64_t, float*);
+                                 int64_t, float*, const FusedCode*);
 template void eval_fusion<double>(const ir::Fusion&, std::span<const TensorView>, int64_t,
-                                  int64_t, double*);
+                                  int64_t, double*, const FusedCode*);
 
 template <class T>
 void unary_step(ir::Op op, const T* a, T* d, int64_t n) {

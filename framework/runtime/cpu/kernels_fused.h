@@ -32,13 +32,14 @@ void elementwise_kernel(ir::Op op, std::span<const TensorView> in, const TensorV
 // A Sum, Mean or Max (attr: its axes) of a fusion's result, which is never stored: the
 // reduction evaluates the fusion (its prologue) over `in` as it reads (kernels_reduce.cpp).
 void fused_reduce_kernel(ir::Op op, const ir::Attr& attr, const ir::Fusion& prologue,
-                         std::span<const TensorView> in, const TensorView& out);
+                         std::span<const TensorView> in, const TensorView& out,
+                         const FusedCode* code = nullptr);
 
 // Elements [begin, begin + len) of a fusion's result, in its compute type T (float or
 // double), written to dst: for kernels that take a fused prologue (reductions).
 template <class T>
 void eval_fusion(const ir::Fusion& fusion, std::span<const TensorView> in, int64_t begin,
-                 int64_t len, T* dst);
+                 int64_t len, T* dst, const FusedCode* code = nullptr);
 
 // d[i] = op(a[i]) for a unary elementwise op, computed as a fusion step computes it (a and d
 // must not overlap): the activation of a GEMM/conv epilogue, so that folding it into the

@@ -90,12 +90,13 @@ struct Operand {
   const T* data = nullptr;
   const ir::Fusion* prologue = nullptr;
   std::span<const TensorView> prologue_in;
+  const FusedCode* code = nullptr;  // the prologue's machine code, if it has any
 
   // Elements [offset, offset + len) in row-major order; `tmp` has room for len elements.
   const T* run(int64_t offset, int64_t len, T* tmp) const {
     if constexpr (std::is_floating_point_v<T>) {
       if (prologue) {
-        eval_fusion<T>(*prologue, prologue_in, offset, len, tmp);
+        eval_fusion<T>(*prologue, prologue_in, offset, len, tmp, code);
         return tmp;
       }
     }
@@ -357,13 +358,14 @@ void argmax_typed(int64_t outer, int64_t size, int64_t inner, const T* px, int64
 // floating point.
 void reduce_operand(Op op, const ir::Attr& attr, DType dtype, const Shape& shape,
                     const void* data, const ir::Fusion* prologue,
-                    std::span<const TensorView> prologue_in, const TensorView& out) {
+                    std::span<const TensorView> prologue_in, const TensorView& out,
+                    const FusedCode* code = nullptr) {
   const auto& axes = attr.get<ir::AxesAttr>().axes;
   assert(std::is_sorted(axes.begin(), axes.end()) && "reduce: axes must be sorted");
   auto run = [&](auto tag, auto reducer) {
     using T = typename decltype(tag)::type;
     using R = typename decltype(reducer)::type;
-    Operand<T> x{static_cast<const T*>(data), prologue, prologue_in};
+    Operand<T> x{static_cast<const T*>(data), prologue, prologue_in, code};
     reduce_typed<T, R>(x, shape, axes, out);
   };
   switch (op) {
@@ -404,8 +406,9 @@ void reduce_kernel(Op op, const ir::Attr& attr, const TensorView& x, const Tenso
 }
 
 void fused_reduce_kernel(Op op, const ir::Attr& attr, const ir::Fusion& prologue,
-                         std::span<const TensorView> in, const TensorView& out) {
-  reduce_operand(op, attr, prologue.compute, prologue.shape, nullptr, &prologue, in, out);
+                         std::span<const TensorView> in, const TensorView& out,
+                         const FusedCode* code) {
+  reduce_operand(op, attr, prologue.compute, prologue.shape, nullptr, &prologue, in, out, code);
 }
 
 void argmax_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& out) {
