@@ -151,8 +151,11 @@ ir::Fusion fusion_over(int64_t n, std::vector<ir::FusedLoad> loads, std::vector<
 // and longer than a block and not dividing it.
 TEST(ElementwiseKernels, BroadcastOperandsGiveTheMaterialisedBits) {
   const Op binary[] = {Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Pow, Op::Maximum, Op::Minimum, Op::Lt};
-  for (int64_t plane : {1, 3, 100, 200, 700, 1030}) {
-    const int64_t batch = 3, channels = 5, n = batch * channels * plane;
+  // Batch 9 spans enough periods (channels x plane) for the short planes' operands to be
+  // written out once per thread and read in place (pattern_period in kernels_fused.cpp).
+  for (int64_t batch : {3, 9})
+  for (int64_t plane : {1, 3, 30, 64, 100, 200, 700, 1030}) {
+    const int64_t channels = 5, n = batch * channels * plane;
     std::mt19937_64 rng(static_cast<uint64_t>(plane));
     std::uniform_real_distribution<double> u(0.1, 4);
     std::vector<float> x(n), per_channel(channels), full(n);
@@ -170,7 +173,7 @@ TEST(ElementwiseKernels, BroadcastOperandsGiveTheMaterialisedBits) {
       std::vector<unsigned char> want(bytes, 0xAB), got(bytes, 0xCD);
       fused_kernel(fusion_over(n, {x_load, materialised}, steps), in, {want.data(), out_dtype, {n}});
       fused_kernel(fusion_over(n, {x_load, broadcast}, steps), in, {got.data(), out_dtype, {n}});
-      EXPECT_EQ(std::memcmp(want.data(), got.data(), bytes), 0) << what << ", plane " << plane;
+      EXPECT_EQ(std::memcmp(want.data(), got.data(), bytes), 0) << what << ", batch " << batch << ", plane " << plane;
     };
     for (Op op : binary) {
       const DType out = op == Op::Lt ? DType::Bool : DType::Float32;

@@ -89,6 +89,7 @@ struct Splats;
 struct Cursors;
 struct Alone;  // elementwise_kernel's result and condition blocks
 struct CodeValues;  // the value pointers FusedCode::run reads
+struct Patterns;    // one period of each pattern load
 
 // Registers start on a 64-byte boundary (kFusedBlock elements apart), so vector_map works on
 // them in place.
@@ -106,6 +107,9 @@ constexpr int64_t kMinRun = 128;
 
 // The longest sub-block the fusion's machine code runs at once (fused_jit.h).
 constexpr int64_t kCodeBlock = 16 * kFusedBlock;
+
+// The longest period of a pattern load (below).
+constexpr int64_t kMaxPeriod = 16384;
 
 // Asks for the cache lines of the n elements that follow p's sub-block of n elements. The steps
 // of a sub-block read their operands one at a time, each for a few microseconds only, which
@@ -129,6 +133,21 @@ struct Cursor {
 
 // A load that is read by a plain position, without a cursor: contiguous over the whole result.
 bool is_flat(const FusedLoad& l) { return l.sizes.size() == 1 && l.strides[0] == 1; }
+
+// A load that repeats along the result with a period of at most kMaxPeriod elements and is not
+// read in place or as a splat over long runs: a per-channel operand over planes shorter than
+// kMinRun ([N, C, 8x8] reads [1, C, 1]: period C * 64). A thread evaluating many periods
+// writes one period out once and reads it in place from then on, instead of copying the
+// operand's short runs into a register block after block. Returns the period, or 0.
+int64_t pattern_period(const FusedLoad& l, DType compute) {
+  if (is_flat(l) || l.sizes.size() < 2 || l.strides[0] != 0) return 0;
+  const int64_t inner = l.sizes.back();
+  if (inner >= kMinRun && (l.strides.back() == 0 || (l.strides.back() == 1 && l.dtype == compute)))
+    return 0;
+  int64_t period = 1;
+  for (std::size_t d = 1; d < l.sizes.size(); ++d) period *= l.sizes[d];
+  return period >= kMinRun && period <= kMaxPeriod ? period : 0;
+}
 
 // The cursor at element `pos` of the result's index space.
 void seek(const FusedLoad& l, int64_t pos, Cursor& c) {
@@ -436,7 +455,10 @@ class BlockEvaluator {
         regs_(scratch_registers<T>(static_cast<std::size_t>(f.num_registers) * kFusedBlock)),
         value_(thread_scratch<Operand<T>, Values>(n_values_)),
         splat_(thread_scratch<T, Splats>(n_values_)),
-        cursor_(thread_scratch<Cursor, Cursors>(n_loads_)) {
+        cursor_(thread_scratch<Cursor, Cursors>(n_loads_)),
+        pattern_(thread_scratch<const T*, Patterns>(n_loads_)),
+        period_(thread_scratch<int64_t, Patterns>(n_loads_)) {
+    std::fill_n(pattern_, n_loads_, nullptr);
     assert(n_values_ > n_loads_ && "fused kernel: a fusion without steps");
   }
 
@@ -445,6 +467,7 @@ class BlockEvaluator {
   // direct[0, len); otherwise emit(at, n, value) receives elements [at, at + n) of the result.
   template <class Emit>
   void eval(int64_t begin, int64_t len, T* direct, Emit&& emit) {
+    expand_patterns(len);
     seek_all(begin);
     const int last = n_values_ - 1;
     // The machine code keeps no values in registers between steps, so it takes longer
@@ -515,7 +538,32 @@ class BlockEvaluator {
 
   void seek_all(int64_t pos) {
     for (int k = 0; k < n_loads_; ++k)
-      if (!is_flat(f_.loads[k])) seek(f_.loads[k], pos, cursor_[k]);
+      if (!is_flat(f_.loads[k]) && !pattern_[k]) seek(f_.loads[k], pos, cursor_[k]);
+  }
+
+  // Writes out one period of each pattern load (pattern_period) when the elements to evaluate
+  // span several periods (so the copy pays for itself), else leaves them to the cursors.
+  void expand_patterns(int64_t len) {
+    int64_t total = 0;
+    for (int k = 0; k < n_loads_; ++k) {
+      period_[k] = pattern_period(f_.loads[k], f_.compute);
+      if (period_[k] > 0 && len < 4 * period_[k]) period_[k] = 0;
+      total += period_[k];
+      pattern_[k] = nullptr;
+    }
+    if (total == 0) return;
+    T* buf = thread_scratch<T, Patterns>(static_cast<std::size_t>(total));
+    for (int k = 0; k < n_loads_; ++k) {
+      if (!period_[k]) continue;
+      const auto& l = f_.loads[k];
+      seek(l, 0, cursor_[k]);
+      visit_storage(l.dtype, [&](auto tag) {
+        using S = typename decltype(tag)::type;
+        load_block(l, in_[l.arg].as<const S>(), cursor_[k], period_[k], buf);
+      });
+      pattern_[k] = buf;
+      buf += period_[k];
+    }
   }
 
   // Loads every operand for the sub-block at `pos` of at most `max_len` elements; returns its
@@ -531,6 +579,12 @@ class BlockEvaluator {
         copies |= f_.register_of[k] >= 0;
         continue;
       }
+      if (pattern_[k]) {
+        const int64_t left = period_[k] - pos % period_[k];
+        if (left < n && left >= kMinRun) n = left;
+        copies |= left < n;
+        continue;
+      }
       const int64_t left = run_left(l, cursor_[k]);
       const bool whole_run = l.strides.back() == 0 || (l.strides.back() == 1 && l.dtype == f_.compute);
       if (whole_run && left < n && left >= kMinRun) n = left;
@@ -544,6 +598,16 @@ class BlockEvaluator {
       if (f_.register_of[k] < 0) {  // contiguous, of the compute type: read in place
         value_[k] = {src.as<const T>() + pos, false};
         prefetch_next(value_[k].p, n);
+      } else if (pattern_[k]) {  // in place from its period, or copied around its end
+        const int64_t phase = pos % period_[k];
+        if (period_[k] - phase >= n) {
+          value_[k] = {pattern_[k] + phase, false};
+        } else {
+          T* r = reg(k);
+          for (int64_t i = 0, at = phase; i < n; ++i, at = at + 1 == period_[k] ? 0 : at + 1)
+            r[i] = pattern_[k][at];
+          value_[k] = {r, false};
+        }
       } else if (is_flat(l)) {  // contiguous, converted
         visit_storage(l.dtype, [&](auto tag) {
           using S = typename decltype(tag)::type;
@@ -583,6 +647,8 @@ class BlockEvaluator {
   Operand<T>* value_;  // per value: where it is over the current sub-block
   T* splat_;           // per value: its one value, when it is a splat
   Cursor* cursor_;     // per load: where the current sub-block starts in the operand
+  const T** pattern_;  // per load: one period of a pattern load, written out; or nullptr
+  int64_t* period_;    // per load: its period when it has a pattern
 };
 
 // Elements [at, at + n) of a fusion's or op's result, computed in T, stored into `out`: the
