@@ -18,10 +18,12 @@
 // images are combined in a fixed order.
 #include "runtime/cpu/kernels_impl.h"
 
+#include "runtime/cpu/conv/conv_algorithm.h"
 #include "runtime/cpu/conv/conv_common.h"
 #include "runtime/cpu/conv/conv_direct.h"
 #include "runtime/cpu/conv/conv_winograd.h"
 #include "runtime/cpu/gemm.h"
+#include "runtime/cpu/onednn.h"
 
 #include <Eigen/Core>
 
@@ -111,14 +113,15 @@ void conv2d_grad_weight_typed(const ConvGeometry& g, const T* px, const T* pgo, 
     return;
   }
   if constexpr (std::is_same_v<T, float>) {
-    switch (conv_algorithm(g, ConvPass::kGradWeight)) {
+    switch (own_conv_algorithm(g, ConvPass::kGradWeight)) {
       case ConvAlgorithm::kWinograd:
         if (conv2d_grad_weight_winograd(g, px, pgo, pgw)) return;
         break;
       case ConvAlgorithm::kDirect:
         if (conv2d_grad_weight_direct(g, px, pgo, pgw)) return;
         break;
-      case ConvAlgorithm::kGemm: break;
+      case ConvAlgorithm::kGemm:
+      case ConvAlgorithm::kOneDnn: break;  // never among loom's own
     }
     if (conv2d_grad_weight_strided(g, px, pgo, pgw)) return;
   }
@@ -192,11 +195,24 @@ void for_each_plane(const PoolGeometry& g, F f) {
 
 }  // namespace
 
+// Both gradients: oneDNN where conv_algorithm picks it, loom's kernels otherwise (bfloat16
+// widened to them).
 void conv2d_grad_input_kernel(const ir::Attr& attr, const TensorView& grad_out,
                               const TensorView& w, const TensorView& out) {
   const ConvGeometry g =
       conv_geometry(attr.get<ir::Conv2dGradAttr>().conv, out.shape, w.shape, grad_out.shape);
   if (out.numel() == 0) return;
+  if (out.dtype != DType::Float64 && grad_out.numel() > 0 &&
+      conv_algorithm(g, ConvPass::kGradInput, out.dtype) == ConvAlgorithm::kOneDnn) {
+    onednn::conv2d(ConvPass::kGradInput, g, out.dtype,
+                   onednn::conv_layout(g, ConvPass::kGradInput, out.dtype), grad_out.data,
+                   w.data, out.data);
+    return;
+  }
+  if (out.dtype == DType::BFloat16)
+    return run_widened(grad_out, w, out, [&](const float* pgo, const float* pw, float* pgi) {
+      conv2d_grad_input_typed<float>(g, pgo, pw, pgi);
+    });
   visit_float("conv2d_grad_input", out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     conv2d_grad_input_typed<T>(g, grad_out.as<const T>(), w.as<const T>(), out.as<T>());
@@ -208,6 +224,17 @@ void conv2d_grad_weight_kernel(const ir::Attr& attr, const TensorView& x,
   const ConvGeometry g =
       conv_geometry(attr.get<ir::Conv2dGradAttr>().conv, x.shape, out.shape, grad_out.shape);
   if (out.numel() == 0) return;
+  if (out.dtype != DType::Float64 && grad_out.numel() > 0 &&
+      conv_algorithm(g, ConvPass::kGradWeight, out.dtype) == ConvAlgorithm::kOneDnn) {
+    onednn::conv2d(ConvPass::kGradWeight, g, out.dtype,
+                   onednn::conv_layout(g, ConvPass::kGradWeight, out.dtype), x.data,
+                   grad_out.data, out.data);
+    return;
+  }
+  if (out.dtype == DType::BFloat16)
+    return run_widened(x, grad_out, out, [&](const float* px, const float* pgo, float* pgw) {
+      conv2d_grad_weight_typed<float>(g, px, pgo, pgw);
+    });
   visit_float("conv2d_grad_weight", out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     conv2d_grad_weight_typed<T>(g, x.as<const T>(), grad_out.as<const T>(), out.as<T>());
