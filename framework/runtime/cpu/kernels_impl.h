@@ -45,7 +45,8 @@ using BoolStorage = uint8_t;
 
 // Calls f(TypeTag<T>{}) with T the storage type of `t`, for the dtypes kernels compute in.
 // bfloat16 is not one: the compiler widens bfloat16 arithmetic to float32 (compiler/widen.h),
-// so only the kernels that convert or move bits see it (visit_storage, visit_width).
+// so only the kernels that convert or move bits see it (visit_storage, visit_width), and the
+// conv and matmul kernels where oneDNN runs bfloat16 (they dispatch it before visiting).
 template <class F>
 decltype(auto) visit_dtype(DType t, F&& f) {
   switch (t) {

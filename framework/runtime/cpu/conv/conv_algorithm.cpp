@@ -63,9 +63,11 @@ bool onednn_wins(const ConvGeometry& g, ConvPass) { return g.sh > 1 || g.sw > 1;
 }  // namespace
 
 ConvAlgorithm own_conv_algorithm(const ConvGeometry& g, ConvPass pass) {
+  // LOOM_CONV=onednn leaves loom's own choice (where oneDNN does not run) as it is.
   const Forced forced = forced_choice();
+  const bool choose = forced == Forced::kNone || forced == Forced::kOneDnn;
   if (winograd_applies(g) &&
-      (forced == Forced::kWinograd || (forced == Forced::kNone && winograd_wins(g, pass))))
+      (forced == Forced::kWinograd || (choose && winograd_wins(g, pass))))
     return ConvAlgorithm::kWinograd;
   return direct_chosen(g, pass) ? ConvAlgorithm::kDirect : ConvAlgorithm::kGemm;
 }
