@@ -171,7 +171,6 @@ void conv2d_forward(const ConvGeometry& g, const T* px, const T* pw, T* po, Conv
       case ConvAlgorithm::kGemm:
       case ConvAlgorithm::kOneDnn: break;  // never among loom's own
     }
-    if (conv2d_strided(g, px, pw, po)) return;
   }
   const int64_t cg = g.c / g.groups, og = g.o / g.groups;
   const int64_t rows = cg * g.kh * g.kw;  // the GEMM's inner dimension

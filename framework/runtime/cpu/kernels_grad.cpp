@@ -70,8 +70,6 @@ int64_t channels_per_block(int64_t cg, int64_t taps, int64_t units, int64_t targ
 // tasks are (image, group, block of input channels); each writes its own input channels.
 template <class T>
 void conv2d_grad_input_typed(const ConvGeometry& g, const T* pgo, const T* pw, T* pgi) {
-  if constexpr (std::is_same_v<T, float>)
-    if (conv2d_grad_input_strided(g, pgo, pw, pgi)) return;
   if (conv2d_grad_input_stride1(g, pgo, pw, pgi)) return;
   const int64_t cg = g.c / g.groups, og = g.o / g.groups;
   const int64_t taps = g.kh * g.kw;

@@ -399,11 +399,21 @@ const char* conv2d_implementation(ConvPass pass, const ConvGeometry& g, DType dt
 
 int64_t primitives_created() { return g_created.load(std::memory_order_relaxed); }
 
+// kernel_bench (OneDnnConv2d*/shape/layout/dtype, every ResNet-20 and ResNet-18 CIFAR shape,
+// the time on loom's layout over the time blocked): for 3x3 convs the blocked direct kernels
+// win even with the reorders, 1.1 to 2.4 in float32 (the 3-channel stem's forward: 0.92) and
+// 1.2 to 4.1 in bfloat16. The reorders cost about what the GEMM loses on 1x1 convs (no
+// im2col there): these stay on loom's layout up to 128 channels (0.5 to 0.95 in float32, 0.83
+// to 1.06 in bfloat16) and go blocked from 256 on (1.29 to 1.59). The weight gradients of 1x1
+// convs, and every weight gradient in bfloat16, run on loom's layout: their blocked kernels
+// synchronise their threads with spinning barriers many times per call and stall whenever
+// another process takes a core (8 instead of 47 GF/s for a 1x1 float32 one; about 1 s
+// instead of 5 ms for a 3x3 bfloat16 one, on two shared cores).
 Layout conv_layout(const ConvGeometry& g, ConvPass pass, DType dtype) {
-  (void)pass;
-  (void)dtype;
-  // Placeholder until measured: oneDNN's 1x1 strided convs run best on its GEMM.
-  if (g.kh == 1 && g.kw == 1 && (g.sh > 1 || g.sw > 1)) return Layout::kPlain;
+  const bool pointwise_kernel = g.kh == 1 && g.kw == 1;
+  if (pass == ConvPass::kGradWeight)
+    return dtype == DType::BFloat16 || pointwise_kernel ? Layout::kPlain : Layout::kBlocked;
+  if (pointwise_kernel && std::min(g.c, g.o) < 256) return Layout::kPlain;
   return Layout::kBlocked;
 }
 

@@ -57,8 +57,43 @@ bool winograd_wins(const ConvGeometry& g, ConvPass) {
   return std::min(g.c, g.o) >= kWinogradMinChannels;
 }
 
-// Where oneDNN beats loom's own kernels in float32 (to be measured).
-bool onednn_wins(const ConvGeometry& g, ConvPass) { return g.sh > 1 || g.sw > 1; }
+// Where oneDNN beats loom's own kernels: kernel_bench on the 2-core development machine (AMD
+// EPYC, AVX-512 with AVX512_BF16, shared with other jobs), every ResNet-20 (batch 128) and
+// ResNet-18 CIFAR (batch 32) shape, each pass, oneDNN in both layouts against each of loom's
+// algorithms forced, the best of 5 rounds. Ratios of loom's best time to oneDNN's best (above
+// 1: oneDNN faster):
+//   float32, stride 1: loom's direct kernels and Winograd keep the 3x3 convs, most of the
+//     work: ResNet-20 0.74 to 0.89, ResNet-18 0.63 to 0.87 (its 256-channel weight gradient:
+//     1.05), the stems 0.43 to 0.79 (ResNet-18's forward: 1.08); oneDNN's blocked kernels pay
+//     for the reorders in and out. Only the 4x4 planes of ResNet-18's last stage (512
+//     channels) go to oneDNN: 1.23 forward, 1.38 input gradient (weight gradient 0.96).
+//   float32, strided: oneDNN's forward and input gradient, 3x3 and 1x1 alike: 1.06 to 1.72
+//     (ResNet-20's 1x1 32-to-64 projection's input gradient: 0.99). The weight gradient from
+//     32x64 channels on: 1.17 to 2.72; below, ResNet-20's stage-2 entry and projection keep
+//     loom's strided kernel: 0.84 and 0.85 (the projection 1.2 to 3x ahead on reruns).
+//   bfloat16: oneDNN's bfloat16 kernels against loom's float32 ones on widened operands: the
+//     forward and input gradient 1.28 to 3.65 at every shape. The weight gradient runs on
+//     oneDNN's GEMM layout (onednn.cpp's conv_layout says why), which wins the strided convs
+//     (1.32 to 5.3) and the stride-1 ones from 128 channels on 8x8 planes and larger (1.07,
+//     1.39); loom's kernels keep the stems (1.7 and 3.9x ahead of that layout), the stride-1
+//     convs up to 64 channels (1.03 to 3.3x) and the 4x4 planes (1.15x).
+constexpr int64_t kOneDnnMinProjection = 32 * 64;  // in x out channels, strided weight gradient
+constexpr int64_t kOneDnnMaxPositions = 16;         // a stride-1 conv's output plane: 4x4
+constexpr int64_t kOneDnnMinChannels = 256;         // ... and its channels, on both sides
+constexpr int64_t kOneDnnMinWeightChannels = 128;   // bfloat16 stride-1 weight gradient
+
+bool strided(const ConvGeometry& g) { return g.sh > 1 || g.sw > 1; }
+
+bool onednn_wins(const ConvGeometry& g, ConvPass pass, DType dtype) {
+  const bool small_planes = g.oh * g.ow <= kOneDnnMaxPositions;
+  if (dtype == DType::BFloat16) {
+    if (pass != ConvPass::kGradWeight) return true;
+    return strided(g) || (std::min(g.c, g.o) >= kOneDnnMinWeightChannels && !small_planes);
+  }
+  if (pass == ConvPass::kGradWeight)
+    return strided(g) && (g.c / g.groups) * (g.o / g.groups) >= kOneDnnMinProjection;
+  return strided(g) || (small_planes && std::min(g.c, g.o) >= kOneDnnMinChannels);
+}
 
 }  // namespace
 
@@ -91,7 +126,7 @@ ConvAlgorithm conv_algorithm(const ConvGeometry& g, ConvPass pass, DType dtype) 
       !(pass == ConvPass::kGradWeight && are_deterministic_algorithms_enabled());
   if (onednn_allowed) {
     if (forced == Forced::kOneDnn) return ConvAlgorithm::kOneDnn;
-    if (forced == Forced::kNone && (dtype == DType::BFloat16 || onednn_wins(g, pass)))
+    if (forced == Forced::kNone && onednn_wins(g, pass, dtype))
       return ConvAlgorithm::kOneDnn;
   }
   return own_conv_algorithm(g, pass);
