@@ -206,8 +206,8 @@ BENCHMARK(BM_OneDnnConv2d)->Apply([](auto* b) { onednn_shapes(b, true); });
 BENCHMARK(BM_OneDnnConv2dGradInput)->Apply([](auto* b) { onednn_shapes(b, false); });
 BENCHMARK(BM_OneDnnConv2dGradWeight)->Apply([](auto* b) { onednn_shapes(b, true); });
 
-// The decoder's products (8x256 tokens, hidden 512, SwiGLU 1408, vocab 8192, 8 heads of 64) and
-// a 2048^3 square one: [batch] m x k times k x n, A stored transposed when ta, B when tb.
+// The decoder's products (8x256 tokens, hidden 512, SwiGLU 1408, vocab 8192, 8 heads of 64), a
+// 2048^3 square one and small ones (the ResNets' classifiers, 64^3, 128^3): [batch] m x k times k x n, A stored transposed when ta, B when tb.
 struct MatmulCase {
   int64_t batch, m, k, n;
   bool ta, tb;
@@ -224,6 +224,11 @@ constexpr MatmulCase kMatmuls[] = {
     {1, 8192, 2048, 512, true, false, "lm head weight gradient"},
     {64, 256, 64, 256, false, true, "attention scores"},
     {64, 256, 256, 64, false, false, "attention values"},
+    {1, 128, 64, 10, false, true, "ResNet-20 classifier"},
+    {1, 10, 128, 64, true, false, "ResNet-20 classifier weight gradient"},
+    {1, 32, 512, 10, false, true, "ResNet-18 classifier"},
+    {1, 64, 64, 64, false, false, "64^3"},
+    {1, 128, 128, 128, false, false, "128^3"},
 };
 constexpr int64_t kLastMatmul = std::size(kMatmuls) - 1;
 

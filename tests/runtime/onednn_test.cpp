@@ -325,6 +325,34 @@ TEST(OneDnn, ForwardAndInputGradientIndependentOfThreadCount) {
       }
 }
 
+// oneDNN's GEMM splits k across threads where m x n is small (a weight gradient's [64, 4096] x
+// [4096, 64] differs between one and two threads), so deterministic algorithms keep every
+// matmul on Eigen, whose split is by rows and columns only: the same bits on 1, 2 and 4
+// threads, even where LOOM_MATMUL=onednn would force oneDNN.
+TEST(OneDnn, DeterministicMatmulIndependentOfThreadCount) {
+  use_deterministic_algorithms(true);
+  for (const MatmulCase& c : {MatmulCase{1, 512, 2048, 384, true, false},
+                              MatmulCase{1, 300, 700, 200, false, true},
+                              MatmulCase{1, 64, 4096, 64, true, false}}) {
+    Buffer a(DType::Float32, random_values(c.m * c.k, 5, DType::Float32));
+    Buffer b(DType::Float32, random_values(c.k * c.n, 6, DType::Float32));
+    const Shape sa = c.ta ? Shape{c.k, c.m} : Shape{c.m, c.k};
+    const Shape sb = c.tb ? Shape{c.n, c.k} : Shape{c.k, c.n};
+    const std::vector<TensorView> in{{a.data(), DType::Float32, sa}, {b.data(), DType::Float32, sb}};
+    auto in_arena = [&](int threads) {
+      Buffer out(DType::Float32, c.m * c.n);
+      tbb::task_arena(threads).execute([&] {
+        run_kernel(ir::Op::Matmul, ir::MatmulAttr{.transpose_a = c.ta, .transpose_b = c.tb}, in,
+                   {out.data(), DType::Float32, {c.m, c.n}});
+      });
+      return out.values();
+    };
+    const auto one = in_arena(1);
+    for (int threads : {2, 4}) EXPECT_EQ(in_arena(threads), one) << c.m << "x" << c.k << "x" << c.n;
+  }
+  use_deterministic_algorithms(false);
+}
+
 TEST(OneDnn, DeterministicAlgorithmsKeepTheWeightGradientOffOneDnn) {
   const ConvGeometry g = geometry(kCases[10]);
   for (DType t : {DType::Float32, DType::BFloat16}) {

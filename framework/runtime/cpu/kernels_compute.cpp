@@ -1,14 +1,17 @@
-// Compute kernels: batched matmul on Eigen's GEMM, conv2d, and direct-loop pooling.
-// conv2d picks its algorithm by dtype and shape (conv_algorithm, conv_direct.h): float32 3x3
-// stride-1 convs with 64 channels and more on both sides run on Winograd F(2x2, 3x3)
-// (conv_winograd.h); other float32 convs on the direct AVX-512 kernels (conv_direct.h;
-// strided ones by phases) where direct_chosen says they win (output planes of 8x8 and more);
-// the rest (small planes, float64, dilated strided convs, padding beyond the kernel, builds
-// without AVX-512) on im2col + Eigen GEMM, whose 1x1 stride-1 convs skip the im2col. Eigen
-// runs single-threaded (conv_common.h); TBB splits the work above it: (batch, row block,
-// column block) for matmul, (image, group, column block) for conv2d, (image, channel) for
-// pooling. A bias/activation epilogue (compiler/fuse_epilogue.h) runs on each matmul block
-// right after its GEMM, and on each conv output plane after the conv.
+// Compute kernels: batched matmul, conv2d, and direct-loop pooling.
+// matmul runs on oneDNN from 128^3 multiply-adds on (matmul_on_onednn below), on Eigen's GEMM
+// below that, in float64 and with deterministic algorithms. conv2d picks its algorithm by pass,
+// dtype and shape (conv_algorithm, conv/conv_algorithm.h): oneDNN (onednn.h) for the strided
+// convs, bfloat16 and ResNet-18's 4x4 planes; loom's float32 kernels for the stride-1 3x3 convs
+// (Winograd F(2x2, 3x3) from 64 channels, conv_winograd.h; the direct AVX-512 kernels below,
+// conv_direct.h); im2col + Eigen GEMM for the rest (float64, dilations, builds without
+// AVX-512), whose 1x1 stride-1 convs skip the im2col. A bfloat16 op that does not go to oneDNN
+// runs on the float32 kernels on widened operands (run_widened, kernels_impl.h). Eigen runs
+// single-threaded (conv_common.h); TBB splits the work above it: (batch, row block, column
+// block) for matmul, (image, group, column block) for conv2d, (image, channel) for pooling;
+// oneDNN runs on its own OpenMP threads. A bias/activation epilogue (compiler/fuse_epilogue.h)
+// runs on each matmul block right after its GEMM, on each conv output plane after the conv,
+// and as post-ops (bias, relu) on oneDNN.
 #include "runtime/cpu/kernels_impl.h"
 
 #include "runtime/cpu/conv/conv_algorithm.h"
@@ -208,9 +211,16 @@ template void conv2d_forward<double>(const ConvGeometry&, const double*, const d
 
 namespace {
 
-// Whether a float32 matmul runs on oneDNN rather than Eigen: LOOM_MATMUL=onednn|eigen forces
-// it (read once; for measurements); by default, oneDNN where kernel_bench measured it faster.
-// Deterministic algorithms keep Eigen, whose sums do not depend on the thread count.
+// Whether a matmul runs on oneDNN rather than Eigen: LOOM_MATMUL=onednn|eigen forces it (read
+// once; for measurements); by default oneDNN from kMinOneDnnMatmul multiply-adds on, where
+// kernel_bench (BM_Matmul, the decoder's products; 2-core AMD EPYC shared with other jobs)
+// measured it 1.19 to 1.45x faster than Eigen in float32 and 2.5 to 3.3x in bfloat16 (against
+// Eigen on widened operands), and 1.17x (2x in bfloat16) at 128^3. Below, oneDNN's ~10 us per
+// call (waking its OpenMP team) loses: 64^3 and the ResNets' classifiers run 1.5 to 4x faster
+// on Eigen. Deterministic algorithms keep Eigen: oneDNN's GEMM splits k across threads where
+// m x n is small (onednn_test's DeterministicMatmulIndependentOfThreadCount).
+constexpr int64_t kMinOneDnnMatmul = int64_t{1} << 21;  // 128^3
+
 enum class MatmulChoice { kDefault, kOneDnn, kEigen };
 
 MatmulChoice forced_matmul() {
@@ -224,15 +234,14 @@ MatmulChoice forced_matmul() {
   return forced;
 }
 
-bool matmul_on_onednn(const onednn::MatmulShape& s, DType dtype) {
+bool matmul_on_onednn(const onednn::MatmulShape& s) {
   if (are_deterministic_algorithms_enabled()) return false;
   switch (forced_matmul()) {
     case MatmulChoice::kOneDnn: return true;
     case MatmulChoice::kEigen: return false;
     case MatmulChoice::kDefault: break;
   }
-  (void)s;
-  return dtype == DType::BFloat16;  // to be measured for float32
+  return s.batch * s.m * s.n * s.k >= kMinOneDnnMatmul;
 }
 
 onednn::MatmulShape matmul_shape(const ir::Attr& attr, const TensorView& a, const TensorView& b) {
@@ -309,7 +318,7 @@ void matmul_kernel(const ir::Attr& attr, const TensorView& a, const TensorView& 
                    const TensorView& out) {
   if (out.dtype != DType::Float64) {
     const onednn::MatmulShape s = matmul_shape(attr, a, b);
-    if (s.batch * s.m * s.n != 0 && s.k != 0 && matmul_on_onednn(s, out.dtype))
+    if (s.batch * s.m * s.n != 0 && s.k != 0 && matmul_on_onednn(s))
       return matmul_onednn(s, a, b, out, nullptr, ir::Op::Count_);
     if (out.dtype == DType::BFloat16)
       return run_widened(a, b, out, [&](const float* pa, const float* pb, float* pc) {
@@ -339,7 +348,7 @@ void epilogue_kernel(ir::Op op, const ir::Attr& attr, const ir::Epilogue& epilog
   assert(op == ir::Op::Matmul && "epilogue_kernel: a Matmul or a Conv2d");
   if (out.dtype == DType::Float32) {
     const onednn::MatmulShape s = matmul_shape(attr, in[0], in[1]);
-    if (s.batch * s.m * s.n != 0 && s.k != 0 && matmul_on_onednn(s, out.dtype))
+    if (s.batch * s.m * s.n != 0 && s.k != 0 && matmul_on_onednn(s))
       return matmul_onednn(s, in[0], in[1], out, bias ? bias->as<const float>() : nullptr, act);
   }
   visit_float(ir::op_name(op), out.dtype, [&](auto tag) {

@@ -1,21 +1,21 @@
 // Gradient kernels for the compute ops (kernels_compute.cpp), each the exact adjoint of its
 // forward kernel under the same conventions (padding, dilation, groups; the max pool's
-// winner; the avg pool's divisor):
-//   conv2d input:  float32 strided convs on the direct kernels by phases (conv_direct.h)
-//                  where direct_chosen says they win; otherwise, with stride 1, a transposed
-//                  conv on conv2d_forward (which chooses its own algorithm, Winograd
-//                  included); else per (image, group) cols = W_g^T * grad_out_g (Eigen GEMM),
-//                  then col2im.
-//   conv2d weight: float32 as conv_algorithm says (conv_direct.h): Winograd's adjoint
-//                  (conv_winograd.h) for 3x3 stride-1 convs with 64 channels and more, the
-//                  direct kernels where they win (narrow channels); otherwise grad_W_g = the
-//                  sum over images of (im2col(input)_g * grad_out_g^T)^T (Eigen GEMM,
-//                  images side by side).
+// winner; the avg pool's divisor). The conv gradients run on oneDNN where conv_algorithm
+// (conv/conv_algorithm.h) picks it, and otherwise:
+//   conv2d input:  with stride 1, a transposed conv on conv2d_forward (which chooses among
+//                  loom's own algorithms, Winograd included); else per (image, group)
+//                  cols = W_g^T * grad_out_g (Eigen GEMM), then col2im.
+//   conv2d weight: float32 as own_conv_algorithm says: Winograd's adjoint (conv_winograd.h)
+//                  for 3x3 stride-1 convs with 64 channels and more, the direct kernels where
+//                  they win (narrow channels; strided convs by phases, conv_strided.cpp);
+//                  otherwise grad_W_g = the sum over images of (im2col(input)_g *
+//                  grad_out_g^T)^T (Eigen GEMM, images side by side).
 //   max pool:      each output's gradient goes to the element the forward picked.
 //   avg pool:      each output's gradient / the forward's divisor goes to its window.
-// Results do not depend on the thread count: work is split by the shapes only (never by
-// max_concurrency), every output element is written by one task, and partial sums over
-// images are combined in a fixed order.
+// loom's kernels' results do not depend on the thread count: work is split by the shapes only
+// (never by max_concurrency), every output element is written by one task, and partial sums
+// over images are combined in a fixed order. oneDNN's weight gradient splits its sum over
+// images by the thread count; deterministic algorithms keep that pass on loom's kernels.
 #include "runtime/cpu/kernels_impl.h"
 
 #include "runtime/cpu/conv/conv_algorithm.h"

@@ -4,8 +4,8 @@
 //   switch (conv_algorithm(g, ConvPass::kForward, DType::Float32)) { ... }
 //
 // The algorithms: oneDNN (onednn.h: its direct JIT kernels on blocked layouts, or its im2col
-// + JIT GEMM on loom's layouts), loom's direct AVX-512 kernels (conv_direct.h; strided convs
-// by phases), Winograd F(2x2, 3x3) (conv_winograd.h) and im2col + Eigen GEMM (the general
+// + JIT GEMM on loom's layouts), loom's direct AVX-512 kernels (conv_direct.h; the weight
+// gradient of strided convs by phases), Winograd F(2x2, 3x3) (conv_winograd.h) and im2col + Eigen GEMM (the general
 // path, and float64's only one: oneDNN has no float64). LOOM_CONV=onednn|direct|gemm|winograd
 // forces one wherever it applies (read once; for measurements); elsewhere the choice stands.
 #pragma once
