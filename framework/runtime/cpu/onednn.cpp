@@ -300,31 +300,39 @@ Key conv_key(ConvPass pass, const ConvGeometry& g, DType dtype, Layout layout, E
 }
 
 // Points the entry's memories at this call's buffers, reorders the operands in, runs the
-// primitive and reorders the result out.
+// primitive and reorders the result out. The per-thread buffers grow here, as loom's own
+// allocations; everything oneDNN does counts as the library's.
 void run(ThreadState& state, Entry& entry, const std::array<const void*, 3>& data,
          const float* bias) {
+  std::array<void*, 3> inner{};
+  for (int i = 0; i < 3; ++i)
+    if (entry.operands[i].inner)
+      inner[i] = state.buffer(static_cast<ThreadState::Slot>(i), entry.operands[i].inner_bytes);
+  void* scratchpad = entry.scratchpad_bytes
+                         ? state.buffer(ThreadState::kScratchpad, entry.scratchpad_bytes)
+                         : nullptr;
   LibraryHeapScope library;
-  const auto slot = [](int i) { return static_cast<ThreadState::Slot>(i); };
   std::array<const memory*, 3> used{};
   for (int i = 0; i < 3; ++i) {
     Operand& op = entry.operands[i];
     op.user.set_data_handle(const_cast<void*>(data[i]));
     used[i] = &op.user;
     if (op.inner) {
-      op.inner.set_data_handle(state.buffer(slot(i), op.inner_bytes));
+      op.inner.set_data_handle(inner[i]);
       used[i] = &op.inner;
     }
   }
-  if (entry.scratchpad_bytes)
-    entry.scratchpad.set_data_handle(state.buffer(ThreadState::kScratchpad, entry.scratchpad_bytes));
+  if (scratchpad) entry.scratchpad.set_data_handle(scratchpad);
   const auto reorder = [&](const Operand& op, const memory& from, const memory& to) {
     const dnnl_exec_arg_t args[] = {{DNNL_ARG_FROM, from.get()},
                                     {DNNL_ARG_TO, to.get()},
                                     {DNNL_ARG_SCRATCHPAD, entry.scratchpad.get()}};
     execute(op.reorder, state.stream, args, op.reorder_scratchpad ? 3 : 2);
   };
-  for (int i = 0; i < 2; ++i)
-    if (entry.operands[i].inner) reorder(entry.operands[i], entry.operands[i].user, entry.operands[i].inner);
+  for (int i = 0; i < 2; ++i) {
+    const Operand& op = entry.operands[i];
+    if (op.inner) reorder(op, op.user, op.inner);
+  }
   std::array<dnnl_exec_arg_t, 5> args{{{entry.args[0], used[0]->get()},
                                        {entry.args[1], used[1]->get()},
                                        {entry.args[2], used[2]->get()},
@@ -335,7 +343,8 @@ void run(ThreadState& state, Entry& entry, const std::array<const void*, 3>& dat
     args[nargs++] = {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, entry.bias.get()};
   }
   execute(entry.primitive, state.stream, args.data(), nargs);
-  if (entry.operands[2].inner) reorder(entry.operands[2], entry.operands[2].inner, entry.operands[2].user);
+  const Operand& out = entry.operands[2];
+  if (out.inner) reorder(out, out.inner, out.user);
 }
 
 // Sets OpenMP's thread count on this thread to loom's (a call per change only) and returns it.
