@@ -36,7 +36,7 @@ done
 
 packages=(
   build-essential cmake pkg-config
-  libtbb-dev libeigen3-dev libhdf5-dev libboost-program-options-dev libspdlog-dev
+  libtbb-dev libeigen3-dev libdnnl-dev ocl-icd-opencl-dev opencl-c-headers libhdf5-dev libboost-program-options-dev libspdlog-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev liblzf-dev libxbyak-dev
   hdf5-tools dataset-fashion-mnist fortunes
   openmpi-bin libopenmpi-dev

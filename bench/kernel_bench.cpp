@@ -1,19 +1,35 @@
-// CPU kernels at the shapes that dominate the ResNet-20 (batch 128) and ResNet-18 CIFAR
-// (batch 32) training steps: conv2d forward, its input gradient and its weight gradient for
-// each distinct conv, and a 2048^3
-// matmul next to raw Eigen GEMMs of the same size. The kernels are called directly
+// CPU kernels at the shapes that dominate the ResNet-20 (batch 128), ResNet-18 CIFAR (batch
+// 32) and decoder training steps: conv2d forward, its input gradient and its weight gradient
+// for each distinct conv, in float32 and bfloat16 (Conv2d*/shape/dtype, dtype 0 float32, 1
+// bfloat16), oneDNN's passes in each of its layouts (OneDnnConv*/shape/layout/dtype, layout 0
+// loom's own NCHW, 1 blocked with reorders in and out; the label names oneDNN's kernel), and
+// the decoder's matmuls next to raw Eigen GEMMs. The kernels are called directly
 // (runtime::run_kernel), so the figures exclude tracing and compiling.
 //
 //   build/bench/kernel_bench                              # GFLOP/s per kernel
 //   build/bench/kernel_bench --benchmark_filter=Gemm      # GEMM against its Eigen peak
-//   build/bench/kernel_bench --threads=1                  # one TBB thread: CPU time is exact
+//   build/bench/kernel_bench --threads=1                  # one thread (TBB and OpenMP)
 //   LOOM_CONV=gemm build/bench/kernel_bench               # im2col + GEMM wherever it can run
 //   LOOM_CONV=direct build/bench/kernel_bench             # the direct kernels wherever they fit
 //   LOOM_CONV=winograd build/bench/kernel_bench           # Winograd on every 3x3 stride-1 conv
+//   LOOM_CONV=onednn build/bench/kernel_bench             # oneDNN everywhere (float32 too)
+//   LOOM_MATMUL=eigen build/bench/kernel_bench --benchmark_filter=Matmul   # or onednn
+//   build/bench/kernel_bench --benchmark_filter=Sharing   # oneDNN's OpenMP threads beside TBB's
+//   build/bench/kernel_bench --benchmark_filter=Sharing --omp_default   # ... spinning (below)
 //
 // EigenGemmPerThread runs one independent Eigen GEMM on every TBB thread at once: the
 // machine's achievable SGEMM rate, the peak that matmul is measured against.
+//
+// The program restarts itself with OMP_WAIT_POLICY=passive (loom/openmp.h) unless that is set
+// or --omp_default is given: then libgomp's default policy applies, whose workers spin after
+// each oneDNN call on the cores TBB's next kernel wants. SharingConvThenTbb times that
+// alternation (a oneDNN conv, then a TBB elementwise pass over its output, as a training step
+// does), to be run both ways; the context line OMP_WAIT_POLICY says which ran.
 #include "runtime/cpu/kernels.h"
+#include "runtime/cpu/onednn.h"
+
+#include <loom/bfloat16.h>
+#include <loom/openmp.h>
 
 #include <Eigen/Core>
 #include <benchmark/benchmark.h>
@@ -22,6 +38,7 @@
 #include <tbb/task_arena.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <iterator>
 #include <cstdio>
 #include <cstring>
@@ -36,17 +53,25 @@ using loom::DType;
 using loom::Shape;
 using loom::runtime::TensorView;
 
+// A tensor of random values in [-1, 1], float32 or bfloat16.
 struct Buffer {
   std::vector<float> data;
+  std::vector<loom::bfloat16> half;
   Shape shape;
-  explicit Buffer(Shape s)
-      : data(static_cast<std::size_t>(loom::shape_numel(s))), shape(std::move(s)) {
+  DType dtype;
+  explicit Buffer(Shape s, DType t = DType::Float32)
+      : data(static_cast<std::size_t>(loom::shape_numel(s))), shape(std::move(s)), dtype(t) {
     std::mt19937 gen(42);
     std::uniform_real_distribution<float> dist(-1, 1);
     for (auto& v : data) v = dist(gen);
+    if (t == DType::BFloat16)
+      for (float v : data) half.push_back(loom::bfloat16(v));
   }
-  TensorView view() { return {data.data(), DType::Float32, shape}; }
+  void* ptr() { return dtype == DType::BFloat16 ? static_cast<void*>(half.data()) : data.data(); }
+  TensorView view() { return {ptr(), dtype, shape}; }
 };
+
+DType dtype_arg(int64_t a) { return a == 1 ? DType::BFloat16 : DType::Float32; }
 
 // One conv of a training step: images, channels in/out, input size, kernel, stride, padding.
 struct ConvShape {
@@ -79,11 +104,25 @@ constexpr int64_t kLastShape = std::size(kShapes) - 1;
 
 enum class Pass { Forward, GradInput, GradWeight };
 
+void set_label(benchmark::State& state, const ConvShape& s, DType dtype, const char* extra) {
+  char label[160];
+  std::snprintf(label, sizeof label, "n%ld c%ld o%ld %ldpx %ldx%ld s%ld %s%s%s", long(s.n),
+                long(s.c), long(s.o), long(s.size), long(s.k), long(s.k), long(s.stride),
+                loom::dtype_name(dtype), *extra ? " " : "", extra);
+  state.SetLabel(label);
+}
+
+double conv_flops(const ConvShape& s) {
+  const int64_t out_size = (s.size + 2 * s.pad - s.k) / s.stride + 1;
+  return 2.0 * s.n * s.o * out_size * out_size * s.c * s.k * s.k;
+}
+
 void conv_bench(benchmark::State& state, Pass pass) {
   const ConvShape s = kShapes[state.range(0)];
+  const DType dtype = dtype_arg(state.range(1));
   const int64_t out_size = (s.size + 2 * s.pad - s.k) / s.stride + 1;
-  Buffer x({s.n, s.c, s.size, s.size}), w({s.o, s.c, s.k, s.k});
-  Buffer y({s.n, s.o, out_size, out_size});
+  Buffer x({s.n, s.c, s.size, s.size}, dtype), w({s.o, s.c, s.k, s.k}, dtype);
+  Buffer y({s.n, s.o, out_size, out_size}, dtype);
   const loom::ir::Conv2dAttr conv{.stride = {s.stride, s.stride}, .padding = {s.pad, s.pad}};
   loom::ir::Attr attr = conv;
   loom::ir::Op op = loom::ir::Op::Conv2d;
@@ -101,13 +140,9 @@ void conv_bench(benchmark::State& state, Pass pass) {
     out = w.view();
   }
   for (auto _ : state) loom::runtime::run_kernel(op, attr, in, out);
-  const double flops = 2.0 * s.n * s.o * out_size * out_size * s.c * s.k * s.k;
   state.counters["GFLOPS"] =
-      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  char label[64];
-  std::snprintf(label, sizeof label, "n%ld c%ld o%ld %ldpx %ldx%ld s%ld", long(s.n), long(s.c),
-                long(s.o), long(s.size), long(s.k), long(s.k), long(s.stride));
-  state.SetLabel(label);
+      benchmark::Counter(conv_flops(s) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  set_label(state, s, dtype, "");
 }
 
 void BM_Conv2d(benchmark::State& state) {
@@ -119,28 +154,158 @@ void BM_Conv2dGradInput(benchmark::State& state) {
 void BM_Conv2dGradWeight(benchmark::State& state) {
   conv_bench(state, Pass::GradWeight);
 }
-BENCHMARK(BM_Conv2d)->DenseRange(0, kLastShape)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_Conv2dGradInput)
-    ->DenseRange(1, 7)
-    ->DenseRange(9, kLastShape)
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_Conv2dGradWeight)
-    ->DenseRange(0, kLastShape)
+// Every shape (the stems, 0 and 8, need no input gradient) in both dtypes.
+void all_shapes(benchmark::internal::Benchmark* b, bool stems) {
+  for (int64_t dtype : {0, 1})
+    for (int64_t i = 0; i <= kLastShape; ++i)
+      if (stems || (i != 0 && i != 8)) b->Args({i, dtype});
+  b->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+BENCHMARK(BM_Conv2d)->Apply([](auto* b) { all_shapes(b, true); });
+BENCHMARK(BM_Conv2dGradInput)->Apply([](auto* b) { all_shapes(b, false); });
+BENCHMARK(BM_Conv2dGradWeight)->Apply([](auto* b) { all_shapes(b, true); });
+
+// One pass on oneDNN in the given layout, whatever conv_algorithm would pick.
+void onednn_bench(benchmark::State& state, loom::runtime::ConvPass pass) {
+  namespace onednn = loom::runtime::onednn;
+  const ConvShape s = kShapes[state.range(0)];
+  const auto layout = state.range(1) == 1 ? onednn::Layout::kBlocked : onednn::Layout::kPlain;
+  const DType dtype = dtype_arg(state.range(2));
+  const int64_t os = (s.size + 2 * s.pad - s.k) / s.stride + 1;
+  Buffer x({s.n, s.c, s.size, s.size}, dtype), w({s.o, s.c, s.k, s.k}, dtype);
+  Buffer y({s.n, s.o, os, os}, dtype);
+  const loom::runtime::ConvGeometry g{s.n, s.c, s.size, s.size, s.o, s.k, s.k, os, os,
+                                      s.stride, s.stride, s.pad, s.pad, 1, 1, 1};
+  using loom::runtime::ConvPass;
+  void* a = pass == ConvPass::kGradInput ? y.ptr() : x.ptr();
+  void* b = pass == ConvPass::kGradWeight ? y.ptr() : w.ptr();
+  void* out = pass == ConvPass::kForward ? y.ptr() : pass == ConvPass::kGradInput ? x.ptr() : w.ptr();
+  for (auto _ : state) onednn::conv2d(pass, g, dtype, layout, a, b, out);
+  state.counters["GFLOPS"] =
+      benchmark::Counter(conv_flops(s) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  set_label(state, s, dtype, onednn::conv2d_implementation(pass, g, dtype, layout));
+}
+
+void BM_OneDnnConv2d(benchmark::State& state) {
+  onednn_bench(state, loom::runtime::ConvPass::kForward);
+}
+void BM_OneDnnConv2dGradInput(benchmark::State& state) {
+  onednn_bench(state, loom::runtime::ConvPass::kGradInput);
+}
+void BM_OneDnnConv2dGradWeight(benchmark::State& state) {
+  onednn_bench(state, loom::runtime::ConvPass::kGradWeight);
+}
+void onednn_shapes(benchmark::internal::Benchmark* b, bool stems) {
+  for (int64_t dtype : {0, 1})
+    for (int64_t layout : {0, 1})
+      for (int64_t i = 0; i <= kLastShape; ++i)
+        if (stems || (i != 0 && i != 8)) b->Args({i, layout, dtype});
+  b->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+BENCHMARK(BM_OneDnnConv2d)->Apply([](auto* b) { onednn_shapes(b, true); });
+BENCHMARK(BM_OneDnnConv2dGradInput)->Apply([](auto* b) { onednn_shapes(b, false); });
+BENCHMARK(BM_OneDnnConv2dGradWeight)->Apply([](auto* b) { onednn_shapes(b, true); });
+
+// The decoder's products (8x256 tokens, hidden 512, SwiGLU 1408, vocab 8192, 8 heads of 64), a
+// 2048^3 square one and small ones (the ResNets' classifiers, 64^3, 128^3): [batch] m x k times k x n, A stored transposed when ta, B when tb.
+struct MatmulCase {
+  int64_t batch, m, k, n;
+  bool ta, tb;
+  const char* what;
+};
+constexpr MatmulCase kMatmuls[] = {
+    {1, 2048, 2048, 2048, false, false, "square"},
+    {1, 2048, 512, 512, false, true, "q/k/v/o projection"},
+    {1, 2048, 512, 1408, false, true, "gate/up projection"},
+    {1, 2048, 1408, 512, false, true, "down projection"},
+    {1, 2048, 512, 8192, false, true, "lm head"},
+    {1, 2048, 1408, 512, false, false, "gate/up input gradient"},
+    {1, 1408, 2048, 512, true, false, "gate/up weight gradient"},
+    {1, 8192, 2048, 512, true, false, "lm head weight gradient"},
+    {64, 256, 64, 256, false, true, "attention scores"},
+    {64, 256, 256, 64, false, false, "attention values"},
+    {1, 128, 64, 10, false, true, "ResNet-20 classifier"},
+    {1, 10, 128, 64, true, false, "ResNet-20 classifier weight gradient"},
+    {1, 32, 512, 10, false, true, "ResNet-18 classifier"},
+    {1, 64, 64, 64, false, false, "64^3"},
+    {1, 128, 128, 128, false, false, "128^3"},
+};
+constexpr int64_t kLastMatmul = std::size(kMatmuls) - 1;
+
+void BM_Matmul(benchmark::State& state) {
+  const MatmulCase c = kMatmuls[state.range(0)];
+  const DType dtype = dtype_arg(state.range(1));
+  Buffer a(c.ta ? Shape{c.batch, c.k, c.m} : Shape{c.batch, c.m, c.k}, dtype);
+  Buffer b(c.tb ? Shape{c.batch, c.n, c.k} : Shape{c.batch, c.k, c.n}, dtype);
+  Buffer out({c.batch, c.m, c.n}, dtype);
+  std::vector<TensorView> in{a.view(), b.view()};
+  const loom::ir::MatmulAttr attr{.transpose_a = c.ta, .transpose_b = c.tb};
+  for (auto _ : state) loom::runtime::run_kernel(loom::ir::Op::Matmul, attr, in, out.view());
+  state.counters["GFLOPS"] = benchmark::Counter(2e-9 * c.batch * c.m * c.k * c.n,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+  char label[128];
+  std::snprintf(label, sizeof label, "%s %ldx[%ld,%ld]x[%ld,%ld]%s%s %s", c.what, long(c.batch),
+                long(c.m), long(c.k), long(c.k), long(c.n), c.ta ? " ta" : "", c.tb ? " tb" : "",
+                loom::dtype_name(dtype));
+  state.SetLabel(label);
+}
+BENCHMARK(BM_Matmul)
+    ->ArgsProduct({benchmark::CreateDenseRange(0, kLastMatmul, 1), {0, 1}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
 constexpr int64_t kGemm = 2048;
 const double kGemmFlops = 2.0 * kGemm * kGemm * kGemm;
 
-void BM_Matmul(benchmark::State& state) {
-  Buffer a({kGemm, kGemm}), b({kGemm, kGemm}), c({kGemm, kGemm});
-  std::vector<TensorView> in{a.view(), b.view()};
-  for (auto _ : state) loom::runtime::run_kernel(loom::ir::Op::Matmul, loom::ir::MatmulAttr{}, in, c.view());
-  state.counters["GFLOPS"] =
-      benchmark::Counter(kGemmFlops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+// A oneDNN conv, then a TBB elementwise kernel (relu) over its output, in turn, as a training
+// step alternates them: with OMP_WAIT_POLICY=passive oneDNN's OpenMP workers sleep when the
+// conv ends; with libgomp's default (--omp_default) they spin on, on the cores TBB's tasks
+// need. ResNet-20's stage 1 and stage 3 convs. Compare the time with the sum of the two
+// kernels alone (SharingConvAlone, SharingTbbAlone).
+struct SharingCase {
+  Buffer x, w, y, z;
+  loom::runtime::ConvGeometry g;
+  explicit SharingCase(const ConvShape& s)
+      : x({s.n, s.c, s.size, s.size}), w({s.o, s.c, s.k, s.k}), y({s.n, s.o, s.size, s.size}),
+        z({s.n, s.o, s.size, s.size}),
+        g{s.n, s.c, s.size, s.size, s.o, s.k, s.k, s.size, s.size, 1, 1, s.pad, s.pad, 1, 1, 1} {}
+  void conv() {
+    namespace onednn = loom::runtime::onednn;
+    onednn::conv2d(loom::runtime::ConvPass::kForward, g, DType::Float32,
+                   onednn::Layout::kBlocked, x.ptr(), w.ptr(), y.ptr());
+  }
+  void relu() {
+    const std::vector<TensorView> in{y.view()};
+    loom::runtime::run_kernel(loom::ir::Op::Relu, {}, in, z.view());
+  }
+};
+
+const char* wait_policy() {
+  const char* p = std::getenv("OMP_WAIT_POLICY");
+  return p ? p : "unset (libgomp's default: spin)";
 }
-BENCHMARK(BM_Matmul)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+void BM_SharingConvThenTbb(benchmark::State& state) {
+  SharingCase c(kShapes[state.range(0)]);
+  for (auto _ : state) {
+    c.conv();
+    c.relu();
+  }
+  state.SetLabel(std::string("OMP_WAIT_POLICY=") + wait_policy());
+}
+void BM_SharingConvAlone(benchmark::State& state) {
+  SharingCase c(kShapes[state.range(0)]);
+  for (auto _ : state) c.conv();
+  state.SetLabel(std::string("OMP_WAIT_POLICY=") + wait_policy());
+}
+void BM_SharingTbbAlone(benchmark::State& state) {
+  SharingCase c(kShapes[state.range(0)]);
+  for (auto _ : state) c.relu();
+  state.SetLabel(std::string("OMP_WAIT_POLICY=") + wait_policy());
+}
+BENCHMARK(BM_SharingConvThenTbb)->Arg(1)->Arg(7)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SharingConvAlone)->Arg(1)->Arg(7)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SharingTbbAlone)->Arg(1)->Arg(7)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 using EigenMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
@@ -173,11 +338,16 @@ BENCHMARK(BM_EigenGemmPerThread)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
-// BENCHMARK_MAIN plus --threads=N, which caps TBB's threads for the kernels.
+// BENCHMARK_MAIN plus --threads=N, which caps TBB's threads for the kernels (and so
+// oneDNN's), and --omp_default, which keeps libgomp's default wait policy.
 int main(int argc, char** argv) {
+  bool omp_default = false;
+  for (int i = 1; i < argc; ++i) omp_default = omp_default || std::strcmp(argv[i], "--omp_default") == 0;
+  if (!omp_default) loom::openmp_passive_or_reexec(argc, argv);
   std::unique_ptr<tbb::global_control> limit;
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--omp_default") == 0) continue;
     if (std::strncmp(argv[i], "--threads=", 10) == 0)
       limit = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
                                                     std::stoul(argv[i] + 10));
@@ -185,6 +355,7 @@ int main(int argc, char** argv) {
       args.push_back(argv[i]);
   }
   int n = static_cast<int>(args.size());
+  benchmark::AddCustomContext("OMP_WAIT_POLICY", wait_policy());
   benchmark::Initialize(&n, args.data());
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -20,6 +20,7 @@
 #include "loom_bench.h"
 
 #include <loom/error.h>
+#include <loom/openmp.h>
 
 #include <boost/program_options.hpp>
 #include <tbb/global_control.h>
@@ -29,6 +30,7 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -144,7 +146,8 @@ int run(int argc, char** argv) {
     ("host-steps", po::value<int64_t>(&o.host_steps)->default_value(o.host_steps), "lazy steps on an idle device for the host rows (the best counts)")
     ("reps", po::value<int64_t>(&o.reps)->default_value(o.reps), "repetitions of each kernel measurement (the best counts)")
     ("threads", po::value<int>(&o.threads)->default_value(0), "TBB threads (0: all cores)")
-    ("profile", po::value<std::string>(&o.profile), "write a Chrome trace of the timed training steps (one span per kernel on the device thread) to this file");
+    ("profile", po::value<std::string>(&o.profile), "write a Chrome trace of the timed training steps (one span per kernel on the device thread) to this file")
+    ("omp_default", "keep libgomp's default wait policy (its threads spin after each oneDNN call) instead of restarting with OMP_WAIT_POLICY=passive (loom/openmp.h)");
   // clang-format on
   po::variables_map vm;
   po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -170,6 +173,8 @@ int run(int argc, char** argv) {
     limit = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, o.threads);
 
   const int threads = thread_count();
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  progress(std::string("OMP_WAIT_POLICY: ") + (policy ? policy : "unset (libgomp's default: spin)"));
   progress("threads: " + std::to_string(threads) + "; " + std::to_string(o.warmup) + " warm-up + " +
            std::to_string(o.steps) + " timed steps per model and mode; best of " + std::to_string(o.reps) +
            " kernel runs");
@@ -196,6 +201,8 @@ int run(int argc, char** argv) {
 }  // namespace loom::bench
 
 int main(int argc, char** argv) {
+  if (std::none_of(argv + 1, argv + argc, [](const char* a) { return std::string(a) == "--omp_default"; }))
+    loom::openmp_passive_or_reexec(argc, argv);
   try {
     return loom::bench::run(argc, argv);
   } catch (const std::exception& e) {

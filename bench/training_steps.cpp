@@ -137,6 +137,7 @@ struct Measured {
   double trace_s = 0, build_s = 0, launch_s = 0;  // the best step, device idle (host rows)
   double buffers = 0, new_buffers = 0;            // device buffer allocations per lazy step
   double heap_allocs = -1;                        // the executor's heap allocations per lazy step
+  double library_heap_allocs = -1;                // oneDNN's own, inside its execute calls
   double donated = 0;                             // results that took over an input's buffer
   double replay_s = 0;                            // a captured call's host time (best)
 };
@@ -202,6 +203,7 @@ class ModeRun {
     const double buffers = static_cast<double>(metrics::counter("AllocatorCacheHit"));
     const double new_buffers = static_cast<double>(metrics::counter("AllocatorSystemAlloc"));
     const double heap = static_cast<double>(metrics::counter("ExecuteHeapAlloc"));
+    const double library = static_cast<double>(metrics::counter("ExecuteHeapAllocLibrary"));
     const double donated = static_cast<double>(metrics::counter("DonatedBuffer"));
     for (int64_t i = 0; i <= k; ++i) {
       add_step_closure([&ends, i] { ends[i] = {now_seconds(), stat_total("ExecuteTime")}; });
@@ -214,6 +216,7 @@ class ModeRun {
     buffers_ += static_cast<double>(metrics::counter("AllocatorCacheHit")) - buffers;
     new_buffers_ += static_cast<double>(metrics::counter("AllocatorSystemAlloc")) - new_buffers;
     heap_ += static_cast<double>(metrics::counter("ExecuteHeapAlloc")) - heap;
+    library_heap_ += static_cast<double>(metrics::counter("ExecuteHeapAllocLibrary")) - library;
     donated_ += static_cast<double>(metrics::counter("DonatedBuffer")) - donated;
     alloc_steps_ += k + 1;
     if (compiles() != compiled_before)
@@ -288,6 +291,7 @@ class ModeRun {
       m.buffers = (buffers_ + new_buffers_) / static_cast<double>(alloc_steps_);
       m.new_buffers = new_buffers_ / static_cast<double>(alloc_steps_);
       m.heap_allocs = heap_ / static_cast<double>(alloc_steps_);
+      m.library_heap_allocs = library_heap_ / static_cast<double>(alloc_steps_);
       m.donated = donated_ / static_cast<double>(alloc_steps_);
     }
   }
@@ -301,7 +305,7 @@ class ModeRun {
   Compiled<std::function<Tensor()>> compiled_, captured_;
   double window_ = 0, busy_ = 0;
   int64_t steps_ = 0;
-  double buffers_ = 0, new_buffers_ = 0, heap_ = 0, donated_ = 0;
+  double buffers_ = 0, new_buffers_ = 0, heap_ = 0, library_heap_ = 0, donated_ = 0;
   int64_t alloc_steps_ = 0;
 };
 
@@ -337,6 +341,9 @@ void host_rows(const Measured& m, double compiled_step_s, std::vector<Row>& out)
   if (m.heap_allocs >= 0)
     out.push_back({.section = "host", .benchmark = m.label + ": executor heap allocations per step", .mode = "lazy",
                    .rate = format("%.1f", m.heap_allocs)});
+  if (m.library_heap_allocs >= 0)
+    out.push_back({.section = "host", .benchmark = m.label + ": oneDNN heap allocations per step", .mode = "lazy",
+                   .rate = format("%.1f", m.library_heap_allocs)});
 }
 
 // One small-batch forward pass, lazy or captured: the time per call over `calls` calls.

@@ -4,6 +4,7 @@
 //   loom_demo [steps] [size]
 #include <loom/lazy.h>
 #include <loom/metrics.h>
+#include <loom/openmp.h>
 #include <loom/tensor.h>
 
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include <string>
 
 int main(int argc, char** argv) {
+  loom::openmp_passive_or_reexec(argc, argv);
   try {
     int64_t steps = argc > 1 ? std::stoll(argv[1]) : 100;
     int64_t size = argc > 2 ? std::stoll(argv[2]) : 1 << 16;

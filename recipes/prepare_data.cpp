@@ -14,6 +14,7 @@
 // exit status 1 (2 for bad options).
 #include <loom/data/hdf5.h>
 #include <loom/error.h>
+#include <loom/openmp.h>
 
 #include <boost/program_options.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -360,6 +361,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  loom::openmp_passive_or_reexec(argc, argv);
   auto logger = spdlog::stderr_color_st("prepare_data");
   spdlog::set_default_logger(logger);
   spdlog::set_pattern("prepare_data: %^%l%$: %v");

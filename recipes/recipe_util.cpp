@@ -1,8 +1,10 @@
 #include "recipe_util.h"
 
 #include <loom/dist.h>
+#include <loom/openmp.h>
 
 #include <spdlog/spdlog.h>
+
 #include <tbb/global_control.h>
 
 #include <cmath>
@@ -142,6 +144,7 @@ std::shared_ptr<const data::Sampler> eval_shard(int64_t n) {
 }
 
 int run_main(const char* program, int (*body)(int, char**), int argc, char** argv) {
+  openmp_passive_or_reexec(argc, argv);  // before MPI or any thread starts
   try {
     dist::init();
   } catch (const std::exception& e) {  // MPI did not start: there is no job to abort

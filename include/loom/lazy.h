@@ -51,6 +51,15 @@ void empty_device_cache(Device device);
 void set_compile_cache_size(int programs);
 int compile_cache_size();
 
+// Deterministic algorithms (off by default, or the environment's LOOM_DETERMINISTIC=1), as
+// torch.use_deterministic_algorithms: every kernel then gives the same bits whatever the
+// thread count. The CPU's conv weight gradient runs on loom's own kernels, which split their
+// sums by the shapes only, instead of oneDNN's, which split the sum over images by the thread
+// count (and are faster: README, "Benchmarks"). Either way a run repeats bit for bit at a
+// fixed thread count. Read by the kernels as they run: no recompilation.
+void use_deterministic_algorithms(bool on);
+bool are_deterministic_algorithms_enabled();
+
 // In eager mode every op runs as soon as it is created (one-op graphs, same compile cache).
 void eager_mode(bool on);
 bool is_eager_mode();

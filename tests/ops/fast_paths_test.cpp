@@ -1,5 +1,5 @@
 // The CPU backend's fast paths against PyTorch: convolutions at ResNet shapes (Winograd, the
-// direct kernels, the strided kernels; forward and both gradients), elementwise ops over
+// direct kernels, oneDNN and the strided weight gradient; forward and both gradients), elementwise ops over
 // several tasks, chunked reductions, a GEMM split in tasks, and non-finite inputs.
 //
 // The values are in ops/fixtures/fast_paths_conv.txt.gz and fast_paths.txt.gz, written by
@@ -16,6 +16,7 @@
 #include "ops/op_fixtures.h"
 #include "test_util.h"
 
+#include "runtime/cpu/conv/conv_algorithm.h"
 #include "runtime/cpu/conv/conv_direct.h"
 
 #include <loom/autograd.h>
@@ -137,23 +138,35 @@ TEST(FastPathFixtures, LoadedAndCoverTheTable) {
   for (const auto& [op, fn] : op_table()) EXPECT_TRUE(used.count(op)) << op << " has no case";
 }
 
-// The stride-1 conv cases reach the algorithm their names say (conv_direct.h's choice, in
-// every pass). The direct kernels need AVX-512; without it those cases run im2col + GEMM.
+// The conv cases reach the algorithm their names say (conv_algorithm.h's choice, in every
+// pass): loom's Winograd and direct kernels for the stride-1 ones, and for the strided one
+// oneDNN in the forward and input gradient and loom's strided kernel in the weight gradient.
+// The direct kernels need AVX-512; without it those cases run im2col + GEMM. (Forced with
+// LOOM_CONV, these cases run on the forced algorithm instead.)
 TEST(FastPathFixtures, ConvCasesReachTheirAlgorithm) {
+  if (std::getenv("LOOM_CONV")) GTEST_SKIP() << "LOOM_CONV forces the choice";
   using runtime::ConvAlgorithm;
   using runtime::ConvPass;
-  auto geometry = [](int64_t n, int64_t c, int64_t hw) {
-    return runtime::ConvGeometry{n, c, hw, hw, c, 3, 3, hw, hw, 1, 1, 1, 1, 1, 1, 1};
+  auto geometry = [](int64_t n, int64_t c, int64_t o, int64_t hw, int64_t stride) {
+    const int64_t out = (hw - 1) / stride + 1;
+    return runtime::ConvGeometry{n, c, hw, hw, o, 3, 3, out, out, stride, stride, 1, 1, 1, 1, 1};
   };
-  const ConvAlgorithm direct =
-      runtime::direct_applies(geometry(2, 32, 8)) ? ConvAlgorithm::kDirect : ConvAlgorithm::kGemm;
+  const ConvAlgorithm direct = runtime::direct_applies(geometry(2, 32, 32, 8, 1))
+                                   ? ConvAlgorithm::kDirect
+                                   : ConvAlgorithm::kGemm;
 #ifdef __AVX512F__
   EXPECT_EQ(direct, ConvAlgorithm::kDirect) << "an AVX-512 build runs the direct kernels";
 #endif
+  const DType f32 = DType::Float32;
   for (ConvPass pass : {ConvPass::kForward, ConvPass::kGradInput, ConvPass::kGradWeight}) {
-    EXPECT_EQ(runtime::conv_algorithm(geometry(2, 64, 8), pass), ConvAlgorithm::kWinograd);
-    EXPECT_EQ(runtime::conv_algorithm(geometry(2, 32, 8), pass), direct);
+    EXPECT_EQ(runtime::conv_algorithm(geometry(2, 64, 64, 8, 1), pass, f32), ConvAlgorithm::kWinograd);
+    EXPECT_EQ(runtime::conv_algorithm(geometry(2, 32, 32, 8, 1), pass, f32), direct);
   }
+  const auto strided = geometry(2, 16, 32, 16, 2);
+  EXPECT_EQ(runtime::conv_algorithm(strided, ConvPass::kForward, f32), ConvAlgorithm::kOneDnn);
+  EXPECT_EQ(runtime::conv_algorithm(strided, ConvPass::kGradInput, f32), ConvAlgorithm::kOneDnn);
+  EXPECT_EQ(runtime::conv_algorithm(strided, ConvPass::kGradWeight, f32), ConvAlgorithm::kGemm)
+      << "loom's strided kernel runs inside the im2col + GEMM path's entry";
 }
 
 class FastPath : public ::testing::TestWithParam<FastRun> {};

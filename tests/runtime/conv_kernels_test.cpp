@@ -3,10 +3,12 @@
 // by phases), Winograd F(2x2, 3x3) (float32 3x3 stride-1 convs, chosen at 64 channels and
 // more), the im2col + GEMM path (float64, dilated strided convs, padding beyond the reach), the
 // 1x1 GEMM without im2col, and the input gradient as a transposed conv. tests/CMakeLists.txt
-// runs them again with each algorithm forced (LOOM_CONV) wherever it applies.
+// runs them again with each algorithm forced (LOOM_CONV, oneDNN among them) wherever it applies.
 #include "runtime/cpu/kernels.h"
 
 #include "runtime/cpu/conv/conv_winograd.h"
+
+#include <loom/lazy.h>
 
 #include <gtest/gtest.h>
 #include <tbb/task_arena.h>
@@ -184,10 +186,13 @@ TEST(Conv2dKernels, Float64MatchesReference) {
   for (const Case& k : kCases) check<double>(k);
 }
 
-// The weight gradient splits its sums by the shapes only: one thread and several give the
-// same bits, at geometries where Winograd takes chunks of tiles, blocks of channels, or all
-// the tiles in one piece (and the direct kernel, at 16 channels).
+// With deterministic algorithms, the weight gradient splits its sums by the shapes only: one
+// thread and several give the same bits, at geometries where Winograd takes chunks of tiles,
+// blocks of channels, or all the tiles in one piece (and the direct kernel, at 16 channels).
+// Without them the weight gradient may run on oneDNN, which splits the sum over images by the
+// thread count (onednn_test.cpp: DeterministicAlgorithmsKeepTheWeightGradientOffOneDnn).
 TEST(Conv2dKernels, WeightGradientIndependentOfThreadCount) {
+  use_deterministic_algorithms(true);
   const Case cases[] = {
       {8, 64, 8, 8, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1},
       {4, 130, 4, 4, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1},
@@ -207,6 +212,7 @@ TEST(Conv2dKernels, WeightGradientIndependentOfThreadCount) {
     const auto one = in_arena(1);
     for (int threads : {2, 4}) EXPECT_EQ(in_arena(threads), one) << name(k) << " " << threads;
   }
+  use_deterministic_algorithms(false);
 }
 
 // The Winograd kernels called directly, whatever the choice would be, against the reference.

@@ -7,6 +7,7 @@
 #include "runtime/cpu/heap_count.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/kernels_fused.h"
+#include "runtime/cpu/onednn.h"
 
 #include <loom/error.h>
 #include <loom/metrics.h>
@@ -137,11 +138,17 @@ int run_program(const CpuExecutable& exe, const BufferList& inputs, const Buffer
   return donated;
 }
 
-// The CPU runs every op at every dtype and takes every rewrite.
+// The CPU runs every op at every dtype and takes every rewrite. Convolutions and matmuls run
+// in bfloat16 (on oneDNN, accumulating in float32) where the processor has bfloat16
+// instructions; elsewhere the compiler widens them to float32 (compiler/widen.h).
 ir::Target cpu_target() {
   ir::Target t;
   t.name = "cpu";
   t.run_everything();
+  if (onednn::native_bfloat16())
+    for (ir::Op op : {ir::Op::Conv2d, ir::Op::Conv2dGradInput, ir::Op::Conv2dGradWeight,
+                      ir::Op::Matmul})
+      t.run_bfloat16(op);
   t.fuse_epilogue = t.fuse_elementwise = t.fuse_reduce_prologue = true;
   t.fold_transpose = t.plan_memory = true;
   return t;
@@ -181,11 +188,12 @@ class CpuBackend final : public Backend {
       profiler::Trace span("execute");
       auto start = std::chrono::steady_clock::now();
       std::string error;
-      int64_t allocations = 0;
+      int64_t allocations = 0, library_allocations = 0;
       int donated = 0;
       {
         HeapCount counting;
         const int64_t before = heap_allocations();
+        const int64_t library_before = library_heap_allocations();
         try {
           donated = run_program(program, inputs, outputs);
         } catch (const std::exception& e) {
@@ -196,10 +204,12 @@ class CpuBackend final : public Backend {
         // memory a step needs does not depend on which thread drops its references first.
         inputs.clear();
         allocations = heap_allocations() - before;
+        library_allocations = library_heap_allocations() - library_before;
       }
       // Counted before the outputs are ready, so a reader that waited on them sees the run.
       metrics::increment("ExecuteProgram", Device{});
       metrics::increment("ExecuteHeapAlloc", Device{}, allocations);
+      metrics::increment("ExecuteHeapAllocLibrary", Device{}, library_allocations);
       metrics::increment("DonatedBuffer", Device{}, donated);
       metrics::record("ExecuteTime", std::chrono::duration<double, std::nano>(
                                          std::chrono::steady_clock::now() - start).count());

@@ -13,8 +13,10 @@ namespace loom::runtime {
 namespace {
 
 std::atomic<int64_t> g_allocations{0};
-// initial-exec: reading it never allocates (malloc cannot depend on a lazily made TLS block).
+std::atomic<int64_t> g_library_allocations{0};
+// initial-exec: reading them never allocates (malloc cannot depend on a lazily made TLS block).
 __attribute__((tls_model("initial-exec"))) thread_local int t_depth = 0;
+__attribute__((tls_model("initial-exec"))) thread_local int t_library_depth = 0;
 
 // A breakpoint here (gdb: break loom::runtime::(anonymous namespace)::counted) stops at each
 // counted allocation, with the allocating code on the stack.
@@ -27,13 +29,20 @@ __attribute__((noinline)) void counted() {
 
 HeapCount::HeapCount() { ++t_depth; }
 HeapCount::~HeapCount() { --t_depth; }
+LibraryHeapScope::LibraryHeapScope() { ++t_library_depth; }
+LibraryHeapScope::~LibraryHeapScope() { --t_library_depth; }
 
 int64_t heap_allocations() { return g_allocations.load(std::memory_order_relaxed); }
+int64_t library_heap_allocations() {
+  return g_library_allocations.load(std::memory_order_relaxed);
+}
 
 bool heap_counting_supported() { return loom_heap_count_wrappers_linked != nullptr; }
 
 void detail::note_allocation() noexcept {
-  if (t_depth > 0) counted();
+  if (t_depth == 0) return;
+  if (t_library_depth > 0) g_library_allocations.fetch_add(1, std::memory_order_relaxed);
+  else counted();
 }
 
 }  // namespace loom::runtime

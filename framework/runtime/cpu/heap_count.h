@@ -21,6 +21,11 @@
 // the benchmarks link: a program that links loom keeps its own allocator (glibc's, jemalloc,
 // tcmalloc) untouched, and its ExecuteHeapAlloc metric stays 0. heap_counting_supported()
 // is true only in a program that links loom_heap_count on glibc.
+//
+// A library that loom calls may allocate inside its own work in a way loom cannot avoid
+// (oneDNN builds a map of its arguments at every execute: onednn.h). Such a call runs in a
+// LibraryHeapScope: its allocations count apart, in library_heap_allocations() (the metric
+// ExecuteHeapAllocLibrary), so that ExecuteHeapAlloc stays the count of loom's own.
 #pragma once
 
 #include <cstdint>
@@ -35,8 +40,20 @@ class HeapCount {
   HeapCount& operator=(const HeapCount&) = delete;
 };
 
-// Allocations counted since the process started (all threads together).
+// Inside this scope (nested in a HeapCount one), this thread's allocations are the
+// library's: counted by library_heap_allocations(), not by heap_allocations().
+class LibraryHeapScope {
+ public:
+  LibraryHeapScope();
+  ~LibraryHeapScope();
+  LibraryHeapScope(const LibraryHeapScope&) = delete;
+  LibraryHeapScope& operator=(const LibraryHeapScope&) = delete;
+};
+
+// Allocations counted since the process started (all threads together), loom's own.
 int64_t heap_allocations();
+// Allocations inside a LibraryHeapScope (and a HeapCount scope) since the process started.
+int64_t library_heap_allocations();
 // Whether the malloc wrappers (loom_heap_count) are linked into this program.
 bool heap_counting_supported();
 

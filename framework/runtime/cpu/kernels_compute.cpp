@@ -1,21 +1,28 @@
-// Compute kernels: batched matmul on Eigen's GEMM, conv2d, and direct-loop pooling.
-// conv2d picks its algorithm by dtype and shape (conv_algorithm, conv_direct.h): float32 3x3
-// stride-1 convs with 64 channels and more on both sides run on Winograd F(2x2, 3x3)
-// (conv_winograd.h); other float32 convs on the direct AVX-512 kernels (conv_direct.h;
-// strided ones by phases) where direct_chosen says they win (output planes of 8x8 and more);
-// the rest (small planes, float64, dilated strided convs, padding beyond the kernel, builds
-// without AVX-512) on im2col + Eigen GEMM, whose 1x1 stride-1 convs skip the im2col. Eigen
-// runs single-threaded (conv_common.h); TBB splits the work above it: (batch, row block,
-// column block) for matmul, (image, group, column block) for conv2d, (image, channel) for
-// pooling. A bias/activation epilogue (compiler/fuse_epilogue.h) runs on each matmul block
-// right after its GEMM, and on each conv output plane after the conv.
+// Compute kernels: batched matmul, conv2d, and direct-loop pooling.
+// matmul runs on oneDNN from 128^3 multiply-adds on (matmul_on_onednn below), on Eigen's GEMM
+// below that, in float64 and with deterministic algorithms. conv2d picks its algorithm by pass,
+// dtype and shape (conv_algorithm, conv/conv_algorithm.h): oneDNN (onednn.h) for the strided
+// convs, bfloat16 and ResNet-18's 4x4 planes; loom's float32 kernels for the stride-1 3x3 convs
+// (Winograd F(2x2, 3x3) from 64 channels, conv_winograd.h; the direct AVX-512 kernels below,
+// conv_direct.h); im2col + Eigen GEMM for the rest (float64, dilations, builds without
+// AVX-512), whose 1x1 stride-1 convs skip the im2col. A bfloat16 op that does not go to oneDNN
+// runs on the float32 kernels on widened operands (run_widened, kernels_impl.h). Eigen runs
+// single-threaded (conv_common.h); TBB splits the work above it: (batch, row block, column
+// block) for matmul, (image, group, column block) for conv2d, (image, channel) for pooling;
+// oneDNN runs on its own OpenMP threads. A bias/activation epilogue (compiler/fuse_epilogue.h)
+// runs on each matmul block right after its GEMM, on each conv output plane after the conv,
+// and as post-ops (bias, relu) on oneDNN.
 #include "runtime/cpu/kernels_impl.h"
 
+#include "runtime/cpu/conv/conv_algorithm.h"
 #include "runtime/cpu/conv/conv_common.h"
 #include "runtime/cpu/conv/conv_direct.h"
 #include "runtime/cpu/conv/conv_winograd.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/kernels_fused.h"
+#include "runtime/cpu/onednn.h"
+
+#include <loom/lazy.h>
 
 #include <Eigen/Core>
 #include <tbb/task_arena.h>
@@ -23,7 +30,10 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -154,16 +164,16 @@ void for_each_plane(const PoolGeometry& g, const TensorView& x, const TensorView
 template <class T>
 void conv2d_forward(const ConvGeometry& g, const T* px, const T* pw, T* po, ConvPass pass) {
   if constexpr (std::is_same_v<T, float>) {
-    switch (conv_algorithm(g, pass)) {
+    switch (own_conv_algorithm(g, pass)) {
       case ConvAlgorithm::kWinograd:
         if (conv2d_winograd(g, px, pw, po)) return;
         break;
       case ConvAlgorithm::kDirect:
         if (conv2d_direct(g, px, pw, po)) return;
         break;
-      case ConvAlgorithm::kGemm: break;
+      case ConvAlgorithm::kGemm:
+      case ConvAlgorithm::kOneDnn: break;  // never among loom's own
     }
-    if (conv2d_strided(g, px, pw, po)) return;
   }
   const int64_t cg = g.c / g.groups, og = g.o / g.groups;
   const int64_t rows = cg * g.kh * g.kw;  // the GEMM's inner dimension
@@ -199,8 +209,124 @@ template void conv2d_forward<float>(const ConvGeometry&, const float*, const flo
 template void conv2d_forward<double>(const ConvGeometry&, const double*, const double*, double*,
                                      ConvPass);
 
+namespace {
+
+// Whether a matmul runs on oneDNN rather than Eigen: LOOM_MATMUL=onednn|eigen forces it (read
+// once; for measurements); by default oneDNN from kMinOneDnnMatmul multiply-adds on, where
+// kernel_bench (BM_Matmul, the decoder's products; 2-core AMD EPYC shared with other jobs)
+// measured it 1.19 to 1.45x faster than Eigen in float32 and 2.5 to 3.3x in bfloat16 (against
+// Eigen on widened operands), and 1.17x (2x in bfloat16) at 128^3. Below, oneDNN's ~10 us per
+// call (waking its OpenMP team) loses: 64^3 and the ResNets' classifiers run 1.5 to 4x faster
+// on Eigen. Deterministic algorithms keep Eigen: oneDNN's GEMM splits k across threads where
+// m x n is small (onednn_test's DeterministicMatmulIndependentOfThreadCount).
+constexpr int64_t kMinOneDnnMatmul = int64_t{1} << 21;  // 128^3
+
+enum class MatmulChoice { kDefault, kOneDnn, kEigen };
+
+MatmulChoice forced_matmul() {
+  static const MatmulChoice forced = [] {
+    const char* v = std::getenv("LOOM_MATMUL");
+    if (!v) return MatmulChoice::kDefault;
+    if (std::strcmp(v, "onednn") == 0) return MatmulChoice::kOneDnn;
+    if (std::strcmp(v, "eigen") == 0) return MatmulChoice::kEigen;
+    throw Error(std::string("LOOM_MATMUL: expected onednn or eigen, got '") + v + "'");
+  }();
+  return forced;
+}
+
+bool matmul_on_onednn(const onednn::MatmulShape& s) {
+  if (are_deterministic_algorithms_enabled()) return false;
+  switch (forced_matmul()) {
+    case MatmulChoice::kOneDnn: return true;
+    case MatmulChoice::kEigen: return false;
+    case MatmulChoice::kDefault: break;
+  }
+  return s.batch * s.m * s.n * s.k >= kMinOneDnnMatmul;
+}
+
+onednn::MatmulShape matmul_shape(const ir::Attr& attr, const TensorView& a, const TensorView& b) {
+  const auto& m = attr.get<ir::MatmulAttr>();
+  const std::size_t r = a.shape.size();
+  return {.batch = dims_product(a.shape, 0, r - 2),
+          .m = a.shape[r - (m.transpose_a ? 1 : 2)],
+          .n = b.shape[r - (m.transpose_b ? 2 : 1)],
+          .k = a.shape[r - (m.transpose_a ? 2 : 1)],
+          .ta = m.transpose_a,
+          .tb = m.transpose_b};
+}
+
+// A matmul on oneDNN, with the bias and relu of its epilogue as post-ops and another
+// activation applied after, as the Eigen path would (the bias then already added).
+void matmul_onednn(const onednn::MatmulShape& s, const TensorView& a, const TensorView& b,
+                   const TensorView& out, const float* bias, ir::Op act) {
+  const bool relu = act == ir::Op::Relu;
+  onednn::matmul(s, out.dtype, a.data, b.data, out.data, {bias, relu});
+  if (act != ir::Op::Count_ && !relu)
+    apply_epilogue<float>(out.as<float>(), s.batch * s.m, s.n, s.n, nullptr, 0, 0, act);
+}
+
+// The conv's bias and activation as one parallel pass over the result, one (image, channel)
+// plane at a time.
+template <class T>
+void conv_epilogue(const TensorView& out, const T* bias, ir::Op act) {
+  const int64_t channels = out.shape[1], plane = out.shape[2] * out.shape[3];
+  const int64_t planes = out.shape[0] * channels;
+  if (planes * plane == 0) return;
+  T* po = out.as<T>();
+  const int64_t grain = std::max<int64_t>(1, kGrainElementwise / plane);
+  parallel_range(planes, grain, [&](int64_t s, int64_t e) {
+    for (int64_t q = s; q < e; ++q)
+      apply_epilogue(po + q * plane, 1, plane, plane, bias ? bias + q % channels : nullptr, 0, 0,
+                     act);
+  });
+}
+
+// conv2d forward in any dtype: oneDNN where conv_algorithm picks it (with the bias and relu of
+// an epilogue as post-ops), loom's kernels otherwise (bfloat16 widened to them); an epilogue
+// that oneDNN did not take runs after, as conv_epilogue.
+void conv2d_dispatch(const ir::Attr& attr, const TensorView& x, const TensorView& w,
+                     const TensorView& out, const TensorView* bias, ir::Op act) {
+  const ConvGeometry g = conv_geometry(attr.get<ir::Conv2dAttr>(), x.shape, w.shape, out.shape);
+  if (out.numel() == 0) return;
+  if (out.dtype != DType::Float64 &&
+      conv_algorithm(g, ConvPass::kForward, out.dtype) == ConvAlgorithm::kOneDnn) {
+    const float* pb = bias ? bias->as<const float>() : nullptr;
+    const bool post_ops = act == ir::Op::Relu || act == ir::Op::Count_;  // what oneDNN takes
+    const auto layout = onednn::conv_layout(g, ConvPass::kForward, out.dtype);
+    onednn::conv2d(ConvPass::kForward, g, out.dtype, layout, x.data, w.data, out.data,
+                   post_ops ? onednn::Epilogue{pb, act == ir::Op::Relu} : onednn::Epilogue{});
+    if (!post_ops) conv_epilogue<float>(out, pb, act);
+    return;
+  }
+  if (out.dtype == DType::BFloat16) {
+    run_widened(x, w, out, [&](const float* px, const float* pw, float* po) {
+      conv2d_forward<float>(g, px, pw, po, ConvPass::kForward);
+    });
+    return;
+  }
+  visit_float("conv2d", out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    conv2d_forward<T>(g, x.as<const T>(), w.as<const T>(), out.as<T>(), ConvPass::kForward);
+    if (bias || act != ir::Op::Count_)
+      conv_epilogue<T>(out, bias ? bias->as<const T>() : nullptr, act);
+  });
+}
+
+}  // namespace
+
 void matmul_kernel(const ir::Attr& attr, const TensorView& a, const TensorView& b,
                    const TensorView& out) {
+  if (out.dtype != DType::Float64) {
+    const onednn::MatmulShape s = matmul_shape(attr, a, b);
+    if (s.batch * s.m * s.n != 0 && s.k != 0 && matmul_on_onednn(s))
+      return matmul_onednn(s, a, b, out, nullptr, ir::Op::Count_);
+    if (out.dtype == DType::BFloat16)
+      return run_widened(a, b, out, [&](const float* pa, const float* pb, float* pc) {
+        matmul_typed<float>(attr, {const_cast<float*>(pa), DType::Float32, a.shape},
+                            {const_cast<float*>(pb), DType::Float32, b.shape},
+                            {pc, DType::Float32, out.shape});
+      });
+  }
   visit_float("matmul", out.dtype, [&](auto tag) {
     matmul_typed<typename decltype(tag)::type>(attr, a, b, out);
   });
@@ -208,37 +334,26 @@ void matmul_kernel(const ir::Attr& attr, const TensorView& a, const TensorView& 
 
 void conv2d_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& w,
                    const TensorView& out) {
-  const ConvGeometry g = conv_geometry(attr.get<ir::Conv2dAttr>(), x.shape, w.shape, out.shape);
-  if (out.numel() == 0) return;
-  visit_float("conv2d", out.dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    conv2d_forward<T>(g, x.as<const T>(), w.as<const T>(), out.as<T>(), ConvPass::kForward);
-  });
+  conv2d_dispatch(attr, x, w, out, nullptr, ir::Op::Count_);
 }
 
-// The conv's epilogue runs as a second parallel pass over the result, one (image, channel)
-// plane at a time, rather than inside each algorithm's tiling: the Winograd, direct and strided
-// kernels each cut the output their own way, and one pass here serves them all.
+// Epilogues are float32 or float64 (compiler/fuse_epilogue.h). The conv's runs as a second
+// parallel pass over the result (conv_epilogue) rather than inside each algorithm's tiling,
+// except on oneDNN, which takes a bias and relu as post-ops.
 void epilogue_kernel(ir::Op op, const ir::Attr& attr, const ir::Epilogue& epilogue,
                      std::span<const TensorView> in, const TensorView& out) {
   const TensorView* bias = epilogue.bias >= 0 ? &in[epilogue.bias] : nullptr;
   const ir::Op act = epilogue.activation;
+  if (op == ir::Op::Conv2d) return conv2d_dispatch(attr, in[0], in[1], out, bias, act);
+  assert(op == ir::Op::Matmul && "epilogue_kernel: a Matmul or a Conv2d");
+  if (out.dtype == DType::Float32) {
+    const onednn::MatmulShape s = matmul_shape(attr, in[0], in[1]);
+    if (s.batch * s.m * s.n != 0 && s.k != 0 && matmul_on_onednn(s))
+      return matmul_onednn(s, in[0], in[1], out, bias ? bias->as<const float>() : nullptr, act);
+  }
   visit_float(ir::op_name(op), out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T* pb = bias ? bias->as<const T>() : nullptr;
-    if (op == ir::Op::Matmul) return matmul_typed<T>(attr, in[0], in[1], out, pb, act);
-    assert(op == ir::Op::Conv2d && "epilogue_kernel: a Matmul or a Conv2d");
-    conv2d_kernel(attr, in[0], in[1], out);
-    const int64_t channels = out.shape[1], plane = out.shape[2] * out.shape[3];
-    const int64_t planes = out.shape[0] * channels;
-    if (planes * plane == 0) return;
-    T* po = out.as<T>();
-    const int64_t grain = std::max<int64_t>(1, kGrainElementwise / plane);
-    parallel_range(planes, grain, [&](int64_t s, int64_t e) {
-      for (int64_t q = s; q < e; ++q)
-        apply_epilogue(po + q * plane, 1, plane, plane, pb ? pb + q % channels : nullptr, 0, 0,
-                       act);
-    });
+    matmul_typed<T>(attr, in[0], in[1], out, bias ? bias->as<const T>() : nullptr, act);
   });
 }
 

@@ -1,27 +1,29 @@
 // Gradient kernels for the compute ops (kernels_compute.cpp), each the exact adjoint of its
 // forward kernel under the same conventions (padding, dilation, groups; the max pool's
-// winner; the avg pool's divisor):
-//   conv2d input:  float32 strided convs on the direct kernels by phases (conv_direct.h)
-//                  where direct_chosen says they win; otherwise, with stride 1, a transposed
-//                  conv on conv2d_forward (which chooses its own algorithm, Winograd
-//                  included); else per (image, group) cols = W_g^T * grad_out_g (Eigen GEMM),
-//                  then col2im.
-//   conv2d weight: float32 as conv_algorithm says (conv_direct.h): Winograd's adjoint
-//                  (conv_winograd.h) for 3x3 stride-1 convs with 64 channels and more, the
-//                  direct kernels where they win (narrow channels); otherwise grad_W_g = the
-//                  sum over images of (im2col(input)_g * grad_out_g^T)^T (Eigen GEMM,
-//                  images side by side).
+// winner; the avg pool's divisor). The conv gradients run on oneDNN where conv_algorithm
+// (conv/conv_algorithm.h) picks it, and otherwise:
+//   conv2d input:  with stride 1, a transposed conv on conv2d_forward (which chooses among
+//                  loom's own algorithms, Winograd included); else per (image, group)
+//                  cols = W_g^T * grad_out_g (Eigen GEMM), then col2im.
+//   conv2d weight: float32 as own_conv_algorithm says: Winograd's adjoint (conv_winograd.h)
+//                  for 3x3 stride-1 convs with 64 channels and more, the direct kernels where
+//                  they win (narrow channels; strided convs by phases, conv_strided.cpp);
+//                  otherwise grad_W_g = the sum over images of (im2col(input)_g *
+//                  grad_out_g^T)^T (Eigen GEMM, images side by side).
 //   max pool:      each output's gradient goes to the element the forward picked.
 //   avg pool:      each output's gradient / the forward's divisor goes to its window.
-// Results do not depend on the thread count: work is split by the shapes only (never by
-// max_concurrency), every output element is written by one task, and partial sums over
-// images are combined in a fixed order.
+// loom's kernels' results do not depend on the thread count: work is split by the shapes only
+// (never by max_concurrency), every output element is written by one task, and partial sums
+// over images are combined in a fixed order. oneDNN's weight gradient splits its sum over
+// images by the thread count; deterministic algorithms keep that pass on loom's kernels.
 #include "runtime/cpu/kernels_impl.h"
 
+#include "runtime/cpu/conv/conv_algorithm.h"
 #include "runtime/cpu/conv/conv_common.h"
 #include "runtime/cpu/conv/conv_direct.h"
 #include "runtime/cpu/conv/conv_winograd.h"
 #include "runtime/cpu/gemm.h"
+#include "runtime/cpu/onednn.h"
 
 #include <Eigen/Core>
 
@@ -68,8 +70,6 @@ int64_t channels_per_block(int64_t cg, int64_t taps, int64_t units, int64_t targ
 // tasks are (image, group, block of input channels); each writes its own input channels.
 template <class T>
 void conv2d_grad_input_typed(const ConvGeometry& g, const T* pgo, const T* pw, T* pgi) {
-  if constexpr (std::is_same_v<T, float>)
-    if (conv2d_grad_input_strided(g, pgo, pw, pgi)) return;
   if (conv2d_grad_input_stride1(g, pgo, pw, pgi)) return;
   const int64_t cg = g.c / g.groups, og = g.o / g.groups;
   const int64_t taps = g.kh * g.kw;
@@ -111,14 +111,15 @@ void conv2d_grad_weight_typed(const ConvGeometry& g, const T* px, const T* pgo, 
     return;
   }
   if constexpr (std::is_same_v<T, float>) {
-    switch (conv_algorithm(g, ConvPass::kGradWeight)) {
+    switch (own_conv_algorithm(g, ConvPass::kGradWeight)) {
       case ConvAlgorithm::kWinograd:
         if (conv2d_grad_weight_winograd(g, px, pgo, pgw)) return;
         break;
       case ConvAlgorithm::kDirect:
         if (conv2d_grad_weight_direct(g, px, pgo, pgw)) return;
         break;
-      case ConvAlgorithm::kGemm: break;
+      case ConvAlgorithm::kGemm:
+      case ConvAlgorithm::kOneDnn: break;  // never among loom's own
     }
     if (conv2d_grad_weight_strided(g, px, pgo, pgw)) return;
   }
@@ -192,11 +193,24 @@ void for_each_plane(const PoolGeometry& g, F f) {
 
 }  // namespace
 
+// Both gradients: oneDNN where conv_algorithm picks it, loom's kernels otherwise (bfloat16
+// widened to them).
 void conv2d_grad_input_kernel(const ir::Attr& attr, const TensorView& grad_out,
                               const TensorView& w, const TensorView& out) {
   const ConvGeometry g =
       conv_geometry(attr.get<ir::Conv2dGradAttr>().conv, out.shape, w.shape, grad_out.shape);
   if (out.numel() == 0) return;
+  if (out.dtype != DType::Float64 && grad_out.numel() > 0 &&
+      conv_algorithm(g, ConvPass::kGradInput, out.dtype) == ConvAlgorithm::kOneDnn) {
+    onednn::conv2d(ConvPass::kGradInput, g, out.dtype,
+                   onednn::conv_layout(g, ConvPass::kGradInput, out.dtype), grad_out.data,
+                   w.data, out.data);
+    return;
+  }
+  if (out.dtype == DType::BFloat16)
+    return run_widened(grad_out, w, out, [&](const float* pgo, const float* pw, float* pgi) {
+      conv2d_grad_input_typed<float>(g, pgo, pw, pgi);
+    });
   visit_float("conv2d_grad_input", out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     conv2d_grad_input_typed<T>(g, grad_out.as<const T>(), w.as<const T>(), out.as<T>());
@@ -208,6 +222,17 @@ void conv2d_grad_weight_kernel(const ir::Attr& attr, const TensorView& x,
   const ConvGeometry g =
       conv_geometry(attr.get<ir::Conv2dGradAttr>().conv, x.shape, out.shape, grad_out.shape);
   if (out.numel() == 0) return;
+  if (out.dtype != DType::Float64 && grad_out.numel() > 0 &&
+      conv_algorithm(g, ConvPass::kGradWeight, out.dtype) == ConvAlgorithm::kOneDnn) {
+    onednn::conv2d(ConvPass::kGradWeight, g, out.dtype,
+                   onednn::conv_layout(g, ConvPass::kGradWeight, out.dtype), x.data,
+                   grad_out.data, out.data);
+    return;
+  }
+  if (out.dtype == DType::BFloat16)
+    return run_widened(x, grad_out, out, [&](const float* px, const float* pgo, float* pgw) {
+      conv2d_grad_weight_typed<float>(g, px, pgo, pgw);
+    });
   visit_float("conv2d_grad_weight", out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     conv2d_grad_weight_typed<T>(g, x.as<const T>(), grad_out.as<const T>(), out.as<T>());

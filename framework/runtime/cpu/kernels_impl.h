@@ -45,7 +45,8 @@ using BoolStorage = uint8_t;
 
 // Calls f(TypeTag<T>{}) with T the storage type of `t`, for the dtypes kernels compute in.
 // bfloat16 is not one: the compiler widens bfloat16 arithmetic to float32 (compiler/widen.h),
-// so only the kernels that convert or move bits see it (visit_storage, visit_width).
+// so only the kernels that convert or move bits see it (visit_storage, visit_width), and the
+// conv and matmul kernels where oneDNN runs bfloat16 (they dispatch it before visiting).
 template <class F>
 decltype(auto) visit_dtype(DType t, F&& f) {
   switch (t) {
@@ -137,6 +138,33 @@ void parallel_range(int64_t n, int64_t grain, F&& f) {
                       HeapCount counting;
                       f(r.begin(), r.end());
                     });
+}
+
+// A bfloat16 conv or matmul that runs on loom's float32 kernels rather than oneDNN's bfloat16
+// ones (conv/conv_algorithm.h; LOOM_MATMUL=eigen): f(a, b, out) computes on float32 copies of
+// the two operands (exact: a bfloat16 is a float32) into a float32 result, which is then
+// rounded to bfloat16 once, as the compiler's widening would (compiler/widen.h).
+template <class F>
+void run_widened(const TensorView& a, const TensorView& b, const TensorView& out, F&& f) {
+  struct WidenA;
+  struct WidenB;
+  struct WidenOut;
+  const auto widen = [](const TensorView& v, float* dst) {
+    const bfloat16* src = v.as<const bfloat16>();
+    parallel_range(v.numel(), kGrainElementwise, [&](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i) dst[i] = static_cast<float>(src[i]);
+    });
+  };
+  float* fa = thread_scratch<float, WidenA>(static_cast<std::size_t>(a.numel()));
+  float* fb = thread_scratch<float, WidenB>(static_cast<std::size_t>(b.numel()));
+  float* fo = thread_scratch<float, WidenOut>(static_cast<std::size_t>(out.numel()));
+  widen(a, fa);
+  widen(b, fb);
+  f(static_cast<const float*>(fa), static_cast<const float*>(fb), fo);
+  bfloat16* po = out.as<bfloat16>();
+  parallel_range(out.numel(), kGrainElementwise, [&](int64_t s, int64_t e) {
+    for (int64_t i = s; i < e; ++i) po[i] = bfloat16(fo[i]);
+  });
 }
 
 // Per-dimension strides or sizes, in place up to rank 8.

@@ -197,7 +197,7 @@ T* scratch(std::size_t n, Scratch slot) {
   return reinterpret_cast<T*>(b.data() + (kAlign - addr % kAlign) % kAlign);
 }
 
-// Which pass of a conv a kernel computes; the algorithm is chosen per pass (conv_direct.h).
+// Which pass of a conv a kernel computes; the algorithm is chosen per pass (conv_algorithm.h).
 enum class ConvPass { kForward, kGradInput, kGradWeight };
 
 // conv2d forward on row-major buffers (kernels_compute.cpp), for float and double; the input

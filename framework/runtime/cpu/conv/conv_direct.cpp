@@ -13,101 +13,15 @@
 // weight broadcasts and 6 input loads per 24 FMAs.
 #include "runtime/cpu/conv/conv_direct.h"
 
-#include "runtime/cpu/conv/conv_winograd.h"
 #include "runtime/cpu/kernels_impl.h"
-
-#include <loom/error.h>
 
 #ifdef __AVX512F__
 #include "runtime/cpu/conv/conv_direct_impl.h"
 #endif
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
-#include <string>
 
 namespace loom::runtime {
-
-namespace {
-
-enum class Forced { kNone, kDirect, kGemm, kWinograd };
-
-Forced forced_choice() {
-  static const Forced forced = [] {
-    const char* v = std::getenv("LOOM_CONV");
-    if (!v) return Forced::kNone;
-    if (std::strcmp(v, "direct") == 0) return Forced::kDirect;
-    if (std::strcmp(v, "gemm") == 0) return Forced::kGemm;
-    if (std::strcmp(v, "winograd") == 0) return Forced::kWinograd;
-    throw Error(std::string("LOOM_CONV: expected direct, gemm or winograd, got '") + v + "'");
-  }();
-  return forced;
-}
-
-// Where the direct kernels beat im2col + GEMM (kernel_bench at the ResNet-20 and ResNet-18
-// shapes, both forced with LOOM_CONV). The forward and the input gradient (a transposed conv)
-// tile output positions by whole vectors, so planes under 8x8 leave lanes idle while the
-// GEMM packs them densely. The weight gradient's register tile is channels x channels, so its
-// direct kernel loses once both channel counts are wide (a GEMM with both dimensions past 64
-// runs near peak).
-constexpr int64_t kDirectMinPositions = 64;
-constexpr int64_t kDirectMaxWeightChannels = 64 * 64;
-
-bool direct_wins(const ConvGeometry& g, ConvPass pass) {
-  switch (pass) {
-    case ConvPass::kForward:
-    case ConvPass::kGradInput: return g.oh * g.ow >= kDirectMinPositions;
-    case ConvPass::kGradWeight:
-      return (g.c / g.groups) * (g.o / g.groups) <= kDirectMaxWeightChannels;
-  }
-  return true;
-}
-
-// Where Winograd beats both (kernel_bench, all three forced with LOOM_CONV, side by side): its 16
-// GEMMs per tile block have the channels as their dimensions, so they run near peak only where both
-// channel counts are wide. From 64 channels on it runs 1.1 to 1.6x faster than the best of the
-// others in every pass (one thread; ResNet-18: 64 to 512 channels on 32x32 to 4x4 planes;
-// ResNet-20's 64 channels on 8x8: 1.2 to 1.3x); with 16 or 32 channels (ResNet-20's first stages)
-// the direct kernels run 1.1 to 2x faster, as the transforms and the thin GEMMs cost more than the
-// 2.25x fewer multiplies save. The same threshold holds in each pass.
-constexpr int64_t kWinogradMinChannels = 64;
-
-bool winograd_wins(const ConvGeometry& g, ConvPass pass) {
-  switch (pass) {
-    case ConvPass::kForward:
-    case ConvPass::kGradInput:
-    case ConvPass::kGradWeight: return std::min(g.c, g.o) >= kWinogradMinChannels;
-  }
-  return true;
-}
-
-}  // namespace
-
-bool direct_chosen(const ConvGeometry& g, ConvPass pass) {
-  if (!direct_applies(g)) return false;
-  switch (forced_choice()) {
-    case Forced::kDirect: return true;
-    case Forced::kGemm: return false;
-    case Forced::kWinograd:
-    case Forced::kNone: break;
-  }
-  return direct_wins(g, pass);
-}
-
-ConvAlgorithm conv_algorithm(const ConvGeometry& g, ConvPass pass) {
-  if (winograd_applies(g)) {
-    switch (forced_choice()) {
-      case Forced::kWinograd: return ConvAlgorithm::kWinograd;
-      case Forced::kNone:
-        if (winograd_wins(g, pass)) return ConvAlgorithm::kWinograd;
-        break;
-      case Forced::kDirect:
-      case Forced::kGemm: break;
-    }
-  }
-  return direct_chosen(g, pass) ? ConvAlgorithm::kDirect : ConvAlgorithm::kGemm;
-}
 
 #ifdef __AVX512F__
 namespace {
@@ -177,13 +91,12 @@ bool direct_applies(const ConvGeometry& g) {
   return flat_layout(g).ntaps > 0;
 }
 
-bool conv2d_direct(const ConvGeometry& g, const float* x, const float* w, float* out,
-                   const uint8_t* used) {
+bool conv2d_direct(const ConvGeometry& g, const float* x, const float* w, float* out) {
   const Flat f = flat_layout(g);
   if (f.ntaps == 0) return false;
   const int64_t cg = g.c / g.groups, og = g.o / g.groups;
   const int64_t otiles = ceil_div(og, kTileO), vectors = ceil_div(f.q, kLanes);
-  const Pairs pairs = make_pairs(cg, f.ntaps, used);
+  const Pairs pairs = make_pairs(cg, f.ntaps, nullptr);
   const int64_t tile_floats = pairs.count * kTileO;
   // Per pair, its offset in the padded planes; per (group, tile of output channels), the
   // weights as [pair][kTileO], zero past og.
@@ -232,7 +145,7 @@ bool conv2d_direct(const ConvGeometry& g, const float* x, const float* w, float*
 bool direct_applies(const ConvGeometry&) {
   return false;
 }
-bool conv2d_direct(const ConvGeometry&, const float*, const float*, float*, const uint8_t*) {
+bool conv2d_direct(const ConvGeometry&, const float*, const float*, float*) {
   return false;
 }
 

@@ -8,20 +8,18 @@
 // Both return false, doing nothing, where they do not apply: a build without AVX-512, a
 // stride other than 1, or padding beyond the kernel's reach (the input gradient's transposed
 // conv always fits: its padding is the reach minus the forward's). Callers ask conv_algorithm
-// (below), which picks among these, Winograd (conv_winograd.h) and im2col + GEMM, first.
+// (conv_algorithm.h) first.
 #pragma once
 
+#include "runtime/cpu/conv/conv_algorithm.h"
 #include "runtime/cpu/conv/conv_common.h"
 
 #include <cstdint>
 
 namespace loom::runtime {
 
-// out [N,O,Ho,Wo] = conv2d(x [N,C,H,W], w [O,C/g,kh,kw]). With `used` (used[c * kh*kw + t]
-// for the input channels of a group), only the marked taps are summed: the others' weights
-// are known to be zero.
-bool conv2d_direct(const ConvGeometry& g, const float* x, const float* w, float* out,
-                   const uint8_t* used = nullptr);
+// out [N,O,Ho,Wo] = conv2d(x [N,C,H,W], w [O,C/g,kh,kw]).
+bool conv2d_direct(const ConvGeometry& g, const float* x, const float* w, float* out);
 
 // grad_w [O,C/g,kh,kw] from x [N,C,H,W] and grad_out [N,O,Ho,Wo]. The result depends on the
 // shapes only, never on the thread count. With `used`, unmarked taps get zero.
@@ -31,34 +29,11 @@ bool conv2d_grad_weight_direct(const ConvGeometry& g, const float* x, const floa
 // Whether the two above apply to `g` (the flat layout fits it).
 bool direct_applies(const ConvGeometry& g);
 
-// Whether the direct kernels should run pass `pass` of the stride-1 conv `g` (for a strided
-// conv, `g` is its phased geometry), rather than im2col + GEMM: they apply and they win at
-// this shape. The direct kernels win where the GEMM would be small in the channels (few
-// input channels x taps, or few output channels), as in a CIFAR ResNet-20; wide convs
-// (ResNet-18's 128 to 512 channels) go to Eigen's GEMM, which then runs near its peak and
-// spends little next to it on im2col. LOOM_CONV=direct or LOOM_CONV=gemm overrides the choice
-// wherever the direct kernels apply (read once; for measurements). Winograd is not among the
-// choices here: conv_algorithm puts it first.
-bool direct_chosen(const ConvGeometry& g, ConvPass pass);
-
-// Which algorithm runs pass `pass` of the float32 conv `g`: Winograd F(2x2, 3x3) (conv_winograd.h)
-// where it applies and wins, which is 3x3 stride-1 convs with 64 channels and more on both sides
-// (ResNet-18 CIFAR's stride-1 convs past the stem, all three passes: 1.1 to 1.6x faster than the
-// best of the others there on one thread; ResNet-20's third stage: 1.2 to 1.3x on one thread, about
-// even on two); else the direct kernels where direct_chosen says so; else im2col + GEMM. At 16 and
-// 32 channels Winograd loses (its GEMMs are too thin to run near peak). LOOM_CONV=winograd forces
-// it wherever it applies (the choice above elsewhere); LOOM_CONV=direct or gemm never picks it.
-enum class ConvAlgorithm { kDirect, kGemm, kWinograd };
-ConvAlgorithm conv_algorithm(const ConvGeometry& g, ConvPass pass);
-
-// Strided convs (conv_strided.cpp): a conv of stride s is a stride-1 conv over the input's
-// s x s phases (x[s*y + a][s*x + b] for each offset (a, b)), with the taps regrouped by phase
-// into a smaller kernel; these run that on the direct kernels. They return false where that
-// does not apply (dilation, strides above 4, or a stride-1 conv) or is not chosen for the phased
-// conv.
-bool conv2d_strided(const ConvGeometry& g, const float* x, const float* w, float* out);
-bool conv2d_grad_input_strided(const ConvGeometry& g, const float* grad_out, const float* w,
-                               float* grad_in);
+// The weight gradient of a strided conv (conv_strided.cpp): a conv of stride s is a stride-1
+// conv over the input's s x s phases (x[s*y + a][s*x + b] for each offset (a, b)), with the
+// taps regrouped by phase into a smaller kernel; this runs that on the direct kernels. It
+// returns false where that does not apply (dilation, strides above 4, or a stride-1 conv) or
+// is not chosen for the phased conv.
 bool conv2d_grad_weight_strided(const ConvGeometry& g, const float* x, const float* grad_out,
                                 float* grad_w);
 

@@ -8,7 +8,7 @@
 //
 // The input gradient of such a conv is itself one (conv2d_grad_input_stride1), so it runs on
 // conv2d_winograd. Both return false, doing nothing, where they do not apply; callers ask
-// conv_algorithm (conv_direct.h) first.
+// conv_algorithm (conv_algorithm.h) first.
 #pragma once
 
 #include "runtime/cpu/conv/conv_common.h"

@@ -1,0 +1,135 @@
+// The conv algorithm choice (conv_algorithm.h), with the measurements behind each threshold.
+#include "runtime/cpu/conv/conv_algorithm.h"
+
+#include "runtime/cpu/conv/conv_direct.h"
+#include "runtime/cpu/conv/conv_winograd.h"
+
+#include <loom/error.h>
+#include <loom/lazy.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace loom::runtime {
+namespace {
+
+enum class Forced { kNone, kOneDnn, kDirect, kGemm, kWinograd };
+
+Forced forced_choice() {
+  static const Forced forced = [] {
+    const char* v = std::getenv("LOOM_CONV");
+    if (!v) return Forced::kNone;
+    if (std::strcmp(v, "onednn") == 0) return Forced::kOneDnn;
+    if (std::strcmp(v, "direct") == 0) return Forced::kDirect;
+    if (std::strcmp(v, "gemm") == 0) return Forced::kGemm;
+    if (std::strcmp(v, "winograd") == 0) return Forced::kWinograd;
+    throw Error(std::string("LOOM_CONV: expected onednn, direct, gemm or winograd, got '") + v +
+                "'");
+  }();
+  return forced;
+}
+
+// Where the direct kernels beat im2col + GEMM (kernel_bench at the ResNet-20 and ResNet-18
+// shapes, both forced with LOOM_CONV). The forward and the input gradient (a transposed conv)
+// tile output positions by whole vectors, so planes under 8x8 leave lanes idle while the
+// GEMM packs them densely. The weight gradient's register tile is channels x channels, so its
+// direct kernel loses once both channel counts are wide (a GEMM with both dimensions past 64
+// runs near peak).
+constexpr int64_t kDirectMinPositions = 64;
+constexpr int64_t kDirectMaxWeightChannels = 64 * 64;
+
+bool direct_wins(const ConvGeometry& g, ConvPass pass) {
+  switch (pass) {
+    case ConvPass::kForward:
+    case ConvPass::kGradInput: return g.oh * g.ow >= kDirectMinPositions;
+    case ConvPass::kGradWeight:
+      return (g.c / g.groups) * (g.o / g.groups) <= kDirectMaxWeightChannels;
+  }
+  return true;
+}
+
+// Where Winograd beats the direct kernels and im2col + GEMM: from 64 channels on both sides.
+constexpr int64_t kWinogradMinChannels = 64;
+
+bool winograd_wins(const ConvGeometry& g, ConvPass) {
+  return std::min(g.c, g.o) >= kWinogradMinChannels;
+}
+
+// Where oneDNN beats loom's own kernels: kernel_bench on the 2-core development machine (AMD
+// EPYC, AVX-512 with AVX512_BF16, shared with other jobs), every ResNet-20 (batch 128) and
+// ResNet-18 CIFAR (batch 32) shape, each pass, oneDNN in both layouts against each of loom's
+// algorithms forced, the best of 5 rounds. Ratios of loom's best time to oneDNN's best (above
+// 1: oneDNN faster):
+//   float32, stride 1: loom's direct kernels and Winograd keep the 3x3 convs, most of the
+//     work: ResNet-20 0.74 to 0.89, ResNet-18 0.63 to 0.87 (its 256-channel weight gradient:
+//     1.05), the stems 0.43 to 0.79 (ResNet-18's forward: 1.08); oneDNN's blocked kernels pay
+//     for the reorders in and out. Only the 4x4 planes of ResNet-18's last stage (512
+//     channels) go to oneDNN: 1.23 forward, 1.38 input gradient (weight gradient 0.96).
+//   float32, strided: oneDNN's forward and input gradient, 3x3 and 1x1 alike: 1.06 to 1.72
+//     (ResNet-20's 1x1 32-to-64 projection's input gradient: 0.99). The weight gradient from
+//     32x64 channels on: 1.17 to 2.72; below, ResNet-20's stage-2 entry and projection keep
+//     loom's strided kernel: 0.84 and 0.85 (the projection 1.2 to 3x ahead on reruns).
+//   bfloat16: oneDNN's bfloat16 kernels against loom's float32 ones on widened operands: the
+//     forward and input gradient 1.28 to 3.65 at every shape. The weight gradient runs on
+//     oneDNN's GEMM layout (onednn.cpp's conv_layout says why), which wins the strided convs
+//     (1.32 to 5.3) and the stride-1 ones from 128 channels on 8x8 planes and larger (1.07,
+//     1.39); loom's kernels keep the stems (1.7 and 3.9x ahead of that layout), the stride-1
+//     convs up to 64 channels (1.03 to 3.3x) and the 4x4 planes (1.15x).
+constexpr int64_t kOneDnnMinProjection = 32 * 64;  // in x out channels, strided weight gradient
+constexpr int64_t kOneDnnMaxPositions = 16;         // a stride-1 conv's output plane: 4x4
+constexpr int64_t kOneDnnMinChannels = 256;         // ... and its channels, on both sides
+constexpr int64_t kOneDnnMinWeightChannels = 128;   // bfloat16 stride-1 weight gradient
+
+bool strided(const ConvGeometry& g) { return g.sh > 1 || g.sw > 1; }
+
+bool onednn_wins(const ConvGeometry& g, ConvPass pass, DType dtype) {
+  const bool small_planes = g.oh * g.ow <= kOneDnnMaxPositions;
+  if (dtype == DType::BFloat16) {
+    if (pass != ConvPass::kGradWeight) return true;
+    return strided(g) || (std::min(g.c, g.o) >= kOneDnnMinWeightChannels && !small_planes);
+  }
+  if (pass == ConvPass::kGradWeight)
+    return strided(g) && (g.c / g.groups) * (g.o / g.groups) >= kOneDnnMinProjection;
+  return strided(g) || (small_planes && std::min(g.c, g.o) >= kOneDnnMinChannels);
+}
+
+}  // namespace
+
+ConvAlgorithm own_conv_algorithm(const ConvGeometry& g, ConvPass pass) {
+  // LOOM_CONV=onednn leaves loom's own choice (where oneDNN does not run) as it is.
+  const Forced forced = forced_choice();
+  const bool choose = forced == Forced::kNone || forced == Forced::kOneDnn;
+  if (winograd_applies(g) &&
+      (forced == Forced::kWinograd || (choose && winograd_wins(g, pass))))
+    return ConvAlgorithm::kWinograd;
+  return direct_chosen(g, pass) ? ConvAlgorithm::kDirect : ConvAlgorithm::kGemm;
+}
+
+bool direct_chosen(const ConvGeometry& g, ConvPass pass) {
+  if (!direct_applies(g)) return false;
+  switch (forced_choice()) {
+    case Forced::kDirect: return true;
+    case Forced::kGemm: return false;
+    case Forced::kOneDnn:
+    case Forced::kWinograd:
+    case Forced::kNone: break;
+  }
+  return direct_wins(g, pass);
+}
+
+ConvAlgorithm conv_algorithm(const ConvGeometry& g, ConvPass pass, DType dtype) {
+  const Forced forced = forced_choice();
+  // oneDNN's weight gradient splits its sum over images by the thread count.
+  const bool onednn_allowed =
+      !(pass == ConvPass::kGradWeight && are_deterministic_algorithms_enabled());
+  if (onednn_allowed) {
+    if (forced == Forced::kOneDnn) return ConvAlgorithm::kOneDnn;
+    if (forced == Forced::kNone && onednn_wins(g, pass, dtype))
+      return ConvAlgorithm::kOneDnn;
+  }
+  return own_conv_algorithm(g, pass);
+}
+
+}  // namespace loom::runtime

@@ -1,0 +1,38 @@
+// Private to the CPU conv kernels: which algorithm runs each pass of a conv, by dtype and
+// shape, from kernel_bench's measurements (conv_algorithm.cpp gives the figures).
+//
+//   switch (conv_algorithm(g, ConvPass::kForward, DType::Float32)) { ... }
+//
+// The algorithms: oneDNN (onednn.h: its direct JIT kernels on blocked layouts, or its im2col
+// + JIT GEMM on loom's layouts), loom's direct AVX-512 kernels (conv_direct.h; the weight
+// gradient of strided convs by phases), Winograd F(2x2, 3x3) (conv_winograd.h) and im2col + Eigen GEMM (the general
+// path, and float64's only one: oneDNN has no float64). LOOM_CONV=onednn|direct|gemm|winograd
+// forces one wherever it applies (read once; for measurements); elsewhere the choice stands.
+#pragma once
+
+#include "runtime/cpu/conv/conv_common.h"
+
+#include <loom/dtype.h>
+
+namespace loom::runtime {
+
+enum class ConvAlgorithm { kOneDnn, kDirect, kGemm, kWinograd };
+
+// Which algorithm runs pass `pass` of the conv `g` in `dtype` (Float32 or BFloat16; Float64
+// always takes im2col + GEMM and does not ask). A bfloat16 conv that does not go to oneDNN
+// (forced, or the weight gradient under deterministic algorithms) runs on loom's float32
+// kernels, its operands widened and its result rounded once. With deterministic algorithms
+// (loom::use_deterministic_algorithms) the weight gradient never goes to oneDNN, whose sums
+// over images are split by the thread count.
+ConvAlgorithm conv_algorithm(const ConvGeometry& g, ConvPass pass, DType dtype);
+
+// The same among loom's own kernels only (never kOneDnn): for the float32 paths that run on
+// them, including the input gradient of a stride-1 conv as a transposed forward conv.
+ConvAlgorithm own_conv_algorithm(const ConvGeometry& g, ConvPass pass);
+
+// Whether loom's direct kernels should run pass `pass` of the stride-1 conv `g` (for a strided
+// conv, `g` is its phased geometry) when loom's own kernels run it: they apply and win over
+// im2col + GEMM at this shape, or LOOM_CONV=direct forces them (LOOM_CONV=gemm forbids them).
+bool direct_chosen(const ConvGeometry& g, ConvPass pass);
+
+}  // namespace loom::runtime

@@ -1,0 +1,84 @@
+// Private to the CPU kernels: oneDNN (the oneAPI Deep Neural Network Library) as the CPU
+// backend's convolution and matmul, in float32 and bfloat16.
+//
+//   onednn::conv2d(ConvPass::kForward, g, DType::BFloat16, onednn::Layout::kBlocked, x, w, out);
+//   onednn::matmul({.batch = 1, .m = m, .n = n, .k = k}, DType::Float32, a, b, c, {bias, true});
+//
+// One engine for the CPU; per calling thread a stream and a cache of primitives keyed by
+// everything a primitive is built from (pass, dtype, geometry, layout, epilogue, thread
+// count), so a steady training step creates none (primitives_created() counts them). Each
+// primitive runs with a user-managed scratchpad, and the blocked layouts' copies of the
+// operands live in per-thread buffers that grow to the largest call and are kept, so a
+// steady step asks the heap for nothing on loom's side. oneDNN itself still allocates inside
+// each execute (its argument maps): those allocations are counted apart, as
+// ExecuteHeapAllocLibrary (heap_count.h's LibraryHeapScope), not as ExecuteHeapAlloc.
+//
+// oneDNN runs on OpenMP (libgomp) threads, the kernels around it on TBB's: each call first
+// sets OpenMP's thread count to loom's (TBB's limit), and the programs set
+// OMP_WAIT_POLICY=passive (loom/openmp.h) so that libgomp's workers sleep, rather than spin
+// on the cores, while TBB runs. oneDNN's results depend on its thread count wherever it
+// splits a sum across threads (the weight gradient, a GEMM split along k):
+// conv_algorithm (conv/conv_algorithm.h) keeps those passes on loom's kernels when
+// deterministic algorithms are asked for (loom::use_deterministic_algorithms).
+#pragma once
+
+#include "runtime/cpu/conv/conv_common.h"
+
+#include <loom/dtype.h>
+
+#include <cstdint>
+
+namespace loom::runtime::onednn {
+
+// How a conv's tensors reach oneDNN. kPlain: as loom stores them ([N,C,H,W] and
+// [O,C/g,kh,kw]), where oneDNN runs im2col and its own JIT GEMM. kBlocked: reordered into the
+// layouts its direct JIT kernels take (channels in blocks of 16: nChw16c, OIhw16i16o, ...),
+// and the result reordered back; the reorders cost a pass over each operand.
+enum class Layout { kPlain, kBlocked };
+
+// Whether oneDNN computes in bfloat16 on this CPU with bfloat16 instructions (AVX512_BF16 or
+// AMX), rather than emulating them: then the CPU target keeps bfloat16 convs and matmuls in
+// bfloat16 (cpu_backend.cpp), and oneDNN runs them with float32 accumulation. oneDNN's
+// ONEDNN_MAX_CPU_ISA (e.g. AVX512_CORE) turns this off for testing the widened path.
+bool native_bfloat16();
+
+// What a conv or matmul adds to its result, per output channel (conv) or column (matmul),
+// and whether it then applies relu: as oneDNN post-ops, after the whole sum, so the bits are
+// those of the separate add and relu. The bias is float32 (epilogues are float32 only).
+struct Epilogue {
+  const float* bias = nullptr;
+  bool relu = false;
+};
+
+// One pass of the conv `g`, its operands in loom's layouts and `dtype` (Float32 or BFloat16;
+// the result in `dtype` too):
+//   kForward:    a = x [N,C,H,W],        b = w [O,C/g,kh,kw],  out = y [N,O,Ho,Wo]
+//   kGradInput:  a = grad_y [N,O,Ho,Wo], b = w,                out = grad_x [N,C,H,W]
+//   kGradWeight: a = x,                  b = grad_y,           out = grad_w [O,C/g,kh,kw]
+// The epilogue applies to the forward only.
+void conv2d(ConvPass pass, const ConvGeometry& g, DType dtype, Layout layout, const void* a,
+            const void* b, void* out, Epilogue epilogue = {});
+
+// c [batch, m, n] = a [batch, m, k] x b [batch, k, n], a stored [batch, k, m] when ta and b
+// [batch, n, k] when tb, all dense; Float32 or BFloat16, c in the same dtype.
+struct MatmulShape {
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  bool ta = false, tb = false;
+};
+void matmul(const MatmulShape& s, DType dtype, const void* a, const void* b, void* c,
+            Epilogue epilogue = {});
+
+// The layout oneDNN runs pass `pass` of `g` in, where conv_algorithm picks oneDNN: the one
+// kernel_bench measured faster at that shape (onednn.cpp says which).
+Layout conv_layout(const ConvGeometry& g, ConvPass pass, DType dtype);
+
+// Primitives created so far (all threads): a cached shape creates none.
+int64_t primitives_created();
+
+// The implementation oneDNN picked for a pass ("jit:avx512_core", "x64:gemm:jit",
+// "jit_bf16:avx512_core_bf16", ...), creating its primitive if needed: for tests and
+// benchmarks' labels.
+const char* conv2d_implementation(ConvPass pass, const ConvGeometry& g, DType dtype,
+                                  Layout layout);
+
+}  // namespace loom::runtime::onednn
