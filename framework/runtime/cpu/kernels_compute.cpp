@@ -1,12 +1,13 @@
 // Compute kernels: batched matmul, conv2d, and direct-loop pooling.
 // matmul runs on oneDNN from 128^3 multiply-adds on (matmul_on_onednn below), on Eigen's GEMM
 // below that, in float64 and with deterministic algorithms. conv2d picks its algorithm by pass,
-// dtype and shape (conv_algorithm, conv/conv_algorithm.h): oneDNN (onednn.h) for the strided
+// dtype and shape (conv_algorithm, conv/conv_algorithm.h): oneDNN (onednn.h) for most strided
 // convs, bfloat16 and ResNet-18's 4x4 planes; loom's float32 kernels for the stride-1 3x3 convs
 // (Winograd F(2x2, 3x3) from 64 channels, conv_winograd.h; the direct AVX-512 kernels below,
-// conv_direct.h); im2col + Eigen GEMM for the rest (float64, dilations, builds without
-// AVX-512), whose 1x1 stride-1 convs skip the im2col. A bfloat16 op that does not go to oneDNN
-// runs on the float32 kernels on widened operands (run_widened, kernels_impl.h). Eigen runs
+// conv_direct.h) and the narrowest strided 1x1 convs (the direct kernels by phases);
+// im2col + Eigen GEMM for the rest (float64, dilations, builds without AVX-512), whose 1x1
+// stride-1 convs skip the im2col. A bfloat16 op that does not go to oneDNN runs on the
+// float32 kernels on widened operands (run_widened, kernels_impl.h). Eigen runs
 // single-threaded (conv_common.h); TBB splits the work above it: (batch, row block, column
 // block) for matmul, (image, group, column block) for conv2d, (image, channel) for pooling;
 // oneDNN runs on its own OpenMP threads. A bias/activation epilogue (compiler/fuse_epilogue.h)
@@ -174,6 +175,7 @@ void conv2d_forward(const ConvGeometry& g, const T* px, const T* pw, T* po, Conv
       case ConvAlgorithm::kGemm:
       case ConvAlgorithm::kOneDnn: break;  // never among loom's own
     }
+    if (conv2d_strided(g, px, pw, po)) return;
   }
   const int64_t cg = g.c / g.groups, og = g.o / g.groups;
   const int64_t rows = cg * g.kh * g.kw;  // the GEMM's inner dimension

@@ -2,9 +2,11 @@
 // forward kernel under the same conventions (padding, dilation, groups; the max pool's
 // winner; the avg pool's divisor). The conv gradients run on oneDNN where conv_algorithm
 // (conv/conv_algorithm.h) picks it, and otherwise:
-//   conv2d input:  with stride 1, a transposed conv on conv2d_forward (which chooses among
-//                  loom's own algorithms, Winograd included); else per (image, group)
-//                  cols = W_g^T * grad_out_g (Eigen GEMM), then col2im.
+//   conv2d input:  float32 strided convs on the direct kernels by phases (conv_direct.h)
+//                  where direct_chosen says they win; otherwise, with stride 1, a transposed
+//                  conv on conv2d_forward (which chooses among loom's own algorithms,
+//                  Winograd included); else per (image, group) cols = W_g^T * grad_out_g
+//                  (Eigen GEMM), then col2im.
 //   conv2d weight: float32 as own_conv_algorithm says: Winograd's adjoint (conv_winograd.h)
 //                  for 3x3 stride-1 convs with 64 channels and more, the direct kernels where
 //                  they win (narrow channels; strided convs by phases, conv_strided.cpp);
@@ -70,6 +72,8 @@ int64_t channels_per_block(int64_t cg, int64_t taps, int64_t units, int64_t targ
 // tasks are (image, group, block of input channels); each writes its own input channels.
 template <class T>
 void conv2d_grad_input_typed(const ConvGeometry& g, const T* pgo, const T* pw, T* pgi) {
+  if constexpr (std::is_same_v<T, float>)
+    if (conv2d_grad_input_strided(g, pgo, pw, pgi)) return;
   if (conv2d_grad_input_stride1(g, pgo, pw, pgi)) return;
   const int64_t cg = g.c / g.groups, og = g.o / g.groups;
   const int64_t taps = g.kh * g.kw;

@@ -67,17 +67,22 @@ bool winograd_wins(const ConvGeometry& g, ConvPass) {
 //     1.05), the stems 0.43 to 0.79 (ResNet-18's forward: 1.08); oneDNN's blocked kernels pay
 //     for the reorders in and out. Only the 4x4 planes of ResNet-18's last stage (512
 //     channels) go to oneDNN: 1.23 forward, 1.38 input gradient (weight gradient 0.96).
-//   float32, strided: oneDNN's forward and input gradient, 3x3 and 1x1 alike: 1.06 to 1.72
-//     (ResNet-20's 1x1 32-to-64 projection's input gradient: 0.99). The weight gradient from
-//     32x64 channels on: 1.17 to 2.72; below, ResNet-20's stage-2 entry and projection keep
-//     loom's strided kernel: 0.84 and 0.85 (the projection 1.2 to 3x ahead on reruns).
+//   float32, strided: oneDNN's forward and input gradient of 3x3 convs: 1.12 to 1.72. The
+//     1x1 projections and the weight gradients from 32x64 channels on: 1.06 to 2.72 (the
+//     32-to-64 projection's input gradient 0.99). Below, loom's strided kernels (the direct
+//     ones by phases) keep ResNet-20's 16-to-32 projection and its stage-2 entry's weight
+//     gradient: best-of-5 ratios 1.23, 1.11 (projection forward and input gradient), 0.84,
+//     0.85 (weight gradients), but the projection's medians over three alternating runs of
+//     each were 0.44 and 0.97: oneDNN's threads split the work statically, and when another
+//     process takes a core its calls on these small, memory-bound convs slow 2 to 3x (0.97 to
+//     3.8 ms across runs, loom's 1.4 to 1.7 ms).
 //   bfloat16: oneDNN's bfloat16 kernels against loom's float32 ones on widened operands: the
 //     forward and input gradient 1.28 to 3.65 at every shape. The weight gradient runs on
 //     oneDNN's GEMM layout (onednn.cpp's conv_layout says why), which wins the strided convs
 //     (1.32 to 5.3) and the stride-1 ones from 128 channels on 8x8 planes and larger (1.07,
 //     1.39); loom's kernels keep the stems (1.7 and 3.9x ahead of that layout), the stride-1
 //     convs up to 64 channels (1.03 to 3.3x) and the 4x4 planes (1.15x).
-constexpr int64_t kOneDnnMinProjection = 32 * 64;  // in x out channels, strided weight gradient
+constexpr int64_t kOneDnnMinProjection = 32 * 64;  // in x out channels: strided 1x1, weight grad
 constexpr int64_t kOneDnnMaxPositions = 16;         // a stride-1 conv's output plane: 4x4
 constexpr int64_t kOneDnnMinChannels = 256;         // ... and its channels, on both sides
 constexpr int64_t kOneDnnMinWeightChannels = 128;   // bfloat16 stride-1 weight gradient
@@ -90,9 +95,14 @@ bool onednn_wins(const ConvGeometry& g, ConvPass pass, DType dtype) {
     if (pass != ConvPass::kGradWeight) return true;
     return strided(g) || (std::min(g.c, g.o) >= kOneDnnMinWeightChannels && !small_planes);
   }
-  if (pass == ConvPass::kGradWeight)
-    return strided(g) && (g.c / g.groups) * (g.o / g.groups) >= kOneDnnMinProjection;
-  return strided(g) || (small_planes && std::min(g.c, g.o) >= kOneDnnMinChannels);
+  if (strided(g)) {
+    const bool pointwise_kernel = g.kh == 1 && g.kw == 1;
+    if (pass == ConvPass::kGradWeight || pointwise_kernel)
+      return (g.c / g.groups) * (g.o / g.groups) >= kOneDnnMinProjection;
+    return true;
+  }
+  return pass != ConvPass::kGradWeight && small_planes &&
+         std::min(g.c, g.o) >= kOneDnnMinChannels;
 }
 
 }  // namespace

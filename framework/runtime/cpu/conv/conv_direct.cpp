@@ -91,12 +91,13 @@ bool direct_applies(const ConvGeometry& g) {
   return flat_layout(g).ntaps > 0;
 }
 
-bool conv2d_direct(const ConvGeometry& g, const float* x, const float* w, float* out) {
+bool conv2d_direct(const ConvGeometry& g, const float* x, const float* w, float* out,
+                   const uint8_t* used) {
   const Flat f = flat_layout(g);
   if (f.ntaps == 0) return false;
   const int64_t cg = g.c / g.groups, og = g.o / g.groups;
   const int64_t otiles = ceil_div(og, kTileO), vectors = ceil_div(f.q, kLanes);
-  const Pairs pairs = make_pairs(cg, f.ntaps, nullptr);
+  const Pairs pairs = make_pairs(cg, f.ntaps, used);
   const int64_t tile_floats = pairs.count * kTileO;
   // Per pair, its offset in the padded planes; per (group, tile of output channels), the
   // weights as [pair][kTileO], zero past og.
@@ -145,7 +146,7 @@ bool conv2d_direct(const ConvGeometry& g, const float* x, const float* w, float*
 bool direct_applies(const ConvGeometry&) {
   return false;
 }
-bool conv2d_direct(const ConvGeometry&, const float*, const float*, float*) {
+bool conv2d_direct(const ConvGeometry&, const float*, const float*, float*, const uint8_t*) {
   return false;
 }
 

@@ -18,8 +18,11 @@
 
 namespace loom::runtime {
 
-// out [N,O,Ho,Wo] = conv2d(x [N,C,H,W], w [O,C/g,kh,kw]).
-bool conv2d_direct(const ConvGeometry& g, const float* x, const float* w, float* out);
+// out [N,O,Ho,Wo] = conv2d(x [N,C,H,W], w [O,C/g,kh,kw]). With `used` (used[c * kh*kw + t]
+// for the input channels of a group), only the marked taps are summed: the others' weights
+// are known to be zero.
+bool conv2d_direct(const ConvGeometry& g, const float* x, const float* w, float* out,
+                   const uint8_t* used = nullptr);
 
 // grad_w [O,C/g,kh,kw] from x [N,C,H,W] and grad_out [N,O,Ho,Wo]. The result depends on the
 // shapes only, never on the thread count. With `used`, unmarked taps get zero.
@@ -29,11 +32,14 @@ bool conv2d_grad_weight_direct(const ConvGeometry& g, const float* x, const floa
 // Whether the two above apply to `g` (the flat layout fits it).
 bool direct_applies(const ConvGeometry& g);
 
-// The weight gradient of a strided conv (conv_strided.cpp): a conv of stride s is a stride-1
-// conv over the input's s x s phases (x[s*y + a][s*x + b] for each offset (a, b)), with the
-// taps regrouped by phase into a smaller kernel; this runs that on the direct kernels. It
-// returns false where that does not apply (dilation, strides above 4, or a stride-1 conv) or
-// is not chosen for the phased conv.
+// Strided convs (conv_strided.cpp): a conv of stride s is a stride-1 conv over the input's
+// s x s phases (x[s*y + a][s*x + b] for each offset (a, b)), with the taps regrouped by phase
+// into a smaller kernel; these run that on the direct kernels. They return false where that
+// does not apply (dilation, strides above 4, or a stride-1 conv) or is not chosen for the phased
+// conv.
+bool conv2d_strided(const ConvGeometry& g, const float* x, const float* w, float* out);
+bool conv2d_grad_input_strided(const ConvGeometry& g, const float* grad_out, const float* w,
+                               float* grad_in);
 bool conv2d_grad_weight_strided(const ConvGeometry& g, const float* x, const float* grad_out,
                                 float* grad_w);
 
