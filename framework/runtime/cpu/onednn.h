@@ -44,7 +44,9 @@ bool native_bfloat16();
 
 // What a conv or matmul adds to its result, per output channel (conv) or column (matmul),
 // and whether it then applies relu: as oneDNN post-ops, after the whole sum, so the bits are
-// those of the separate add and relu. The bias is float32 (epilogues are float32 only).
+// those of the separate add and relu. The bias is float32 (epilogues are float32 only). No
+// residual add (oneDNN's sum post-op): the compiler folds none into a conv, and in a ResNet a
+// batch norm sits between the conv and the add.
 struct Epilogue {
   const float* bias = nullptr;
   bool relu = false;
