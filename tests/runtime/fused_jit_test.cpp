@@ -308,3 +308,40 @@ TEST(FusedCode, LeavesFusionsTooWideForItsRegistersToTheEvaluator) {
 
 }  // namespace
 }  // namespace loom::runtime
+
+namespace loom::runtime {
+namespace {
+
+// A chain longer than the code's first page (the generator grows its buffer): 600 steps.
+TEST(FusedCode, LongChainsGiveTheEvaluatorsBits) {
+  if (!fused_jit_available()) GTEST_SKIP() << "no fused machine code here (a CPU without AVX2, or LOOM_FUSED_JIT=0)";
+  const int64_t n = 1003;
+  std::vector<float> x(n), y(n);
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = 0.5f + static_cast<float>(i % 13) * 0.125f;
+    y[i] = 0.75f + static_cast<float>(i % 5) * 0.0625f;
+  }
+  ir::Fusion f;
+  f.compute = DType::Float32;
+  f.shape = {n};
+  f.loads = {{0, DType::Float32, {n}, {1}}, {1, DType::Float32, {n}, {1}}};
+  int v = 0;
+  for (int s = 0; s < 600; ++s) {
+    const Op ops[] = {Op::Mul, Op::Add, Op::Maximum, Op::Sub};
+    f.steps.push_back({ops[s % 4], v, 1, -1, 0, DType::Float32});
+    v = static_cast<int>(f.loads.size() + f.steps.size()) - 1;
+  }
+  const int values = static_cast<int>(f.loads.size() + f.steps.size());
+  f.num_registers = values;
+  for (int k = 0; k < values; ++k) f.register_of.push_back(k < 2 ? -1 : k);
+  const auto code = compile_fused_code(f);
+  ASSERT_NE(code, nullptr);
+  const std::vector<TensorView> in{{x.data(), DType::Float32, {n}}, {y.data(), DType::Float32, {n}}};
+  std::vector<uint32_t> want(n), got(n);
+  fused_kernel(f, in, {want.data(), DType::Float32, {n}});
+  fused_kernel(f, in, {got.data(), DType::Float32, {n}}, code.get());
+  EXPECT_EQ(want, got);
+}
+
+}  // namespace
+}  // namespace loom::runtime

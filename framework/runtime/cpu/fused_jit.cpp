@@ -24,6 +24,7 @@
 #endif
 
 #include <array>
+#include <cassert>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -59,7 +60,7 @@ struct DoesNotFit {};
 
 struct FusedCode::Generator : Xbyak::CodeGenerator {
   Generator(const ir::Fusion& f, const std::vector<bool>& before)
-      : Xbyak::CodeGenerator(16384), f_(f), before_(before),
+      : Xbyak::CodeGenerator(4096, Xbyak::AutoGrow), f_(f), before_(before),
         n_loads_(static_cast<int>(f.loads.size())),
         n_values_(n_loads_ + static_cast<int>(f.steps.size())) {
     plan();
@@ -271,8 +272,8 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
       }
   }
 
-  const ir::Fusion& f_;
-  const std::vector<bool>& before_;
+  const ir::Fusion& f_;  // read while generating only
+  const std::vector<bool> before_;
   const int n_loads_, n_values_;
   std::vector<int> last_use_;
   std::vector<Xbyak::Reg64> pointer_;
