@@ -5,6 +5,7 @@
 // 1x1 GEMM without im2col, and the input gradient as a transposed conv. tests/CMakeLists.txt
 // runs them again with each algorithm forced (LOOM_CONV, oneDNN among them) wherever it applies.
 #include "runtime/cpu/kernels.h"
+#include "runtime/expect_near.h"
 
 #include "runtime/cpu/conv/conv_winograd.h"
 
@@ -86,26 +87,6 @@ std::vector<double> run(ir::Op op, const ir::Attr& attr, std::vector<double> a, 
   std::vector<TensorView> in{{ta.data(), dt, sa}, {tb.data(), dt, sb}};
   run_kernel(op, attr, in, {out.data(), dt, so});
   return {out.begin(), out.end()};
-}
-
-// |got - want| <= tol * (|want| + rms(want)): rounding errors in a sum scale with the
-// magnitude of its terms, which rms(want) measures for the elements that cancel to near 0.
-void expect_near(const std::vector<double>& got, const std::vector<double>& want, double tol,
-                 const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double squares = 0;
-  for (double w : want) squares += w * w;
-  const double rms = want.empty() ? 0 : std::sqrt(squares / static_cast<double>(want.size()));
-  double worst = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const double bound = tol * (std::abs(want[i]) + rms);
-    worst = std::max(worst, std::abs(got[i] - want[i]) / bound);
-    ASSERT_LE(std::abs(got[i] - want[i]), bound)
-        << what << " at " << i << ": got " << got[i] << ", want " << want[i] << " (tolerance "
-        << tol << " x (|want| + " << rms << "))";
-  }
-  // LOOM_TEST_SHOW_ERRORS=1 prints the headroom: the worst error in units of the tolerance.
-  if (std::getenv("LOOM_TEST_SHOW_ERRORS")) std::printf("%-60s %.4f\n", what.c_str(), worst);
 }
 
 // The tolerance of one pass: float32 rounding of a sum of `terms` products grows like

@@ -13,6 +13,7 @@
 #include "runtime/cpu/conv/conv_algorithm.h"
 #include "runtime/cpu/heap_count.h"
 #include "runtime/cpu/kernels.h"
+#include "runtime/expect_near.h"
 #include "runtime/registry.h"
 
 #include <loom/bfloat16.h>
@@ -73,17 +74,6 @@ struct Buffer {
     return {f.begin(), f.end()};
   }
 };
-
-void expect_near(const std::vector<double>& got, const std::vector<double>& want, double tol,
-                 const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double squares = 0;
-  for (double w : want) squares += w * w;
-  const double rms = want.empty() ? 0 : std::sqrt(squares / static_cast<double>(want.size()));
-  for (std::size_t i = 0; i < got.size(); ++i)
-    ASSERT_LE(std::abs(got[i] - want[i]), tol * (std::abs(want[i]) + rms))
-        << what << " at " << i << ": got " << got[i] << ", want " << want[i];
-}
 
 // ---- convolutions ----
 
