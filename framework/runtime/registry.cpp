@@ -4,6 +4,7 @@
 
 #include <loom/error.h>
 
+#include <cstdlib>
 #include <mutex>
 #include <string>
 
@@ -50,6 +51,26 @@ DeviceType add_kind(Registry& r, std::string_view name, int count, BackendFactor
 }
 
 std::once_flag builtins_once;
+std::once_flag exit_hook_once;
+
+// The backends are leaked, and with them their device threads, so a step still running when
+// main returns would run on while the runtime libraries (TBB's scheduler, oneDNN, libgomp)
+// are torn down beneath it; it then aborts with "pure virtual method called". Registered
+// when the first backend is made, which is after those libraries were loaded, so this runs
+// before their teardown: it lets every device finish its queued work first.
+void finish_device_work_at_exit() {
+  auto& r = registry();
+  std::lock_guard lock(r.mutex);
+  for (auto& kind : r.kinds)
+    for (auto* be : kind.made) {
+      if (!be) continue;
+      try {
+        be->synchronize();
+      } catch (...) {
+        // Errors of a step nobody waited for are not reported at exit.
+      }
+    }
+}
 
 void ensure_builtins() {
   std::call_once(builtins_once, [] { register_builtin_backends(); });
@@ -77,6 +98,7 @@ Backend& backend(Device device) {
   if (!be) {
     be = kind.factory(device.index).release();
     r.in_use.push_back(device);
+    std::call_once(exit_hook_once, [] { std::atexit(finish_device_work_at_exit); });
   }
   return *be;
 }

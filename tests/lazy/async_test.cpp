@@ -4,7 +4,11 @@
 
 #include <loom/testing.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
 
 namespace loom {
 namespace {
@@ -32,6 +36,28 @@ TEST(Async, MarkStepReturnsBeforeTheDeviceHasRun) {
   EXPECT_FLOAT_EQ(v[1], 2 * std::exp(2.0f));
   wait_device_ops();
   EXPECT_EQ(testing::pending_device_programs(), 0);
+}
+
+// The backends and their device threads live until the process ends: exit must let a step
+// still queued or running finish before the libraries it runs on are torn down (before,
+// such a step ran on into TBB's teardown and aborted with "pure virtual method called").
+// The child is a fresh process (threadsafe style), so its device thread is its own.
+TEST(Async, ExitLetsTheQueuedStepsFinish) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        fresh_engine();
+        auto x = from_vector<float>({1, 2, 3, 4}, {4});
+        auto y = (x * 2.0).sum();
+        mark_step();
+        add_step_closure([] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          std::fputs("the last step's closure ran\n", stderr);
+        });
+        mark_step();
+        std::exit(0);  // nothing waited for the device
+      },
+      ::testing::ExitedWithCode(0), "the last step's closure ran");
 }
 
 TEST(Async, WaitDeviceOpsWaitsForEverythingQueued) {
