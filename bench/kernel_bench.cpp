@@ -2,7 +2,8 @@
 // 32) and decoder training steps: conv2d forward, its input gradient and its weight gradient
 // for each distinct conv, in float32 and bfloat16 (Conv2d*/shape/dtype, dtype 0 float32, 1
 // bfloat16), oneDNN's passes in each of its layouts (OneDnnConv*/shape/layout/dtype, layout 0
-// loom's own NCHW, 1 blocked with reorders in and out; the label names oneDNN's kernel), and
+// loom's own NCHW, 1 blocked with reorders in and out, 2 channels-last activations taken as
+// they are; the label names oneDNN's kernel), and
 // the decoder's matmuls next to raw Eigen GEMMs. The kernels are called directly
 // (runtime::run_kernel), so the figures exclude tracing and compiling.
 //
@@ -171,7 +172,9 @@ BENCHMARK(BM_Conv2dGradWeight)->Apply([](auto* b) { all_shapes(b, true); });
 void onednn_bench(benchmark::State& state, loom::runtime::ConvPass pass) {
   namespace onednn = loom::runtime::onednn;
   const ConvShape s = kShapes[state.range(0)];
-  const auto layout = state.range(1) == 1 ? onednn::Layout::kBlocked : onednn::Layout::kPlain;
+  const auto layout = state.range(1) == 2   ? onednn::Layout::kChannelsLast
+                      : state.range(1) == 1 ? onednn::Layout::kBlocked
+                                            : onednn::Layout::kPlain;
   const DType dtype = dtype_arg(state.range(2));
   const int64_t os = (s.size + 2 * s.pad - s.k) / s.stride + 1;
   Buffer x({s.n, s.c, s.size, s.size}, dtype), w({s.o, s.c, s.k, s.k}, dtype);
@@ -199,7 +202,7 @@ void BM_OneDnnConv2dGradWeight(benchmark::State& state) {
 }
 void onednn_shapes(benchmark::internal::Benchmark* b, bool stems) {
   for (int64_t dtype : {0, 1})
-    for (int64_t layout : {0, 1})
+    for (int64_t layout : {0, 1, 2})
       for (int64_t i = 0; i <= kLastShape; ++i)
         if (stems || (i != 0 && i != 8)) b->Args({i, layout, dtype});
   b->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -205,8 +205,11 @@ void finish(Entry& entry, const PD& pd) {
 Entry make_conv(ConvPass pass, const ConvGeometry& g, DType dtype, Layout layout, Epilogue e) {
   using namespace dnnl;
   const auto dt = data_type(dtype);
-  const ConvDescs user = conv_descs(g, dt, Tag::nchw, Tag::oihw);
-  const ConvDescs want = layout == Layout::kPlain ? user : conv_descs(g, dt, Tag::any, Tag::any);
+  const bool channels_last = layout == Layout::kChannelsLast;
+  const ConvDescs user = conv_descs(g, dt, channels_last ? Tag::nhwc : Tag::nchw, Tag::oihw);
+  const ConvDescs want = layout == Layout::kPlain ? user
+                         : channels_last          ? conv_descs(g, dt, Tag::nhwc, Tag::any)
+                                                  : conv_descs(g, dt, Tag::any, Tag::any);
   const auto& engine = cpu_engine();
   const auto alg = algorithm::convolution_direct;
   const auto& p = want.padding;
@@ -414,14 +417,15 @@ int64_t primitives_created() { return g_created.load(std::memory_order_relaxed);
 // 1.2 to 4.1 in bfloat16. The reorders cost about what the GEMM loses on 1x1 convs (no
 // im2col there): these stay on loom's layout up to 128 channels (0.5 to 0.95 in float32, 0.83
 // to 1.06 in bfloat16) and go blocked from 256 on (1.29 to 1.59). The weight gradients of 1x1
-// convs, and every weight gradient in bfloat16, run on loom's layout: their blocked kernels
-// synchronise their threads with spinning barriers many times per call and stall whenever
-// another process takes a core (8 instead of 47 GF/s for a 1x1 float32 one; about 1 s
-// instead of 5 ms for a 3x3 bfloat16 one, on two shared cores).
-Layout conv_layout(const ConvGeometry& g, ConvPass pass, DType dtype) {
+// convs run on loom's layout: their blocked kernels synchronise their threads with spinning
+// barriers many times per call and stalled whenever another process took a core (8 instead of
+// 47 GF/s for a 1x1 float32 one). A helper saw the same of the 3x3 bfloat16 ones on two
+// shared cores (about 1 s instead of 5 ms), but re-measured on the idle machine they are 1.5
+// to 4x faster blocked than plain (ResNet-20's 32-channel stage: 2.32 against 8.75 ms), and
+// with a busy loop on one of the two cores still 7.1 against 8.75 ms: they go blocked.
+Layout conv_layout(const ConvGeometry& g, ConvPass pass, DType) {
   const bool pointwise_kernel = g.kh == 1 && g.kw == 1;
-  if (pass == ConvPass::kGradWeight)
-    return dtype == DType::BFloat16 || pointwise_kernel ? Layout::kPlain : Layout::kBlocked;
+  if (pass == ConvPass::kGradWeight) return pointwise_kernel ? Layout::kPlain : Layout::kBlocked;
   if (pointwise_kernel && std::min(g.c, g.o) < 256) return Layout::kPlain;
   return Layout::kBlocked;
 }

@@ -33,8 +33,11 @@ namespace loom::runtime::onednn {
 // How a conv's tensors reach oneDNN. kPlain: as loom stores them ([N,C,H,W] and
 // [O,C/g,kh,kw]), where oneDNN runs im2col and its own JIT GEMM. kBlocked: reordered into the
 // layouts its direct JIT kernels take (channels in blocks of 16: nChw16c, OIhw16i16o, ...),
-// and the result reordered back; the reorders cost a pass over each operand.
-enum class Layout { kPlain, kBlocked };
+// and the result reordered back; the reorders cost a pass over each operand. kChannelsLast:
+// the activations are stored channels-last ([N,H,W,C], the layout the compiler's
+// channels_last pass gives the convs' activations) and oneDNN's direct kernels take them as
+// they are; only the weights, still [O,C/g,kh,kw], are reordered into its blocked layout.
+enum class Layout { kPlain, kBlocked, kChannelsLast };
 
 // Whether oneDNN computes in bfloat16 on this CPU with bfloat16 instructions (AVX512_BF16 or
 // AMX), rather than emulating them: then the CPU target keeps bfloat16 convs and matmuls in
@@ -57,6 +60,7 @@ struct Epilogue {
 //   kForward:    a = x [N,C,H,W],        b = w [O,C/g,kh,kw],  out = y [N,O,Ho,Wo]
 //   kGradInput:  a = grad_y [N,O,Ho,Wo], b = w,                out = grad_x [N,C,H,W]
 //   kGradWeight: a = x,                  b = grad_y,           out = grad_w [O,C/g,kh,kw]
+// (x, y and their gradients [N,H,W,C] and [N,Ho,Wo,O] for kChannelsLast).
 // The epilogue applies to the forward only.
 void conv2d(ConvPass pass, const ConvGeometry& g, DType dtype, Layout layout, const void* a,
             const void* b, void* out, Epilogue epilogue = {});

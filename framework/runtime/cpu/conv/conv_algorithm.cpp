@@ -77,24 +77,21 @@ bool winograd_wins(const ConvGeometry& g, ConvPass) {
 //     process takes a core its calls on these small, memory-bound convs slow 2 to 3x (0.97 to
 //     3.8 ms across runs, loom's 1.4 to 1.7 ms).
 //   bfloat16: oneDNN's bfloat16 kernels against loom's float32 ones on widened operands: the
-//     forward and input gradient 1.28 to 3.65 at every shape. The weight gradient runs on
-//     oneDNN's GEMM layout (onednn.cpp's conv_layout says why), which wins the strided convs
-//     (1.32 to 5.3) and the stride-1 ones from 128 channels on 8x8 planes and larger (1.07,
-//     1.39); loom's kernels keep the stems (1.7 and 3.9x ahead of that layout), the stride-1
-//     convs up to 64 channels (1.03 to 3.3x) and the 4x4 planes (1.15x).
+//     forward and input gradient 1.28 to 3.65 at every shape. The weight gradient too, in
+//     oneDNN's blocked layout (onednn.cpp's conv_layout), re-measured on the idle machine
+//     (2026-11-23, kernel_bench best of 0.2 s): 1.3 to 3.4 at every 3x3 shape (ResNet-20's
+//     32-channel stage 7.85 against 2.32 ms, ResNet-18's 128-channel one 15.4 against 6.5 ms),
+//     and about even on the strided 1x1 projections (0.75 against 0.81 ms). With a busy loop
+//     taking one of the two cores it still won (7.1 against 7.8 ms at 32 channels).
 constexpr int64_t kOneDnnMinProjection = 32 * 64;  // in x out channels: strided 1x1, weight grad
 constexpr int64_t kOneDnnMaxPositions = 16;         // a stride-1 conv's output plane: 4x4
 constexpr int64_t kOneDnnMinChannels = 256;         // ... and its channels, on both sides
-constexpr int64_t kOneDnnMinWeightChannels = 128;   // bfloat16 stride-1 weight gradient
 
 bool strided(const ConvGeometry& g) { return g.sh > 1 || g.sw > 1; }
 
 bool onednn_wins(const ConvGeometry& g, ConvPass pass, DType dtype) {
   const bool small_planes = g.oh * g.ow <= kOneDnnMaxPositions;
-  if (dtype == DType::BFloat16) {
-    if (pass != ConvPass::kGradWeight) return true;
-    return strided(g) || (std::min(g.c, g.o) >= kOneDnnMinWeightChannels && !small_planes);
-  }
+  if (dtype == DType::BFloat16) return true;
   if (strided(g)) {
     const bool pointwise_kernel = g.kh == 1 && g.kw == 1;
     if (pass == ConvPass::kGradWeight || pointwise_kernel)
