@@ -1,5 +1,6 @@
 #include "compiler/pipeline.h"
 
+#include "compiler/channels_last.h"
 #include "compiler/dead_code.h"
 #include "compiler/fold_transpose.h"
 #include "compiler/fuse_epilogue.h"
@@ -30,7 +31,7 @@ void check_supported(const ir::Program& p, const ir::Target& target) {
 }  // namespace
 
 // The pass order, stated here once: lower, widen_bfloat16, check_supported, simplify, fuse_epilogue,
-// fuse_elementwise, fuse_reduce_prologue, fold_transpose, eliminate_dead_code, plan_memory.
+// assign_channels_last, fuse_elementwise, fuse_reduce_prologue, fold_transpose, eliminate_dead_code, plan_memory.
 // A target skips the rewrites it does not take; lowering, the check, simplification and dead
 // code elimination always run, and so does widening, which is a no-op without bfloat16.
 ir::Program compile(const ir::Graph& graph, const ir::Target& target) {
@@ -49,6 +50,10 @@ ir::Program compile(const ir::Graph& graph, const ir::Target& target) {
   if (target.fuse_epilogue) {
     p = fuse_epilogue(std::move(p));
     after("fuse_epilogue", p);
+  }
+  if (target.channels_last_convs) {
+    p = assign_channels_last(std::move(p), target);
+    after("assign_channels_last", p);
   }
   if (target.fuse_elementwise) {
     p = fuse_elementwise(std::move(p));

@@ -54,8 +54,8 @@ uint64_t mix(uint64_t h, const MatmulAttr& a) {
   return mix(mix(h, transpose_a), transpose_b);
 }
 uint64_t mix(uint64_t h, const Conv2dAttr& a) {
-  const auto& [stride, padding, dilation, groups] = a;
-  return mix(mix(mix(mix(h, stride), padding), dilation), groups);
+  const auto& [stride, padding, dilation, groups, channels_last] = a;
+  return mix(mix(mix(mix(mix(h, stride), padding), dilation), groups), channels_last);
 }
 uint64_t mix(uint64_t h, const Conv2dGradAttr& a) {
   const auto& [conv, size] = a;
@@ -120,8 +120,9 @@ void print(Printer& p, const MatmulAttr& a) {
   p("transpose_a", transpose_a)("transpose_b", transpose_b);
 }
 void print(Printer& p, const Conv2dAttr& a) {
-  const auto& [stride, padding, dilation, groups] = a;
+  const auto& [stride, padding, dilation, groups, channels_last] = a;
   p("stride", stride)("padding", padding)("dilation", dilation)("groups", groups);
+  if (channels_last) p("channels_last", channels_last);
 }
 void print(Printer& p, const Conv2dGradAttr& a) {
   const auto& [conv, size] = a;

@@ -96,9 +96,13 @@ struct MatmulAttr {
 };
 
 // Conv2d, input [N,C,H,W], weight [O,C/groups,kh,kw].
+// channels_last is set by the compiler only (compiler/channels_last.h): the activations, the
+// input, the result and their gradients, are then stored [N,H,W,C]; the weight keeps
+// [O,C/groups,kh,kw].
 struct Conv2dAttr {
   Pair stride{1, 1}, padding{0, 0}, dilation{1, 1};
   int64_t groups = 1;
+  bool channels_last = false;
   bool operator==(const Conv2dAttr&) const = default;
 };
 

@@ -26,6 +26,9 @@ struct Target {
   bool fuse_reduce_prologue = false;  // a reduction over a fused operand: fuse_reduce.h
   bool fold_transpose = false;     // Matmul reading a transposed operand: fold_transpose.h
   bool plan_memory = false;        // intermediates in one arena per program: memory_plan.h
+  // A bit per DType (1 << int(dtype)): convs of that dtype run on channels-last activations,
+  // and the layout spreads to their neighbours (compiler/channels_last.h).
+  uint8_t channels_last_convs = 0;
 
   bool runs(Op op, DType dtype) const {
     return (dtypes[static_cast<int>(op)] >> static_cast<int>(dtype)) & 1;

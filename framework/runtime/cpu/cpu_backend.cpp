@@ -17,6 +17,7 @@
 #include <cassert>
 #include <chrono>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -138,6 +139,23 @@ int run_program(const CpuExecutable& exe, const BufferList& inputs, const Buffer
   return donated;
 }
 
+// The dtypes whose convs run on channels-last activations (compiler/channels_last.h).
+// LOOM_CONV_LAYOUT: "auto" (the default) bfloat16 where it runs natively, on oneDNN's direct
+// kernels, which otherwise reorder each operand in and out at every call (46 of 256 ms of a
+// ResNet-20 step); float32 stays [N,C,H,W], where loom's kernels beat oneDNN's channels-last
+// ones in sum (kernel_bench, ResNet-20's convs: 171 against 198 ms per step, oneDNN 2.6's
+// channels-last input gradient being slow). "nchw": none. "channels_last": float32 and
+// bfloat16, all on oneDNN.
+uint8_t channels_last_convs() {
+  constexpr auto bit = [](DType t) { return static_cast<uint8_t>(1u << static_cast<int>(t)); };
+  const char* v = std::getenv("LOOM_CONV_LAYOUT");
+  const std::string layout = v ? v : "auto";
+  if (layout == "auto") return onednn::native_bfloat16() ? bit(DType::BFloat16) : 0;
+  if (layout == "nchw") return 0;
+  if (layout == "channels_last") return bit(DType::Float32) | bit(DType::BFloat16);
+  throw Error("LOOM_CONV_LAYOUT: expected auto, nchw or channels_last, got '" + layout + "'");
+}
+
 // The CPU runs every op at every dtype and takes every rewrite. Convolutions and matmuls run
 // in bfloat16 (on oneDNN, accumulating in float32) where the processor has bfloat16
 // instructions; elsewhere the compiler widens them to float32 (compiler/widen.h).
@@ -151,6 +169,7 @@ ir::Target cpu_target() {
       t.run_bfloat16(op);
   t.fuse_epilogue = t.fuse_elementwise = t.fuse_reduce_prologue = true;
   t.fold_transpose = t.plan_memory = true;
+  t.channels_last_convs = channels_last_convs();
   return t;
 }
 

@@ -288,6 +288,10 @@ void conv_epilogue(const TensorView& out, const T* bias, ir::Op act) {
 // that oneDNN did not take runs after, as conv_epilogue.
 void conv2d_dispatch(const ir::Attr& attr, const TensorView& x, const TensorView& w,
                      const TensorView& out, const TensorView* bias, ir::Op act) {
+  if (attr.get<ir::Conv2dAttr>().channels_last) {  // never with an epilogue
+    conv2d_channels_last(ConvPass::kForward, attr.get<ir::Conv2dAttr>(), x, w, out);
+    return;
+  }
   const ConvGeometry g = conv_geometry(attr.get<ir::Conv2dAttr>(), x.shape, w.shape, out.shape);
   if (out.numel() == 0) return;
   if (out.dtype != DType::Float64 &&

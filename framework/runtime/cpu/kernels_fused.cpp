@@ -136,7 +136,8 @@ bool is_flat(const FusedLoad& l) { return l.sizes.size() == 1 && l.strides[0] ==
 
 // A load that repeats along the result with a period of at most kMaxPeriod elements and is not
 // read in place or as a splat over long runs: a per-channel operand over planes shorter than
-// kMinRun ([N, C, 8x8] reads [1, C, 1]: period C * 64). A thread evaluating many periods
+// kMinRun ([N, C, 8x8] reads [1, C, 1]: period C * 64), or of a channels-last tensor
+// ([N, H, W, C] reads [1, 1, 1, C]: period C, written out as a multiple of C). A thread evaluating many periods
 // writes one period out once and reads it in place from then on, instead of copying the
 // operand's short runs into a register block after block. Returns the period, or 0.
 int64_t pattern_period(const FusedLoad& l, DType compute) {
@@ -146,6 +147,10 @@ int64_t pattern_period(const FusedLoad& l, DType compute) {
     return 0;
   int64_t period = 1;
   for (std::size_t d = 1; d < l.sizes.size(); ++d) period *= l.sizes[d];
+  // A short period (a per-channel operand of a channels-last tensor: period C) is written out
+  // repeated to two blocks, so that sub-blocks read it in place and are not cut short.
+  constexpr int64_t kShortPeriodRepeat = 2 * kFusedBlock;
+  if (period > 0 && period < kMinRun) period *= (kShortPeriodRepeat + period - 1) / period;
   return period >= kMinRun && period <= kMaxPeriod ? period : 0;
 }
 

@@ -27,11 +27,15 @@
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/onednn.h"
 
+#include <loom/error.h>
+#include <loom/lazy.h>
+
 #include <Eigen/Core>
 
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -197,10 +201,67 @@ void for_each_plane(const PoolGeometry& g, F f) {
 
 }  // namespace
 
+namespace {
+
+struct ChannelsFirstX;  // thread_scratch tags of the deterministic weight gradient's copies
+struct ChannelsFirstGrad;
+
+Shape channels_first(const Shape& s) { return {s[0], s[3], s[1], s[2]}; }
+
+// `v` ([N,H,W,C]) copied to [N,C,H,W] in the calling thread's scratch.
+template <class Tag>
+TensorView channels_first_copy(const TensorView& v) {
+  const std::size_t bytes = static_cast<std::size_t>(v.numel()) * dtype_size(v.dtype);
+  TensorView out{thread_scratch<double, Tag>((bytes + 7) / 8), v.dtype, channels_first(v.shape)};
+  permute_kernel(ir::PermuteAttr{{0, 3, 1, 2}}, v, out);
+  return out;
+}
+
+}  // namespace
+
+// Channels-last activations go to oneDNN as they are. Only a weight gradient under
+// use_deterministic_algorithms (oneDNN's splits its sum by the thread count) copies its
+// operands to [N,C,H,W] for loom's kernels.
+void conv2d_channels_last(ConvPass pass, const ir::Conv2dAttr& attr, const TensorView& a,
+                          const TensorView& b, const TensorView& out) {
+  if (out.numel() == 0) return;
+  if (a.dtype != DType::Float32 && a.dtype != DType::BFloat16)
+    throw Error(std::string("conv2d: channels-last activations in float32 or bfloat16 only, got ") +
+                dtype_name(a.dtype));
+  ir::Conv2dAttr first = attr;
+  first.channels_last = false;
+  if (pass == ConvPass::kGradWeight && are_deterministic_algorithms_enabled()) {
+    const TensorView x = channels_first_copy<ChannelsFirstX>(a);
+    const TensorView grad = channels_first_copy<ChannelsFirstGrad>(b);
+    conv2d_grad_weight_kernel(ir::Conv2dGradAttr{first, {out.shape[2], out.shape[3]}}, x, grad,
+                              out);
+    return;
+  }
+  ConvGeometry g;
+  switch (pass) {
+    case ConvPass::kForward:
+      g = conv_geometry(first, channels_first(a.shape), b.shape, channels_first(out.shape));
+      break;
+    case ConvPass::kGradInput:
+      g = conv_geometry(first, channels_first(out.shape), b.shape, channels_first(a.shape));
+      break;
+    case ConvPass::kGradWeight:
+      g = conv_geometry(first, channels_first(a.shape), out.shape, channels_first(b.shape));
+      break;
+  }
+  if (a.numel() == 0 || b.numel() == 0) {  // an empty sum
+    std::memset(out.data, 0, static_cast<std::size_t>(out.numel()) * dtype_size(out.dtype));
+    return;
+  }
+  onednn::conv2d(pass, g, out.dtype, onednn::Layout::kChannelsLast, a.data, b.data, out.data);
+}
+
 // Both gradients: oneDNN where conv_algorithm picks it, loom's kernels otherwise (bfloat16
 // widened to them).
 void conv2d_grad_input_kernel(const ir::Attr& attr, const TensorView& grad_out,
                               const TensorView& w, const TensorView& out) {
+  if (const auto& conv = attr.get<ir::Conv2dGradAttr>().conv; conv.channels_last)
+    return conv2d_channels_last(ConvPass::kGradInput, conv, grad_out, w, out);
   const ConvGeometry g =
       conv_geometry(attr.get<ir::Conv2dGradAttr>().conv, out.shape, w.shape, grad_out.shape);
   if (out.numel() == 0) return;
@@ -223,6 +284,8 @@ void conv2d_grad_input_kernel(const ir::Attr& attr, const TensorView& grad_out,
 
 void conv2d_grad_weight_kernel(const ir::Attr& attr, const TensorView& x,
                                const TensorView& grad_out, const TensorView& out) {
+  if (const auto& conv = attr.get<ir::Conv2dGradAttr>().conv; conv.channels_last)
+    return conv2d_channels_last(ConvPass::kGradWeight, conv, x, grad_out, out);
   const ConvGeometry g =
       conv_geometry(attr.get<ir::Conv2dGradAttr>().conv, x.shape, out.shape, grad_out.shape);
   if (out.numel() == 0) return;

@@ -230,6 +230,11 @@ void max_pool2d_kernel(const ir::Attr& attr, const TensorView& x, const TensorVi
 void avg_pool2d_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& out);
 
 // kernels_grad.cpp
+enum class ConvPass;  // conv/conv_common.h
+// A conv pass over channels-last activations (Conv2dAttr::channels_last; onednn.h's
+// kChannelsLast): a, b, out in the roles of onednn::conv2d.
+void conv2d_channels_last(ConvPass pass, const ir::Conv2dAttr& attr, const TensorView& a,
+                          const TensorView& b, const TensorView& out);
 void conv2d_grad_input_kernel(const ir::Attr& attr, const TensorView& grad_out,
                               const TensorView& w, const TensorView& out);
 void conv2d_grad_weight_kernel(const ir::Attr& attr, const TensorView& x,

@@ -3,7 +3,8 @@
 // dimensions that are both reduced or both kept are merged, leaving one of two layouts:
 //   ... reduced innermost: each output folds contiguous runs (e.g. a row sum);
 //   ... kept innermost:    a block of neighbouring outputs folds whole input rows at once
-//                          (e.g. a column sum), so memory is read in order.
+//                          (e.g. a column sum), so memory is read in order; with few outputs
+//                          (a column sum of a tall matrix) the rows are split in chunks.
 #include "runtime/cpu/kernels_fused.h"
 #include "runtime/cpu/kernels_impl.h"
 
@@ -237,6 +238,47 @@ void reduce_in_chunks(const Operand<T>& x, const Shape& shape, const std::vector
   });
 }
 
+// Few outputs, kept innermost, each a sum over many rows before them (a per-channel statistic
+// over a channels-last [N,H,W,C]: N*H*W rows of C): the rows are cut into fixed chunks, each
+// read in memory order over long runs (a prologue evaluated over whole blocks) and folded into
+// partial results per output, which are then combined in chunk order. As in reduce_in_chunks,
+// the result depends on the shape only, not on the thread count.
+template <class T, class R>
+void reduce_rows_in_chunks(const Operand<T>& x, int64_t rows, int64_t inner, T* po) {
+  using Acc = typename R::Acc;
+  const int64_t rows_per_chunk = std::max<int64_t>(1, kChunkElems / inner);
+  const int64_t chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
+  Acc* partial = thread_scratch<Acc, Partials>(static_cast<std::size_t>(chunks * inner));
+  parallel_range(chunks, 1, [&](int64_t b, int64_t e) {
+    std::array<T, kRun> tmp;
+    for (int64_t c = b; c < e; ++c) {
+      Acc* part = partial + c * inner;
+      std::fill(part, part + inner, R::init());
+      const int64_t end = std::min(rows, (c + 1) * rows_per_chunk) * inner;
+      int64_t k = 0;  // the output of the element at `at`
+      for (int64_t at = c * rows_per_chunk * inner; at < end;) {
+        const int64_t len = std::min(kRun, end - at);
+        const T* v = x.run(at, len, tmp.data());
+        for (int64_t i = 0; i < len;) {
+          const int64_t n = std::min(inner - k, len - i);
+          for (int64_t j = 0; j < n; ++j) R::fold(part[k + j], v[i + j]);
+          i += n;
+          k += n;
+          if (k == inner) k = 0;
+        }
+        at += len;
+      }
+    }
+  });
+  parallel_range(inner, 64, [&](int64_t b, int64_t e) {
+    for (int64_t o = b; o < e; ++o) {
+      Acc acc = partial[o];
+      for (int64_t c = 1; c < chunks; ++c) R::combine(acc, partial[c * inner + o]);
+      po[o] = R::finish(acc, rows);
+    }
+  });
+}
+
 template <class T, class R>
 void reduce_typed(const Operand<T>& x, const Shape& shape, const std::vector<int64_t>& axes,
                   const TensorView& out) {
@@ -294,6 +336,12 @@ void reduce_typed(const Operand<T>& x, const Shape& shape, const std::vector<int
         po[o] = R::finish(acc, n_red);
       }
     });
+    return;
+  }
+
+  if (kept.empty() && red.size() == 1 && red[0].stride == inner && inner <= kFewOutputs &&
+      n_red * inner >= kChunkElems) {
+    reduce_rows_in_chunks<T, R>(x, n_red, inner, po);
     return;
   }
 
