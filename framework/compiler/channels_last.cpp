@@ -57,7 +57,10 @@ class Rewriter {
     for (int i = 0; i < static_cast<int>(old_.instrs.size()); ++i) {
       const ir::Instr& in = old_.instrs[i];
       Value& v = values_[num_inputs + i];
-      if (converts(in, target)) {
+      if (in.op == Op::Reshape && in.shape.size() == 4 &&
+          in.shape == old_.slot_type(in.args[0]).shape && lives_last(in.args[0])) {
+        v.last = values_[in.args[0]].last;  // an alias (simplify.h) of a channels-last value
+      } else if (converts(in, target)) {
         v = conv(in);
       } else if (in.shape.size() == 4 && is_elementwise(in.op) && any_lives_last(in)) {
         ir::Instr copy = in;
@@ -152,7 +155,9 @@ class Rewriter {
     const auto& perm = to_last ? kToChannelsLast : kToChannelsFirst;
     const Shape have_shape = to_last ? t.shape : permuted(t.shape, kToChannelsLast);
     const Shape shape = permuted(have_shape, perm);
-    if (shape == have_shape) return want = have;
+    // Equal shapes are not enough ([1,16,16,16] is its own transpose's shape): the transpose
+    // must move no element.
+    if (shape == have_shape && permute_is_reshape(have_shape, perm)) return want = have;
     const ir::Instr* in = producer(s);
     int made;
     if (in && in->op == Op::Expand && old_.slot_type(in->args[0]).shape.size() == 4) {

@@ -92,7 +92,9 @@ std::string name(const ConvGeometry& g, DType t, Layout layout) {
   s << "n" << g.n << " c" << g.c << " " << g.h << "x" << g.w << " o" << g.o << " k" << g.kh << "x"
     << g.kw << " s" << g.sh << "," << g.sw << " p" << g.ph << "," << g.pw << " d" << g.dh << ","
     << g.dw << " g" << g.groups << " " << dtype_name(t)
-    << (layout == Layout::kPlain ? " plain" : " blocked");
+    << (layout == Layout::kPlain     ? " plain"
+        : layout == Layout::kBlocked ? " blocked"
+                                     : " channels-last");
   return s.str();
 }
 
@@ -134,6 +136,21 @@ std::vector<double> run_pass(ConvPass pass, const ConvGeometry& g, DType t, Layo
   return out.values();
 }
 
+// [n,c,h,w] values to [n,h,w,c] (last) or back.
+std::vector<double> transposed(const std::vector<double>& v, int64_t n, int64_t c, int64_t h,
+                               int64_t w, bool to_last) {
+  std::vector<double> out(v.size());
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t k = 0; k < c; ++k)
+      for (int64_t y = 0; y < h; ++y)
+        for (int64_t x = 0; x < w; ++x) {
+          const int64_t first = ((i * c + k) * h + y) * w + x, last = ((i * h + y) * w + x) * c + k;
+          if (to_last) out[last] = v[first];
+          else out[first] = v[last];
+        }
+  return out;
+}
+
 void check_conv(const Case& k, DType t, Layout layout) {
   const ConvGeometry g = geometry(k);
   const int64_t nx = g.n * g.c * g.h * g.w, nw = g.o * (g.c / g.groups) * g.kh * g.kw,
@@ -142,12 +159,20 @@ void check_conv(const Case& k, DType t, Layout layout) {
   const Reference r = reference(g, x, w, go);
   const std::string what = name(g, t, layout);
   const int64_t taps = g.kh * g.kw;
-  expect_near(run_pass(ConvPass::kForward, g, t, layout, x, w, ny), r.out,
-              tolerance(t, g.c / g.groups * taps), what + " forward");
-  expect_near(run_pass(ConvPass::kGradInput, g, t, layout, go, w, nx), r.grad_in,
-              tolerance(t, g.o / g.groups * taps), what + " grad_input");
-  expect_near(run_pass(ConvPass::kGradWeight, g, t, layout, x, go, nw), r.grad_w,
-              tolerance(t, g.n * g.oh * g.ow), what + " grad_weight");
+  // Channels-last: the activations go in as [N,H,W,C] and come back so.
+  const bool last = layout == Layout::kChannelsLast;
+  const auto act_x = [&](const std::vector<double>& v, bool to_last) {
+    return last ? transposed(v, g.n, g.c, g.h, g.w, to_last) : v;
+  };
+  const auto act_y = [&](const std::vector<double>& v, bool to_last) {
+    return last ? transposed(v, g.n, g.o, g.oh, g.ow, to_last) : v;
+  };
+  expect_near(act_y(run_pass(ConvPass::kForward, g, t, layout, act_x(x, true), w, ny), false),
+              r.out, tolerance(t, g.c / g.groups * taps), what + " forward");
+  expect_near(act_x(run_pass(ConvPass::kGradInput, g, t, layout, act_y(go, true), w, nx), false),
+              r.grad_in, tolerance(t, g.o / g.groups * taps), what + " grad_input");
+  expect_near(run_pass(ConvPass::kGradWeight, g, t, layout, act_x(x, true), act_y(go, true), nw),
+              r.grad_w, tolerance(t, g.n * g.oh * g.ow), what + " grad_weight");
 }
 
 const Case kCases[] = {
@@ -170,12 +195,12 @@ const Case kCases[] = {
 };
 
 TEST(OneDnn, ConvPassesMatchReferenceFloat32) {
-  for (Layout layout : {Layout::kPlain, Layout::kBlocked})
+  for (Layout layout : {Layout::kPlain, Layout::kBlocked, Layout::kChannelsLast})
     for (const Case& k : kCases) check_conv(k, DType::Float32, layout);
 }
 
 TEST(OneDnn, ConvPassesMatchReferenceBFloat16) {
-  for (Layout layout : {Layout::kPlain, Layout::kBlocked})
+  for (Layout layout : {Layout::kPlain, Layout::kBlocked, Layout::kChannelsLast})
     for (const Case& k : kCases) check_conv(k, DType::BFloat16, layout);
 }
 

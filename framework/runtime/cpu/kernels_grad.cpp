@@ -206,14 +206,22 @@ namespace {
 struct ChannelsFirstX;  // thread_scratch tags of the deterministic weight gradient's copies
 struct ChannelsFirstGrad;
 
-Shape channels_first(const Shape& s) { return {s[0], s[3], s[1], s[2]}; }
+// The [N,C,H,W] shape of a channels-last [N,H,W,C] one, in a per-thread Shape per `Tag`, so
+// a steady step allocates nothing.
+template <class Tag>
+const Shape& channels_first(const Shape& s) {
+  thread_local Shape out(4);
+  out[0] = s[0], out[1] = s[3], out[2] = s[1], out[3] = s[2];
+  return out;
+}
 
 // `v` ([N,H,W,C]) copied to [N,C,H,W] in the calling thread's scratch.
 template <class Tag>
 TensorView channels_first_copy(const TensorView& v) {
   const std::size_t bytes = static_cast<std::size_t>(v.numel()) * dtype_size(v.dtype);
-  TensorView out{thread_scratch<double, Tag>((bytes + 7) / 8), v.dtype, channels_first(v.shape)};
-  permute_kernel(ir::PermuteAttr{{0, 3, 1, 2}}, v, out);
+  TensorView out{thread_scratch<double, Tag>((bytes + 7) / 8), v.dtype, channels_first<Tag>(v.shape)};
+  static const ir::Attr to_first = ir::PermuteAttr{{0, 3, 1, 2}};
+  permute_kernel(to_first, v, out);
   return out;
 }
 
@@ -240,13 +248,16 @@ void conv2d_channels_last(ConvPass pass, const ir::Conv2dAttr& attr, const Tenso
   ConvGeometry g;
   switch (pass) {
     case ConvPass::kForward:
-      g = conv_geometry(first, channels_first(a.shape), b.shape, channels_first(out.shape));
+      g = conv_geometry(first, channels_first<ChannelsFirstX>(a.shape), b.shape,
+                        channels_first<ChannelsFirstGrad>(out.shape));
       break;
     case ConvPass::kGradInput:
-      g = conv_geometry(first, channels_first(out.shape), b.shape, channels_first(a.shape));
+      g = conv_geometry(first, channels_first<ChannelsFirstX>(out.shape), b.shape,
+                        channels_first<ChannelsFirstGrad>(a.shape));
       break;
     case ConvPass::kGradWeight:
-      g = conv_geometry(first, channels_first(a.shape), out.shape, channels_first(b.shape));
+      g = conv_geometry(first, channels_first<ChannelsFirstX>(a.shape), out.shape,
+                        channels_first<ChannelsFirstGrad>(b.shape));
       break;
   }
   if (a.numel() == 0 || b.numel() == 0) {  // an empty sum
