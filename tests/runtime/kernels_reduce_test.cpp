@@ -3,6 +3,8 @@
 // the same reduction of a stored operand (bit for bit), and NaN in amax.
 #include "test_util.h"
 
+#include <tbb/global_control.h>
+
 #include <cmath>
 #include <limits>
 
@@ -63,6 +65,49 @@ TEST(ReduceInChunks, AmaxPropagatesNaN) {
   EXPECT_FALSE(std::isnan(a[0]));
   EXPECT_TRUE(std::isnan(a[1]));
   EXPECT_FALSE(std::isnan(a[2]));
+}
+
+}  // namespace
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+// The channels-last statistics: [rows, C] reduced over the rows (reduce_rows_in_chunks), for C
+// from a few to past a block, with and without a fused prologue, against a double reference,
+// and the same bits whatever the thread count.
+TEST(ReduceRowsInChunks, ColumnSumsMeansAndMaximaMatchADoubleReference) {
+  for (int64_t c : {3, 16, 64, 1000}) {
+    test::fresh_engine();
+    const int64_t rows = (int64_t{1} << 17) / c + 7;  // several chunks and a short last one
+    auto xv = activations(rows, c, 1);
+    auto x = from_vector(xv, {rows, 1, 1, c});
+    auto s = x.sum({0, 1, 2}, true).to_vector<float>();
+    auto m = x.mean({0, 1, 2}).to_vector<float>();
+    auto a = amax(x, {0, 1, 2}).to_vector<float>();
+    auto sq = (x * x).sum({0, 1, 2}).to_vector<float>();  // a fused prologue
+    ASSERT_EQ(s.size(), static_cast<std::size_t>(c));
+    for (int64_t ch = 0; ch < c; ++ch) {
+      double sum = 0, sum_sq = 0;
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int64_t r = 0; r < rows; ++r) {
+        const float v = xv[static_cast<std::size_t>(r * c + ch)];
+        sum += v;
+        sum_sq += double(v * v);
+        mx = std::max(mx, v);
+      }
+      EXPECT_NEAR(s[ch], sum, 1e-6 * std::abs(sum) + 1e-3) << "c " << c << " channel " << ch;
+      EXPECT_NEAR(m[ch], sum / double(rows), 1e-6) << "c " << c << " channel " << ch;
+      EXPECT_NEAR(sq[ch], sum_sq, 1e-6 * sum_sq + 1e-3) << "c " << c << " channel " << ch;
+      EXPECT_EQ(a[ch], mx) << "c " << c << " channel " << ch;
+    }
+    std::vector<float> one_thread;
+    {
+      tbb::global_control one(tbb::global_control::max_allowed_parallelism, 1);
+      one_thread = x.sum({0, 1, 2}).to_vector<float>();
+    }
+    EXPECT_EQ(one_thread, s) << "c " << c;
+  }
 }
 
 }  // namespace

@@ -155,6 +155,30 @@ int64_t kept_offset(int64_t o, const Dims& kept) {
   return off;
 }
 
+// The chunked reductions' frame: fold(c, part, tmp) folds chunk c into its own partial results
+// (n_out of them, initialised), chunks in parallel; the partials are then combined in chunk
+// order, so the result depends on the chunks (the shape) only, not on the thread count.
+template <class T, class R, class Fold>
+void fold_in_chunks(int64_t chunks, int64_t n_out, int64_t n_red, T* po, Fold fold) {
+  using Acc = typename R::Acc;
+  Acc* partial = thread_scratch<Acc, Partials>(static_cast<std::size_t>(chunks * n_out));
+  parallel_range(chunks, 1, [&](int64_t b, int64_t e) {
+    std::array<T, kRun> tmp;
+    for (int64_t c = b; c < e; ++c) {
+      Acc* part = partial + c * n_out;
+      std::fill(part, part + n_out, R::init());
+      fold(c, part, tmp.data());
+    }
+  });
+  parallel_range(n_out, 64, [&](int64_t b, int64_t e) {
+    for (int64_t o = b; o < e; ++o) {
+      Acc acc = partial[o];
+      for (int64_t c = 1; c < chunks; ++c) R::combine(acc, partial[c * n_out + o]);
+      po[o] = R::finish(acc, n_red);
+    }
+  });
+}
+
 // Few outputs, each a sum over much data with the reduced dimension innermost (BatchNorm's
 // per-channel statistics over [N, C, H, W]): the operand is read in memory order, cut into
 // fixed chunks of whole runs (`inner` contiguous elements, one output each), and a prologue
@@ -184,56 +208,43 @@ void reduce_in_chunks(const Operand<T>& x, const Shape& shape, const std::vector
   assert(inner_dims == inner && "reduce: the innermost run does not match the shape");
   const int64_t runs_per_chunk = std::max<int64_t>(1, kChunkElems / inner);
   const int64_t chunks = (runs + runs_per_chunk - 1) / runs_per_chunk;
-  Acc* partial = thread_scratch<Acc, Partials>(static_cast<std::size_t>(chunks * n_out));
-  parallel_range(chunks, 1, [&](int64_t b, int64_t e) {
-    std::array<T, kRun> tmp;
-    for (int64_t c = b; c < e; ++c) {
-      Acc* part = partial + c * n_out;
-      std::fill(part, part + n_out, R::init());
-      const int64_t r0 = c * runs_per_chunk, r1 = std::min(runs, r0 + runs_per_chunk);
-      // The output of run r0, then advanced run by run with an odometer over `sizes`.
-      std::array<int64_t, kMaxChunkRank> idx{};
-      int64_t rem = r0;
-      for (std::size_t d = sizes.size(); d-- > 0;) {
-        idx[d] = rem % sizes[d];
-        rem /= sizes[d];
-      }
-      auto output_of = [&] {
-        int64_t o = 0;
-        for (std::size_t d = 0; d < sizes.size(); ++d)
-          if (kept[d]) o = o * sizes[d] + idx[d];
-        return o;
-      };
-      int64_t o = output_of();
-      int64_t left = inner;  // elements of the current run still to fold
-      const int64_t end = r1 * inner;
-      for (int64_t at = r0 * inner; at < end;) {
-        const int64_t len = std::min(kRun, end - at);
-        const T* v = x.run(at, len, tmp.data());
-        for (int64_t i = 0; i < len;) {
-          const int64_t n = std::min(left, len - i);
-          R::fold_run(part[o], v + i, n);
-          i += n;
-          left -= n;
-          if (left == 0) {
-            left = inner;
-            for (std::size_t d = sizes.size(); d-- > 0;) {
-              if (++idx[d] < sizes[d]) break;
-              idx[d] = 0;
-            }
-            o = output_of();
-          }
-        }
-        at += len;
-      }
-    }
-  });
   const int64_t n_red = runs / n_out * inner;
-  parallel_range(n_out, 64, [&](int64_t b, int64_t e) {
-    for (int64_t o = b; o < e; ++o) {
-      Acc acc = partial[o];
-      for (int64_t c = 1; c < chunks; ++c) R::combine(acc, partial[c * n_out + o]);
-      po[o] = R::finish(acc, n_red);
+  fold_in_chunks<T, R>(chunks, n_out, n_red, po, [&](int64_t c, Acc* part, T* tmp) {
+    const int64_t r0 = c * runs_per_chunk, r1 = std::min(runs, r0 + runs_per_chunk);
+    // The output of run r0, then advanced run by run with an odometer over `sizes`.
+    std::array<int64_t, kMaxChunkRank> idx{};
+    int64_t rem = r0;
+    for (std::size_t d = sizes.size(); d-- > 0;) {
+      idx[d] = rem % sizes[d];
+      rem /= sizes[d];
+    }
+    auto output_of = [&] {
+      int64_t o = 0;
+      for (std::size_t d = 0; d < sizes.size(); ++d)
+        if (kept[d]) o = o * sizes[d] + idx[d];
+      return o;
+    };
+    int64_t o = output_of();
+    int64_t left = inner;  // elements of the current run still to fold
+    const int64_t end = r1 * inner;
+    for (int64_t at = r0 * inner; at < end;) {
+      const int64_t len = std::min(kRun, end - at);
+      const T* v = x.run(at, len, tmp);
+      for (int64_t i = 0; i < len;) {
+        const int64_t n = std::min(left, len - i);
+        R::fold_run(part[o], v + i, n);
+        i += n;
+        left -= n;
+        if (left == 0) {
+          left = inner;
+          for (std::size_t d = sizes.size(); d-- > 0;) {
+            if (++idx[d] < sizes[d]) break;
+            idx[d] = 0;
+          }
+          o = output_of();
+        }
+      }
+      at += len;
     }
   });
 }
@@ -248,33 +259,20 @@ void reduce_rows_in_chunks(const Operand<T>& x, int64_t rows, int64_t inner, T* 
   using Acc = typename R::Acc;
   const int64_t rows_per_chunk = std::max<int64_t>(1, kChunkElems / inner);
   const int64_t chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
-  Acc* partial = thread_scratch<Acc, Partials>(static_cast<std::size_t>(chunks * inner));
-  parallel_range(chunks, 1, [&](int64_t b, int64_t e) {
-    std::array<T, kRun> tmp;
-    for (int64_t c = b; c < e; ++c) {
-      Acc* part = partial + c * inner;
-      std::fill(part, part + inner, R::init());
-      const int64_t end = std::min(rows, (c + 1) * rows_per_chunk) * inner;
-      int64_t k = 0;  // the output of the element at `at`
-      for (int64_t at = c * rows_per_chunk * inner; at < end;) {
-        const int64_t len = std::min(kRun, end - at);
-        const T* v = x.run(at, len, tmp.data());
-        for (int64_t i = 0; i < len;) {
-          const int64_t n = std::min(inner - k, len - i);
-          for (int64_t j = 0; j < n; ++j) R::fold(part[k + j], v[i + j]);
-          i += n;
-          k += n;
-          if (k == inner) k = 0;
-        }
-        at += len;
+  fold_in_chunks<T, R>(chunks, inner, rows, po, [&](int64_t c, Acc* part, T* tmp) {
+    const int64_t end = std::min(rows, (c + 1) * rows_per_chunk) * inner;
+    int64_t k = 0;  // the output of the element at `at`
+    for (int64_t at = c * rows_per_chunk * inner; at < end;) {
+      const int64_t len = std::min(kRun, end - at);
+      const T* v = x.run(at, len, tmp);
+      for (int64_t i = 0; i < len;) {
+        const int64_t n = std::min(inner - k, len - i);
+        for (int64_t j = 0; j < n; ++j) R::fold(part[k + j], v[i + j]);
+        i += n;
+        k += n;
+        if (k == inner) k = 0;
       }
-    }
-  });
-  parallel_range(inner, 64, [&](int64_t b, int64_t e) {
-    for (int64_t o = b; o < e; ++o) {
-      Acc acc = partial[o];
-      for (int64_t c = 1; c < chunks; ++c) R::combine(acc, partial[c * inner + o]);
-      po[o] = R::finish(acc, rows);
+      at += len;
     }
   });
 }
