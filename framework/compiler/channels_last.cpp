@@ -183,36 +183,28 @@ class Rewriter {
     return want = made;
   }
 
+  // A conv on channels-last activations: its first operand always is one, the second too for
+  // a weight gradient (a weight otherwise); its result is one except for a weight gradient.
   Value conv(const ir::Instr& in) {
     ir::Instr copy = in;
+    const bool grad_weight = in.op == Op::Conv2dGradWeight;
+    if (in.op == Op::Conv2d) {
+      auto attr = in.attr.get<ir::Conv2dAttr>();
+      attr.channels_last = true;
+      copy.attr = attr;
+    } else {
+      auto attr = in.attr.get<ir::Conv2dGradAttr>();
+      attr.conv.channels_last = true;
+      copy.attr = attr;
+    }
+    copy.args = {channels_last(in.args[0]),
+                 grad_weight ? channels_last(in.args[1]) : channels_first(in.args[1])};
     Value v;
-    switch (in.op) {
-      case Op::Conv2d: {
-        auto attr = in.attr.get<ir::Conv2dAttr>();
-        attr.channels_last = true;
-        copy.attr = attr;
-        copy.args = {channels_last(in.args[0]), channels_first(in.args[1])};
-        copy.shape = permuted(in.shape, kToChannelsLast);
-        v.last = emit(std::move(copy));
-        break;
-      }
-      case Op::Conv2dGradInput: {
-        auto attr = in.attr.get<ir::Conv2dGradAttr>();
-        attr.conv.channels_last = true;
-        copy.attr = attr;
-        copy.args = {channels_last(in.args[0]), channels_first(in.args[1])};
-        copy.shape = permuted(in.shape, kToChannelsLast);
-        v.last = emit(std::move(copy));
-        break;
-      }
-      default: {  // Conv2dGradWeight: the result is a weight
-        auto attr = in.attr.get<ir::Conv2dGradAttr>();
-        attr.conv.channels_last = true;
-        copy.attr = attr;
-        copy.args = {channels_last(in.args[0]), channels_last(in.args[1])};
-        v.first = emit(std::move(copy));
-        break;
-      }
+    if (grad_weight) {
+      v.first = emit(std::move(copy));
+    } else {
+      copy.shape = permuted(in.shape, kToChannelsLast);
+      v.last = emit(std::move(copy));
     }
     return v;
   }

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace loom::runtime {
 namespace {
@@ -58,18 +59,24 @@ std::once_flag exit_hook_once;
 // are torn down beneath it; it then aborts with "pure virtual method called". Registered
 // when the first backend is made, which is after those libraries were loaded, so this runs
 // before their teardown: it lets every device finish its queued work first.
+// The registry's lock is not held while waiting: a step still running may itself ask for a
+// backend.
 void finish_device_work_at_exit() {
   auto& r = registry();
-  std::lock_guard lock(r.mutex);
-  for (auto& kind : r.kinds)
-    for (auto* be : kind.made) {
-      if (!be) continue;
-      try {
-        be->synchronize();
-      } catch (...) {
-        // Errors of a step nobody waited for are not reported at exit.
-      }
+  std::vector<Backend*> made;
+  {
+    std::lock_guard lock(r.mutex);
+    for (const auto& kind : r.kinds)
+      for (auto* be : kind.made)
+        if (be) made.push_back(be);
+  }
+  for (auto* be : made) {
+    try {
+      be->synchronize();
+    } catch (...) {
+      // Errors of a step nobody waited for are not reported at exit.
     }
+  }
 }
 
 void ensure_builtins() {

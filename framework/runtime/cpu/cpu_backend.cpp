@@ -141,10 +141,11 @@ int run_program(const CpuExecutable& exe, const BufferList& inputs, const Buffer
 
 // The dtypes whose convs run on channels-last activations (compiler/channels_last.h).
 // LOOM_CONV_LAYOUT: "auto" (the default) bfloat16 where it runs natively, on oneDNN's direct
-// kernels, which otherwise reorder each operand in and out at every call (46 of 256 ms of a
-// ResNet-20 step); float32 stays [N,C,H,W], where loom's kernels beat oneDNN's channels-last
-// ones in sum (kernel_bench, ResNet-20's convs: 171 against 198 ms per step, oneDNN 2.6's
-// channels-last input gradient being slow). "nchw": none. "channels_last": float32 and
+// kernels, which otherwise reorder each operand in and out at every call (ONEDNN_VERBOSE: 46
+// of 256 ms of a ResNet-20 step); float32 stays [N,C,H,W], where loom's kernels beat oneDNN's
+// channels-last ones in sum (ResNet-20's convs: 171 ms per step in loom_bench's profile,
+// against 198 ms summed from kernel_bench's channels-last rows, oneDNN 2.6's channels-last
+// input gradient being slow). "nchw": none. "channels_last": float32 and
 // bfloat16, all on oneDNN.
 uint8_t channels_last_convs() {
   constexpr auto bit = [](DType t) { return static_cast<uint8_t>(1u << static_cast<int>(t)); };
