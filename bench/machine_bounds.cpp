@@ -247,6 +247,57 @@ void bench_sin_cos(const Options& o, Bounds& bounds, Table& t) {
   t.add(r);
 }
 
+// The batch-norm work of a bfloat16 ResNet step as the channels-last layout pass leaves it
+// (compiler/channels_last.h): a conv's bfloat16 output x in [N,H,W,C], its per-channel mean and
+// variance in float32, and the normalised, scaled and shifted ReLU written back as bfloat16
+// for the next conv. The bytes are those of the bfloat16 tensors (2 per element) read and
+// written once each.
+void bench_fused_bf16_channels_last(const Options& o, Table& t, double triad) {
+  struct Chain {
+    const char* name;
+    int reads, writes;  // full-size bfloat16 tensors
+    Tensor (*fn)(const Tensor& x, const Tensor& scale, const Tensor& shift);
+  };
+  const Chain chains[] = {
+      {"bn stats bf16 NHWC: mean(x), mean((x-mean)^2)", 2, 0,
+       [](const Tensor& x, const Tensor&, const Tensor&) {
+         Tensor xf = x.to(DType::Float32);
+         Tensor m = mean(xf, {0, 1, 2}, true);
+         Tensor d = xf - m;
+         return mean(d * d, {0, 1, 2}, true) + m;
+       }},
+      {"bn+relu bf16 NHWC: bf16(relu((x-m[c])*s[c] + b[c]))", 1, 1,
+       [](const Tensor& x, const Tensor& scale, const Tensor& shift) {
+         return relu(x.to(DType::Float32) * scale + shift).to(DType::BFloat16);
+       }},
+  };
+  const Shape shapes[] = {{128, 32, 32, 16}, {128, 8, 8, 64}};
+  for (const auto& shape : shapes) {
+    std::string dims;
+    for (int64_t d : shape) dims += (dims.empty() ? "[" : ",") + std::to_string(d);
+    dims += "]";
+    const int64_t numel = shape[0] * shape[1] * shape[2] * shape[3];
+    for (const auto& chain : chains) {
+      progress(std::string("loom ") + chain.name + " " + dims);
+      Tensor x = randn(shape, 30).to(DType::BFloat16);
+      Tensor scale = randn({1, 1, 1, shape[3]}, 31) + 1.5, shift = randn({1, 1, 1, shape[3]}, 32);
+      mark_step();
+      wait_device_ops();
+      auto fn = compile([&] { return chain.fn(x, scale, shift); });
+      Tensor y;
+      const double s = best_seconds(o.reps, [&] {
+        y = Tensor();
+        y = fn();
+        wait_device_ops();
+      });
+      const double bytes = 2.0 * static_cast<double>((chain.reads + chain.writes) * numel);
+      t.add({.section = "fused", .benchmark = std::string(chain.name) + " " + dims, .mode = "captured",
+             .precision = "bf16", .time = format_time(s), .rate = format("%.1f GB/s", bytes / s / 1e9),
+             .ratio = format("%.2f", bytes / s / triad), .vs = "speed/triad"});
+    }
+  }
+}
+
 void bench_fused(const Options& o, Table& t) {
   progress("stream triad, 16M floats");
   const double triad = triad_bytes_s(o, kSinCosElements);
@@ -299,6 +350,7 @@ void bench_fused(const Options& o, Table& t) {
              .ratio = format("%.2f", bytes / s / triad), .vs = "speed/triad"});
     }
   }
+  bench_fused_bf16_channels_last(o, t, triad);
 }
 
 }  // namespace loom::bench

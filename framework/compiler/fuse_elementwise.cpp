@@ -20,6 +20,11 @@ using ir::OpGroup;
 // that a block's registers stay in L1.
 constexpr std::size_t kMaxMembers = 48;
 
+// The most steps a value recomputed in each of its readers' fusions may take (its own and
+// those of the cheap values it is computed from): recomputing stays a few instructions per
+// element.
+constexpr int kMaxRecomputeSteps = 8;
+
 bool is_elementwise(Op op) {
   auto g = ir::op_info(op).group;
   return g == OpGroup::Unary || g == OpGroup::Binary || g == OpGroup::Ternary;
@@ -69,6 +74,19 @@ bool tests_operands(Op op) {
   LOOM_UNREACHABLE("fuse_elementwise: tests_operands asked of a non-elementwise op");
 }
 
+// Ops cheap enough to compute again in every fusion that reads their result: a few instructions
+// per element, no transcendental function.
+bool cheap_op(Op op) {
+  switch (op) {
+    case Op::Add: case Op::Sub: case Op::Mul: case Op::Maximum: case Op::Minimum: case Op::Eq:
+    case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge: case Op::Where:
+    case Op::Neg: case Op::Abs: case Op::Relu: case Op::LogicalNot: case Op::Cast:
+      return true;
+    default:
+      return false;
+  }
+}
+
 class Fuser {
  public:
   explicit Fuser(const ir::Program& p) : p_(p), n_in_(static_cast<int>(p.inputs.size())) {
@@ -82,7 +100,9 @@ class Fuser {
 
   ir::Program run() {
     const auto n = static_cast<int>(p_.instrs.size());
-    group_.assign(n, -1);
+    price_recompute();
+    groups_of_.assign(n, {});
+    plain_.assign(n, false);
     for (int i = n; i-- > 0;) grow(i);
     return emit();
   }
@@ -104,6 +124,13 @@ class Fuser {
     return std::nullopt;
   }
 
+  // A constant, possibly reshaped and broadcast: one value everywhere.
+  const ir::Instr* constant_of(int slot) const {
+    const ir::Instr* src = producer(slot);
+    while (src && (src->op == Op::Expand || src->op == Op::Reshape)) src = producer(src->args[0]);
+    return src && src->op == Op::Constant ? src : nullptr;
+  }
+
   bool fits(const ir::Instr& in, DType compute) const {
     if (!is_elementwise(in.op)) return false;
     if (rounds_to_bfloat16(in, p_)) return p_.slot_type(in.args[0]).dtype == compute;
@@ -115,23 +142,82 @@ class Fuser {
     return true;
   }
 
-  // Instructions are visited last to first, so all of i's readers are placed already: i joins
-  // their fusion when they all belong to one, else heads a fusion of its own (if it can).
+  // Which instructions are cheap to compute again wherever they are read (recompute_): an
+  // elementwise op of cheap_op whose result, computed from the values its readers' fusions
+  // would load (its operands, or, for cheap operands, what they are computed from), costs no
+  // more bytes of memory per element than loading the result would. A widening cast of a
+  // bfloat16 value is the plain case: readers load the 2-byte value instead of its 4-byte
+  // copy; so is a BatchNorm chain over a conv's bfloat16 output.
+  void price_recompute() {
+    const auto n = static_cast<int>(p_.instrs.size());
+    recompute_.assign(n, false);
+    std::vector<double> bytes(n, 0);  // per element, read from memory to compute it again
+    std::vector<int> steps(n, 0);
+    for (int i = 0; i < n; ++i) {
+      const ir::Instr& in = p_.instrs[i];
+      if (!is_elementwise(in.op) || !cheap_op(in.op)) continue;
+      double b = 0;
+      int k = 1;
+      for (auto a : in.args) {
+        if (constant_of(a)) continue;
+        const ir::Instr* src = producer(a);
+        const auto t = p_.slot_type(a);
+        if (src && src->op == Op::Expand) {  // a broadcast: its source, spread over the result
+          auto s = p_.slot_type(src->args[0]);
+          b += static_cast<double>(dtype_size(s.dtype)) * static_cast<double>(shape_numel(s.shape)) /
+               static_cast<double>(std::max<int64_t>(1, shape_numel(in.shape)));
+        } else if (src && recompute_[a - n_in_] && t.shape == in.shape) {
+          b += bytes[a - n_in_];
+          k += steps[a - n_in_];
+        } else {
+          b += static_cast<double>(dtype_size(t.dtype));
+        }
+      }
+      bytes[i] = b;
+      steps[i] = k;
+      recompute_[i] = k <= kMaxRecomputeSteps && b <= static_cast<double>(dtype_size(in.dtype));
+    }
+  }
+
+  bool can_join(int i, int g) const {
+    const ir::Instr& in = p_.instrs[i];
+    return groups_[g].members.size() < kMaxMembers && in.shape == p_.instrs[groups_[g].root].shape &&
+           fits(in, groups_[g].compute);
+  }
+
+  // Instructions are visited last to first, so all of i's readers are placed already. i joins
+  // its readers' fusion when they all belong to one. A cheap value (price_recompute) read by
+  // several fusions joins each of them instead, so it is computed where it is read and its
+  // result is not stored and loaded back; it still heads a fusion of its own (or stays a plain
+  // instruction) when something else reads it: an instruction that is no fusion, or the caller.
+  // Otherwise i heads a fusion of its own (if it can).
   void grow(int i) {
     const ir::Instr& in = p_.instrs[i];
-    const auto& readers = readers_[n_in_ + i];
-    int g = readers.empty() ? -1 : group_[readers[0]];
-    for (int r : readers)
-      if (group_[r] != g) g = -1;
-    if (g >= 0 && !is_output_[n_in_ + i] && groups_[g].members.size() < kMaxMembers &&
-        in.shape == p_.instrs[groups_[g].root].shape && fits(in, groups_[g].compute)) {
-      group_[i] = g;
-      groups_[g].members.push_back(i);
-      return;
+    const int slot = n_in_ + i;
+    bool other = is_output_[slot];
+    std::vector<int> gs;
+    for (int r : readers_[slot]) {
+      if (groups_of_[r].empty() || plain_[r]) other = true;
+      for (int g : groups_of_[r])
+        if (std::find(gs.begin(), gs.end(), g) == gs.end()) gs.push_back(g);
     }
+    auto fits_all = [&] {
+      for (int g : gs)
+        if (!can_join(i, g)) return false;
+      return true;
+    };
+    const bool join = !gs.empty() && fits_all() && ((gs.size() == 1 && !other) || recompute_[i]);
+    if (join)
+      for (int g : gs) {
+        groups_of_[i].push_back(g);
+        groups_[g].members.push_back(i);
+      }
+    if (join && !other) return;
     if (auto compute = root_compute(in)) {
-      group_[i] = static_cast<int>(groups_.size());
+      groups_of_[i].push_back(static_cast<int>(groups_.size()));
       groups_.push_back({*compute, i, {i}});
+    } else if (join) {
+      plain_[i] = true;  // read by its fusions' copies and, as itself, by the others
     }
   }
 
@@ -186,13 +272,7 @@ class Fuser {
     auto members = g.members;
     std::sort(members.begin(), members.end());
     auto in_group = [&](int slot) {
-      return slot >= n_in_ && group_[slot - n_in_] == group_[g.root];
-    };
-    // A constant, possibly reshaped and broadcast: one value everywhere.
-    auto constant_of = [&](int slot) -> const ir::Instr* {
-      const ir::Instr* src = producer(slot);
-      while (src && (src->op == Op::Expand || src->op == Op::Reshape)) src = producer(src->args[0]);
-      return src && src->op == Op::Constant ? src : nullptr;
+      return slot >= n_in_ && std::binary_search(members.begin(), members.end(), slot - n_in_);
     };
     auto fusion = std::make_shared<ir::Fusion>();
     fusion->compute = g.compute;
@@ -289,8 +369,11 @@ class Fuser {
     std::vector<int> slot_map(p_.num_slots(), -1);
     for (int s = 0; s < n_in_; ++s) slot_map[s] = s;
     for (int i = 0; i < static_cast<int>(p_.instrs.size()); ++i) {
-      int g = group_[i];
-      if (g >= 0 && groups_[g].root != i) continue;  // computed inside its root's fusion
+      // The fusion i heads (a root is the last group it joined), if any.
+      const int g = groups_of_[i].empty() || groups_[groups_of_[i].back()].root != i
+                        ? -1
+                        : groups_of_[i].back();
+      if (g < 0 && !groups_of_[i].empty() && !plain_[i]) continue;  // computed in its readers
       ir::Instr in;
       if (g >= 0) {
         in = build(groups_[g], slot_map);
@@ -309,7 +392,9 @@ class Fuser {
   const int n_in_;
   std::vector<std::vector<int>> readers_;  // per slot: instructions that read it, ascending
   std::vector<bool> is_output_;  // per slot
-  std::vector<int> group_;       // per instruction: its fusion, -1 if none
+  std::vector<std::vector<int>> groups_of_;  // per instruction: the fusions computing it
+  std::vector<bool> plain_;      // per instruction: also emitted as itself, unfused
+  std::vector<bool> recompute_;  // per instruction: cheap to compute in each reader's fusion
   std::vector<Group> groups_;
 };
 

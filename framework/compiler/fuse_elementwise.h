@@ -11,9 +11,17 @@
 // Lone elementwise instructions become one-step fusions too, so every floating-point
 // elementwise op runs through the same kernel in every execution mode.
 //
+// A producer read by several fusions is computed again in each of them when that is cheap: an
+// arithmetic op (no transcendental function, a few steps) whose recomputation reads no more
+// bytes per element than loading its result would. The widening cast of a bfloat16 tensor is
+// the common case (its readers load the 2-byte values, not a 4-byte copy), and with it a
+// BatchNorm's centring and normalising over a bfloat16 conv output, which then never goes to
+// memory in float32. Such a producer is still stored where something else reads it (an
+// instruction that is not a fusion, or the caller); a reduction reading it takes it as its
+// prologue (fuse_reduce.h). Any other producer read by several instructions, or that is a
+// program output, heads a fusion of its own and is computed once.
+//
 // Assumes: instructions in topological order; elementwise operands have the result's shape.
-// A producer read by several instructions, or one that is a program output, is not merged
-// into its readers (it would be computed twice); it heads a fusion of its own.
 #pragma once
 
 #include "ir/program.h"

@@ -92,6 +92,65 @@ TEST(FuseElementwise, AValueReadTwiceIsComputedOnce) {
   }
 }
 
+// A value cheap to compute again (fuse_elementwise.h) is computed in each fusion that reads it
+// instead of being stored and loaded back: the widening cast of a bfloat16 tensor, and the
+// centring after it, read by a reduction and by two elementwise chains.
+TEST(FuseElementwise, CheapValuesAreComputedWhereTheyAreRead) {
+  test::fresh_engine();
+  auto x = from_vector(values(4096), {64, 64}).to(DType::BFloat16);
+  auto shift = from_vector(values(64, 0.3f), {64});
+  mark_step();
+  auto centred = x.to(DType::Float32) - shift;
+  auto a = relu(centred * 2.0);
+  auto b = (centred + 1.0).to(DType::BFloat16);
+  auto s = centred.sum({0});
+  auto p = test::compile_for_cpu(
+      ir::build_graph({a.impl()->pending(), b.impl()->pending(), s.impl()->pending()}));
+  int fused = 0;
+  for (const auto& in : p.instrs) {
+    if (in.op == ir::Op::Reshape) continue;  // the shift seen as [1, 64] (no copy)
+    ASSERT_TRUE(in.fusion) << "every other instruction is one of the three readers\n" << ir::to_text(p);
+    ++fused;
+    ASSERT_GE(in.fusion->loads.size(), 2u) << ir::to_text(p);
+    EXPECT_EQ(in.fusion->loads[0].dtype, DType::BFloat16) << "x is read as stored\n" << ir::to_text(p);
+    EXPECT_EQ(in.fusion->steps[0].op, ir::Op::Cast) << ir::to_text(p);
+  }
+  EXPECT_EQ(fused, 3) << ir::to_text(p);
+  mark_step();
+  std::vector<float> ea, eb, es;
+  {
+    EagerModeGuard eager(true);
+    auto ec = x.to(DType::Float32) - shift;
+    ea = relu(ec * 2.0).to_vector<float>();
+    eb = (ec + 1.0).to(DType::BFloat16).to(DType::Float32).to_vector<float>();
+    es = ec.sum({0}).to_vector<float>();
+  }
+  EXPECT_EQ(a.to_vector<float>(), ea);
+  EXPECT_EQ(b.to(DType::Float32).to_vector<float>(), eb);
+  EXPECT_EQ(s.to_vector<float>(), es);
+}
+
+// Computing a value again must not read more memory than loading it: a sum of two float32
+// tensors read by two chains is stored once (8 bytes an element to compute, 4 to load).
+TEST(FuseElementwise, AValueDearerToComputeThanToLoadIsStored) {
+  test::fresh_engine();
+  auto x = from_vector(values(1000), {1000});
+  auto y = from_vector(values(1000, 0.11f), {1000});
+  mark_step();
+  auto t = x + y;
+  auto a = t * 3.0;
+  auto b = t - 1.0;
+  auto p = test::compile_for_cpu(ir::build_graph({a.impl()->pending(), b.impl()->pending()}));
+  int fused = 0, adds = 0;
+  for (const auto& in : p.instrs) {
+    if (!in.fusion) continue;  // the scalar seen as [1] (no copy)
+    ++fused;
+    for (const auto& st : in.fusion->steps) adds += st.op == ir::Op::Add;
+  }
+  EXPECT_EQ(fused, 3) << ir::to_text(p);
+  EXPECT_EQ(adds, 1) << "x + y runs once\n" << ir::to_text(p);
+}
+
 TEST(FuseElementwise, ComparisonsWhereAndCastsInFloat64) {
   test::fresh_engine();
   std::vector<double> xv(1000), yv(1000);

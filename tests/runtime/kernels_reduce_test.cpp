@@ -1,6 +1,7 @@
 // Reductions to few outputs over much data (BatchNorm's per-channel statistics), which read
 // their operand in fixed chunks: values against a double reference, a fused prologue against
-// the same reduction of a stored operand (bit for bit), and NaN in amax.
+// the same reduction of a stored operand (bit for bit), a bfloat16 operand read through its
+// widening cast, and NaN in amax.
 #include "test_util.h"
 
 #include <tbb/global_control.h>
@@ -107,6 +108,52 @@ TEST(ReduceRowsInChunks, ColumnSumsMeansAndMaximaMatchADoubleReference) {
       one_thread = x.sum({0, 1, 2}).to_vector<float>();
     }
     EXPECT_EQ(one_thread, s) << "c " << c;
+    // The fused prologue is evaluated piece by piece (kernels_reduce.cpp's PieceReader), a
+    // stored operand window by window: the same folds, so the same bits.
+    std::vector<float> stored;
+    {
+      EagerModeGuard eager(true);
+      stored = (x * x).sum({0, 1, 2}).to_vector<float>();
+    }
+    EXPECT_EQ(stored, sq) << "c " << c;
+  }
+}
+
+// A bfloat16 conv output's statistics as a bfloat16 ResNet step computes them: the widening
+// cast and the centring are the reduction's prologue, reading the 2-byte values.
+TEST(ReduceRowsInChunks, StatisticsOfABfloat16TensorMatchTheStoredFloat32Operand) {
+  for (int64_t c : {16, 24}) {
+    test::fresh_engine();
+    const int64_t rows = (int64_t{1} << 16) / c + 5;
+    auto x = from_vector(activations(rows, c, 1), {rows, 1, 1, c}).to(DType::BFloat16);
+    mark_step();
+    auto xf = x.to(DType::Float32);
+    auto m = xf.mean({0, 1, 2}, true);
+    auto var = ((xf - m) * (xf - m)).mean({0, 1, 2});
+    auto got_m = m.to_vector<float>(), got_var = var.to_vector<float>();
+    std::vector<float> want_m, want_var;
+    {
+      EagerModeGuard eager(true);
+      auto ef = x.to(DType::Float32);
+      auto em = ef.mean({0, 1, 2}, true);
+      auto ed = ef - em;
+      want_m = em.to_vector<float>();
+      want_var = (ed * ed).mean({0, 1, 2}).to_vector<float>();
+    }
+    EXPECT_EQ(got_m, want_m) << "c " << c;
+    EXPECT_EQ(got_var, want_var) << "c " << c;
+    auto xv = x.to(DType::Float32).to_vector<float>();
+    for (int64_t ch = 0; ch < c; ++ch) {
+      double sum = 0, sq = 0;
+      for (int64_t r = 0; r < rows; ++r) sum += xv[static_cast<std::size_t>(r * c + ch)];
+      const double mean = sum / double(rows);
+      for (int64_t r = 0; r < rows; ++r) {
+        const double d = xv[static_cast<std::size_t>(r * c + ch)] - mean;
+        sq += d * d;
+      }
+      EXPECT_NEAR(got_m[ch], mean, 1e-6) << "c " << c << " channel " << ch;
+      EXPECT_NEAR(got_var[ch], sq / double(rows), 1e-5 * sq / double(rows)) << "c " << c;
+    }
   }
 }
 

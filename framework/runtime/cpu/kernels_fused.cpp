@@ -561,11 +561,16 @@ class BlockEvaluator {
     for (int k = 0; k < n_loads_; ++k) {
       if (!period_[k]) continue;
       const auto& l = f_.loads[k];
+      // A short period repeated (pattern_period) is read once and then copied, doubling.
+      int64_t base = 1;
+      for (std::size_t d = 1; d < l.sizes.size(); ++d) base *= l.sizes[d];
       seek(l, 0, cursor_[k]);
       visit_storage(l.dtype, [&](auto tag) {
         using S = typename decltype(tag)::type;
-        load_block(l, in_[l.arg].as<const S>(), cursor_[k], period_[k], buf);
+        load_block(l, in_[l.arg].as<const S>(), cursor_[k], base, buf);
       });
+      for (int64_t have = base; have < period_[k]; have *= 2)
+        std::copy_n(buf, std::min(have, period_[k] - have), buf + have);
       pattern_[k] = buf;
       buf += period_[k];
     }

@@ -113,7 +113,40 @@ constexpr int64_t kFewOutputs = 1024;
 constexpr int64_t kChunkElems = int64_t{1} << 15;
 constexpr std::size_t kMaxChunkRank = 16;  // dimensions reduce_in_chunks walks
 struct Partials;  // the tag of reduce_in_chunks' per-thread partial results
+struct Pieces;    // the tag of PieceReader's per-thread buffer
 
+// Elements of a prologue evaluated at once by the chunked reductions: one evaluator set-up
+// (cursors, per-channel patterns written out) per piece rather than per run of kRun, and
+// pieces long enough for a channels-last per-channel operand to be read as a pattern.
+constexpr int64_t kPiece = 16 * kRun;
+
+// Reads an operand window by window, in order, over [begin, end): with a prologue, it is
+// evaluated a piece of kPiece elements at a time into a per-thread buffer, which the windows
+// then read. The windows, and so how runs are folded, are the same with or without one.
+template <class T>
+class PieceReader {
+ public:
+  PieceReader(const Operand<T>& x, int64_t end)
+      : x_(x), end_(end),
+        buf_(x.prologue ? thread_scratch<T, Pieces>(static_cast<std::size_t>(kPiece)) : nullptr) {}
+
+  // Elements [pos, pos + len) (len <= kRun), pos at or past the previous window's start.
+  const T* window(int64_t pos, int64_t len) {
+    if (!buf_) return x_.data + pos;
+    if (pos < lo_ || pos + len > hi_) {
+      lo_ = pos;
+      hi_ = std::min(end_, pos + kPiece);
+      x_.run(lo_, hi_ - lo_, buf_);
+    }
+    return buf_ + (pos - lo_);
+  }
+
+ private:
+  const Operand<T>& x_;
+  const int64_t end_;
+  T* buf_;
+  int64_t lo_ = 0, hi_ = 0;
+};
 
 // Odometer over dims: visits every multi-index in row-major order, tracking its offset.
 class Odometer {
@@ -155,7 +188,7 @@ int64_t kept_offset(int64_t o, const Dims& kept) {
   return off;
 }
 
-// The chunked reductions' frame: fold(c, part, tmp) folds chunk c into its own partial results
+// The chunked reductions' frame: fold(c, part) folds chunk c into its own partial results
 // (n_out of them, initialised), chunks in parallel; the partials are then combined in chunk
 // order, so the result depends on the chunks (the shape) only, not on the thread count.
 template <class T, class R, class Fold>
@@ -163,11 +196,10 @@ void fold_in_chunks(int64_t chunks, int64_t n_out, int64_t n_red, T* po, Fold fo
   using Acc = typename R::Acc;
   Acc* partial = thread_scratch<Acc, Partials>(static_cast<std::size_t>(chunks * n_out));
   parallel_range(chunks, 1, [&](int64_t b, int64_t e) {
-    std::array<T, kRun> tmp;
     for (int64_t c = b; c < e; ++c) {
       Acc* part = partial + c * n_out;
       std::fill(part, part + n_out, R::init());
-      fold(c, part, tmp.data());
+      fold(c, part);
     }
   });
   parallel_range(n_out, 64, [&](int64_t b, int64_t e) {
@@ -209,7 +241,7 @@ void reduce_in_chunks(const Operand<T>& x, const Shape& shape, const std::vector
   const int64_t runs_per_chunk = std::max<int64_t>(1, kChunkElems / inner);
   const int64_t chunks = (runs + runs_per_chunk - 1) / runs_per_chunk;
   const int64_t n_red = runs / n_out * inner;
-  fold_in_chunks<T, R>(chunks, n_out, n_red, po, [&](int64_t c, Acc* part, T* tmp) {
+  fold_in_chunks<T, R>(chunks, n_out, n_red, po, [&](int64_t c, Acc* part) {
     const int64_t r0 = c * runs_per_chunk, r1 = std::min(runs, r0 + runs_per_chunk);
     // The output of run r0, then advanced run by run with an odometer over `sizes`.
     std::array<int64_t, kMaxChunkRank> idx{};
@@ -227,9 +259,10 @@ void reduce_in_chunks(const Operand<T>& x, const Shape& shape, const std::vector
     int64_t o = output_of();
     int64_t left = inner;  // elements of the current run still to fold
     const int64_t end = r1 * inner;
+    PieceReader<T> reader(x, end);
     for (int64_t at = r0 * inner; at < end;) {
       const int64_t len = std::min(kRun, end - at);
-      const T* v = x.run(at, len, tmp);
+      const T* v = reader.window(at, len);
       for (int64_t i = 0; i < len;) {
         const int64_t n = std::min(left, len - i);
         R::fold_run(part[o], v + i, n);
@@ -254,17 +287,45 @@ void reduce_in_chunks(const Operand<T>& x, const Shape& shape, const std::vector
 // read in memory order over long runs (a prologue evaluated over whole blocks) and folded into
 // partial results per output, which are then combined in chunk order. As in reduce_in_chunks,
 // the result depends on the shape only, not on the thread count.
+// The rows [at, end) of a chunk of W outputs each (W divides kRun, so every window holds whole
+// rows), folded into accumulators that stay in registers: the folds of the general loop in
+// reduce_rows_in_chunks, in the same order, without its per-row bookkeeping and with no
+// round trip through memory per row.
+template <class T, class R, int W>
+void fold_fixed_rows(PieceReader<T>& reader, int64_t at, int64_t end, typename R::Acc* part) {
+  static_assert(kRun % W == 0);
+  typename R::Acc acc[W];
+  for (int j = 0; j < W; ++j) acc[j] = part[j];
+  while (at < end) {
+    const int64_t len = std::min(kRun, end - at);
+    const T* v = reader.window(at, len);
+    for (int64_t i = 0; i < len; i += W)
+      for (int j = 0; j < W; ++j) R::fold(acc[j], v[i + j]);
+    at += len;
+  }
+  for (int j = 0; j < W; ++j) part[j] = acc[j];
+}
+
 template <class T, class R>
 void reduce_rows_in_chunks(const Operand<T>& x, int64_t rows, int64_t inner, T* po) {
   using Acc = typename R::Acc;
   const int64_t rows_per_chunk = std::max<int64_t>(1, kChunkElems / inner);
   const int64_t chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
-  fold_in_chunks<T, R>(chunks, inner, rows, po, [&](int64_t c, Acc* part, T* tmp) {
+  fold_in_chunks<T, R>(chunks, inner, rows, po, [&](int64_t c, Acc* part) {
     const int64_t end = std::min(rows, (c + 1) * rows_per_chunk) * inner;
+    PieceReader<T> reader(x, end);
+    const int64_t begin = c * rows_per_chunk * inner;
+    switch (inner) {  // the channel counts of convolutional networks
+      case 8: return fold_fixed_rows<T, R, 8>(reader, begin, end, part);
+      case 16: return fold_fixed_rows<T, R, 16>(reader, begin, end, part);
+      case 32: return fold_fixed_rows<T, R, 32>(reader, begin, end, part);
+      case 64: return fold_fixed_rows<T, R, 64>(reader, begin, end, part);
+      default: break;
+    }
     int64_t k = 0;  // the output of the element at `at`
-    for (int64_t at = c * rows_per_chunk * inner; at < end;) {
+    for (int64_t at = begin; at < end;) {
       const int64_t len = std::min(kRun, end - at);
-      const T* v = x.run(at, len, tmp);
+      const T* v = reader.window(at, len);
       for (int64_t i = 0; i < len;) {
         const int64_t n = std::min(inner - k, len - i);
         for (int64_t j = 0; j < n; ++j) R::fold(part[k + j], v[i + j]);
