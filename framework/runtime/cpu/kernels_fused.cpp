@@ -36,6 +36,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cassert>
 #include <cmath>
 #include <cstdint>
@@ -672,11 +673,20 @@ void store_result(Operand<T> r, const TensorView& out, int64_t at, int64_t n) {
     else std::copy(r.p, r.p + n, po);
     return;
   }
-  if (out.dtype == DType::BFloat16) {  // after a rounding step (widen.h): exact
+  if (out.dtype == DType::BFloat16) {
+    // After a rounding step (widen.h), so every value is a bfloat16 already (a NaN among
+    // them quiet): its top 16 bits are the bfloat16, and the loop is a shift and a narrowing
+    // store. (A float64 fusion rounds through float32, where the value is exact too.)
     bfloat16* po = out.as<bfloat16>() + at;
-    if (r.splat) std::fill_n(po, n, bfloat16(static_cast<float>(*r.p)));
-    else
+    if (r.splat) {
+      std::fill_n(po, n, bfloat16(static_cast<float>(*r.p)));
+    } else if constexpr (std::is_same_v<T, float>) {
+      uint16_t* bits = reinterpret_cast<uint16_t*>(po);
+      for (int64_t i = 0; i < n; ++i)
+        bits[i] = static_cast<uint16_t>(std::bit_cast<uint32_t>(r.p[i]) >> 16);
+    } else {
       for (int64_t i = 0; i < n; ++i) po[i] = bfloat16(static_cast<float>(r.p[i]));
+    }
     return;
   }
   assert(out.dtype == DType::Bool && "elementwise: bad result dtype");
