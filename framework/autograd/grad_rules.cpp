@@ -9,6 +9,7 @@
 #include <cmath>
 #include <numbers>
 #include <numeric>
+#include <optional>
 
 namespace loom::autograd {
 namespace {
@@ -17,6 +18,31 @@ using ir::Op;
 
 Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype(), t.device()); }
 Tensor as(const Tensor& mask, const Tensor& like) { return mask.to(like.dtype()); }
+
+// The gradient of a gather that picks one element per line along `dim` (an index of size 1
+// there and of x's size elsewhere: a classifier's targets in cross_entropy) as elementwise
+// ops: g where a line's position equals its index, zero elsewhere, which then fuses with what
+// reads it, where scattering into a zero tensor of x's size would fill, copy and scatter.
+// 0 + g is what the scatter adds, so the bits are the same (-0 included). Positions and
+// indices are compared in g's dtype, exact up to 2^24 (float32) or 2^53 positions; otherwise,
+// and for other dtypes, nullopt (the scatter then runs).
+std::optional<Tensor> one_per_line_gather_grad(const Tensor& x, const Tensor& idx, int64_t dim,
+                                               const Tensor& g) {
+  const Shape& xs = x.shape();
+  const Shape& is = idx.shape();
+  const auto d = static_cast<std::size_t>(dim);
+  if (is.size() != xs.size() || is[d] != 1 || xs[d] <= 1) return std::nullopt;
+  for (std::size_t k = 0; k < xs.size(); ++k)
+    if (k != d && is[k] != xs[k]) return std::nullopt;
+  const DType t = g.dtype();
+  const int64_t exact = t == DType::Float32 ? int64_t{1} << 24 : int64_t{1} << 53;
+  if ((t != DType::Float32 && t != DType::Float64) || xs[d] > exact) return std::nullopt;
+  Shape line(xs.size(), 1);
+  line[d] = xs[d];
+  auto hit = eq(expand(iota(line, dim, t, g.device()), xs), expand(idx.to(t), xs));
+  auto zero = zeros({}, t, g.device());
+  return where(hit, expand(zero + g, xs), expand(zero, xs));
+}
 
 // Scatters g back into a zero tensor of `in` shape at start + i*step per dimension.
 Tensor slice_backward(Tensor g, const Shape& in, const ir::SliceAttr& a) {
@@ -221,7 +247,9 @@ std::vector<Tensor> grad_rule(const GradNode& node, const Tensor& g) {
 
     case Op::Gather: {
       auto x = in(0), idx = in(1);
-      return {scatter_add(zeros_like(x), node.attr.get<ir::DimAttr>().dim, idx, g), Tensor()};
+      const int64_t dim = node.attr.get<ir::DimAttr>().dim;
+      if (auto picked = one_per_line_gather_grad(x, idx, dim, g)) return {*picked, Tensor()};
+      return {scatter_add(zeros_like(x), dim, idx, g), Tensor()};
     }
     case Op::IndexSelect: {
       auto x = in(0), idx = in(1);

@@ -75,9 +75,21 @@ class Simplifier {
         return;
       }
       case Op::Expand:
-      case Op::Cast:
         if (same_type(in, in.args[0])) alias(in, in.args[0]);
         return;
+      case Op::Cast: {
+        if (same_type(in, in.args[0])) {
+          alias(in, in.args[0]);
+          return;
+        }
+        // A round trip through a wider float type: bfloat16 → float → bfloat16 is the value.
+        const ir::Instr* src = producer(in.args[0]);
+        if (src && src->op == Op::Cast && same_type(in, src->args[0]) &&
+            in.dtype == DType::BFloat16 &&
+            (src->dtype == DType::Float32 || src->dtype == DType::Float64))
+          alias(in, src->args[0]);
+        return;
+      }
       case Op::Neg: {
         const ir::Instr* src = producer(in.args[0]);
         if (src && src->op == Op::Neg) alias(in, src->args[0]);

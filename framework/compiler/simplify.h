@@ -5,6 +5,7 @@
 //   permute(permute(x))    one permute with the composed permutation, or x itself
 //   reshape(reshape(x))    one reshape of x
 //   permute, expand, cast  to x's own shape and dtype: x
+//   cast to bf16(cast to float(x)), x bfloat16: x (the round trip is exact)
 //   neg(neg(x)), x * 1, 1 * x, x / 1, x - 0: x
 // So a weight transposed in a Linear layer's forward and transposed back in its input
 // gradient is read as it is stored. Producers left unread are removed by dead_code.cpp.

@@ -75,4 +75,50 @@ ir::Program widen_bfloat16(ir::Program p, const ir::Target& target) {
   return p;
 }
 
+ir::Program sink_widening_casts(ir::Program p, const ir::Target& target) {
+  const auto n_in = static_cast<int>(p.inputs.size());
+  auto movement = [](ir::Op op) {
+    return op == ir::Op::Reshape || op == ir::Op::Permute || op == ir::Op::Slice;
+  };
+  bool any = false;
+  for (const auto& in : p.instrs) any = any || (movement(in.op) && in.dtype != DType::BFloat16);
+  if (!any) return p;
+
+  std::vector<ir::Instr> out;
+  out.reserve(p.instrs.size() + p.instrs.size() / 4);
+  std::vector<int> slot_map(p.num_slots());
+  for (int s = 0; s < n_in; ++s) slot_map[s] = s;
+  auto type_of = [&](int slot) -> ir::SlotType {
+    if (slot < n_in) return p.inputs[static_cast<std::size_t>(slot)];
+    const auto& in = out[static_cast<std::size_t>(slot - n_in)];
+    return {in.dtype, in.shape};
+  };
+  auto emit = [&](ir::Instr in) {
+    out.push_back(std::move(in));
+    return n_in + static_cast<int>(out.size()) - 1;
+  };
+  for (int i = 0; i < static_cast<int>(p.instrs.size()); ++i) {
+    ir::Instr in = std::move(p.instrs[i]);
+    for (auto& a : in.args) a = slot_map[a];
+    // The operand, in the new program: a cast of a bfloat16 value to a float type?
+    const ir::Instr* src = movement(in.op) && in.args[0] >= n_in
+                               ? &out[static_cast<std::size_t>(in.args[0] - n_in)]
+                               : nullptr;
+    if (src && src->op == ir::Op::Cast && (src->dtype == DType::Float32 || src->dtype == DType::Float64) &&
+        type_of(src->args[0]).dtype == DType::BFloat16 && target.runs(in.op, DType::BFloat16)) {
+      const DType wide = src->dtype;
+      ir::Instr move = std::move(in);
+      move.args[0] = src->args[0];
+      move.dtype = DType::BFloat16;
+      const Shape shape = move.shape;
+      slot_map[n_in + i] = emit(cast(emit(std::move(move)), wide, shape));
+      continue;
+    }
+    slot_map[n_in + i] = emit(std::move(in));
+  }
+  p.instrs = std::move(out);
+  for (auto& o : p.outputs) o = slot_map[o];
+  return p;
+}
+
 }  // namespace loom::compiler

@@ -21,4 +21,17 @@ namespace loom::compiler {
 
 ir::Program widen_bfloat16(ir::Program p, const ir::Target& target);
 
+// Moves the widening casts of bfloat16 values (Cast to float32 or float64) below the data
+// movement that reads them (Reshape, Permute, Slice), where the target moves bfloat16:
+//
+//   %2 = Cast f32 (%1 bf16); %3 = Permute f32 (%2)  →  %a = Permute bf16 (%1); %3 = Cast f32 (%a)
+//
+// The movement then copies 2-byte elements, and the cast, now next to the elementwise ops and
+// matmuls that read it, fuses into them or cancels against a rounding back to bfloat16
+// (simplify.h): under autocast, a matmul's bfloat16 output reshaped and transposed into
+// attention heads reaches the next matmul without a float32 copy. Exact (a widening cast
+// changes no value). The original cast stays for its other readers; dead_code.cpp removes it
+// when there are none.
+ir::Program sink_widening_casts(ir::Program p, const ir::Target& target);
+
 }  // namespace loom::compiler

@@ -90,5 +90,46 @@ TEST(Simplify, AddingZeroStays) {
   EXPECT_FALSE(std::signbit(f(x).to_vector<float>()[0]));
 }
 
+// Autocast's attention heads: a matmul's bfloat16 result widened, split into heads and
+// transposed, then rounded back for the next matmul. The widening cast sinks below the
+// reshape and the transpose (widen.h's sink_widening_casts) and cancels against the rounding:
+// the transpose moves the bfloat16 values, and no cast is left.
+TEST(Simplify, AWideningCastSinksBelowMovementAndCancelsAgainstTheRoundingBack) {
+  test::fresh_engine();
+  std::vector<float> v(4 * 6 * 8);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::sin(static_cast<float>(i) * 0.7f) * 5.0f;
+  auto x = from_vector(v, {4, 6, 8}).to(DType::BFloat16);
+  mark_step();
+  auto heads = permute(reshape(x.to(DType::Float32), {4, 6, 2, 4}), {0, 2, 1, 3});
+  auto y = heads.to(DType::BFloat16);
+  auto p = test::compile_for_cpu(test::graph_of(y));
+  EXPECT_EQ(count(p, ir::Op::Cast), 0) << ir::to_text(p);
+  int fused = 0;
+  for (const auto& in : p.instrs) fused += in.fusion != nullptr;
+  EXPECT_EQ(fused, 0) << ir::to_text(p);
+  ASSERT_EQ(count(p, ir::Op::Permute), 1) << ir::to_text(p);
+  for (const auto& in : p.instrs) {
+    if (in.op != ir::Op::Permute) continue;
+    EXPECT_EQ(in.dtype, DType::BFloat16) << ir::to_text(p);
+  }
+  // The values: x's bfloat16 values in the transposed order.
+  auto xv = x.to(DType::Float32).to_vector<float>();
+  auto got = y.to(DType::Float32).to_vector<float>();
+  ASSERT_EQ(got.size(), xv.size());
+  for (int64_t b = 0; b < 4; ++b)
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t s = 0; s < 6; ++s)
+        for (int64_t d = 0; d < 4; ++d)
+          EXPECT_EQ(got[static_cast<std::size_t>(((b * 2 + h) * 6 + s) * 4 + d)],
+                    xv[static_cast<std::size_t>((b * 6 + s) * 8 + h * 4 + d)]);
+  // A float32 reader of the heads still gets them widened, after the transpose.
+  auto z = heads * 2.0;
+  auto q = test::compile_for_cpu(test::graph_of(z));
+  for (const auto& in : q.instrs) {
+    if (in.op != ir::Op::Permute) continue;
+    EXPECT_EQ(in.dtype, DType::BFloat16) << ir::to_text(q);
+  }
+}
+
 }  // namespace
 }  // namespace loom
