@@ -129,6 +129,10 @@ std::vector<Case> cases() {
        [](V x) { return avg_pool2d(x[0], {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .count_include_pad = false}); }},
       {"gather", {{{3, 4}}},
        [](V x) { return gather(x[0], 1, from_vector<int64_t>({0, 3, 3, 1, 2, 0}, {3, 2})); }},
+      {"gather_one_per_row", {{{3, 4}}},  // the elementwise rule (grad_rules.cpp)
+       [](V x) { return gather(x[0], 1, from_vector<int64_t>({3, 0, 2}, {3, 1})); }},
+      {"gather_one_per_column", {{{3, 4}}},
+       [](V x) { return gather(x[0], 0, from_vector<int64_t>({2, 0, 1, 2}, {1, 4})); }},
       {"index_select", {{{4, 3}}},
        [](V x) { return index_select(x[0], 0, from_vector<int64_t>({2, 0, 2}, {3})); }},
       {"embedding", {{{5, 3}}},
