@@ -22,7 +22,9 @@
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
+#include <functional>
 #include <limits>
+#include <string>
 #include <vector>
 
 namespace loom::bench {
@@ -247,6 +249,29 @@ void bench_sin_cos(const Options& o, Bounds& bounds, Table& t) {
   t.add(r);
 }
 
+// "[d0,d1,...]"
+std::string shape_text(const Shape& shape) {
+  std::string dims;
+  for (int64_t d : shape) {
+    dims += dims.empty() ? '[' : ',';
+    dims += std::to_string(d);
+  }
+  return dims + "]";
+}
+
+// The best time of fn compiled with step capture (its inputs materialised first).
+double best_compiled_seconds(const Options& o, const std::function<Tensor()>& f) {
+  mark_step();
+  wait_device_ops();
+  auto fn = compile([&] { return f(); });
+  Tensor y;
+  return best_seconds(o.reps, [&] {
+    y = Tensor();  // the old output goes back to the allocator first, as in a training loop
+    y = fn();
+    wait_device_ops();
+  });
+}
+
 // The batch-norm work of a bfloat16 ResNet step as the channels-last layout pass leaves it
 // (compiler/channels_last.h): a conv's bfloat16 output x in [N,H,W,C], its per-channel mean and
 // variance in float32, and the normalised, scaled and shifted ReLU written back as bfloat16
@@ -273,23 +298,13 @@ void bench_fused_bf16_channels_last(const Options& o, Table& t, double triad) {
   };
   const Shape shapes[] = {{128, 32, 32, 16}, {128, 8, 8, 64}};
   for (const auto& shape : shapes) {
-    std::string dims;
-    for (int64_t d : shape) dims += (dims.empty() ? "[" : ",") + std::to_string(d);
-    dims += "]";
-    const int64_t numel = shape[0] * shape[1] * shape[2] * shape[3];
+    const std::string dims = shape_text(shape);
+    const int64_t numel = shape_numel(shape);
     for (const auto& chain : chains) {
       progress(std::string("loom ") + chain.name + " " + dims);
       Tensor x = randn(shape, 30).to(DType::BFloat16);
       Tensor scale = randn({1, 1, 1, shape[3]}, 31) + 1.5, shift = randn({1, 1, 1, shape[3]}, 32);
-      mark_step();
-      wait_device_ops();
-      auto fn = compile([&] { return chain.fn(x, scale, shift); });
-      Tensor y;
-      const double s = best_seconds(o.reps, [&] {
-        y = Tensor();
-        y = fn();
-        wait_device_ops();
-      });
+      const double s = best_compiled_seconds(o, [&] { return chain.fn(x, scale, shift); });
       const double bytes = 2.0 * static_cast<double>((chain.reads + chain.writes) * numel);
       t.add({.section = "fused", .benchmark = std::string(chain.name) + " " + dims, .mode = "captured",
              .precision = "bf16", .time = format_time(s), .rate = format("%.1f GB/s", bytes / s / 1e9),
@@ -326,24 +341,14 @@ void bench_fused(const Options& o, Table& t) {
   };
   const Shape shapes[] = {{128, 16, 32, 32}, {32, 64, 32, 32}, {128, 64, 8, 8}};
   for (const auto& shape : shapes) {
-    std::string dims;
-    for (int64_t d : shape) dims += (dims.empty() ? "[" : ",") + std::to_string(d);
-    dims += "]";
-    const int64_t numel = shape[0] * shape[1] * shape[2] * shape[3];
+    const std::string dims = shape_text(shape);
+    const int64_t numel = shape_numel(shape);
     for (const auto& chain : chains) {
       progress(std::string("loom ") + chain.name + " " + dims);
       std::vector<Tensor> full, channel;
       for (int i = 0; i < chain.full; ++i) full.push_back(randn(shape, 10 + i));
       for (int i = 0; i < chain.channel; ++i) channel.push_back(randn({1, shape[1], 1, 1}, 20 + i) + 1.5);
-      mark_step();
-      wait_device_ops();
-      auto fn = compile([&] { return chain.fn(full, channel); });
-      Tensor y;
-      const double s = best_seconds(o.reps, [&] {
-        y = Tensor();  // the old output goes back to the allocator first, as in a training loop
-        y = fn();
-        wait_device_ops();
-      });
+      const double s = best_compiled_seconds(o, [&] { return chain.fn(full, channel); });
       const double bytes = 4.0 * static_cast<double>((chain.full + 1) * numel + chain.channel * shape[1]);
       t.add({.section = "fused", .benchmark = std::string(chain.name) + " " + dims, .mode = "captured",
              .time = format_time(s), .rate = format("%.1f GB/s", bytes / s / 1e9),
