@@ -10,7 +10,8 @@
 //           buffers, and into fresh ones as an allocator without a cache gives), against the
 //           stream bandwidth bound and a cache-resident sin+cos compute bound
 //   fused   fused elementwise chains (batch-norm apply + ReLU, its backward, residual
-//           add + ReLU) at ResNet shapes, against the stream triad measured beside them
+//           add + ReLU) at ResNet shapes, and a bfloat16 channels-last batch norm's statistics
+//           and normalise + ReLU, against the stream triad measured beside them
 //   train   whole training steps (fake data) of ResNet-20, ResNet-18 (CIFAR) and a 2-layer
 //           Llama-style decoder in captured, compiled, lazy and eager modes
 //   host    tracing, graph build + hash, lookup + launch and compile time per node, a
