@@ -1,9 +1,12 @@
-// The fusions' machine code (fused_jit.h) gives the block evaluator's bits: random chains of
-// the steps it takes, over operands read in place, as per-channel splats (planes longer and
+// The fusions' machine code (fused_jit.h) gives the block evaluator's bits, on every instruction
+// set this CPU has (AVX2, AVX-512): random chains of the steps it takes, over operands read in
+// place (float32, and bfloat16 widened by the code), as per-channel splats (planes longer and
 // shorter than the splat threshold), as scalars and converted from bool, with NaN, infinities,
 // signed zeros, ties and bfloat16 rounding ties among the values, and results of every length
-// (full vectors and tails), stored directly, converted (bool, bfloat16) or over an operand.
+// (full vectors and tails), stored directly, converted (bool, bfloat16), narrowed to bfloat16 by
+// the code itself, or over an operand.
 #include "ir/program.h"
+#include "loom/bfloat16.h"
 #include "runtime/cpu/fused_jit.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/kernels_fused.h"
@@ -38,6 +41,7 @@ struct Case {
   ir::Fusion fusion;
   std::vector<std::vector<float>> floats;
   std::vector<std::vector<uint8_t>> bools;
+  std::vector<bfloat16> halves;
   std::vector<TensorView> in;
   std::string text;  // the steps, for failure messages
 };
@@ -52,7 +56,7 @@ Case random_case(std::mt19937_64& rng, int64_t batch, int64_t channels, int64_t 
     return v;
   };
   // Operands: two full ones (the second equal to the first in places: ties), a per-channel
-  // one, a scalar, a bool mask.
+  // one, a scalar, a bool mask, a bfloat16 one (the first, rounded).
   c.floats.push_back(values(n));
   c.floats.push_back(values(n));
   for (int64_t i = 0; i < n; i += 3) c.floats[1][i] = c.floats[0][i];
@@ -60,11 +64,13 @@ Case random_case(std::mt19937_64& rng, int64_t batch, int64_t channels, int64_t 
   c.floats.push_back(values(1));
   c.bools.emplace_back(n);
   for (auto& b : c.bools[0]) b = rng() % 2;
+  for (float x : c.floats[0]) c.halves.push_back(bfloat16(x));
   c.in = {{c.floats[0].data(), DType::Float32, {n}},
           {c.floats[1].data(), DType::Float32, {n}},
           {c.floats[2].data(), DType::Float32, {1, channels, 1}},
           {c.floats[3].data(), DType::Float32, {1}},
-          {c.bools[0].data(), DType::Bool, {n}}};
+          {c.bools[0].data(), DType::Bool, {n}},
+          {c.halves.data(), DType::BFloat16, {n}}};
   auto& f = c.fusion;
   f.compute = DType::Float32;
   f.shape = {n};
@@ -72,7 +78,8 @@ Case random_case(std::mt19937_64& rng, int64_t batch, int64_t channels, int64_t 
              {1, DType::Float32, {n}, {1}},
              {2, DType::Float32, {batch, channels, plane}, {0, 1, 0}},
              {3, DType::Float32, {n}, {0}},
-             {4, DType::Bool, {n}, {1}}};
+             {4, DType::Bool, {n}, {1}},
+             {5, DType::BFloat16, {n}, {1}}};
   const Op binary[] = {Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Maximum, Op::Minimum,
                        Op::Eq, Op::Ne, Op::Lt, Op::Le, Op::Gt, Op::Ge};
   const Op unary[] = {Op::Neg, Op::Abs, Op::Relu, Op::LogicalNot, Op::Cast};
@@ -131,44 +138,74 @@ std::vector<unsigned char> run(const Case& c, DType out_dtype, const FusedCode* 
   return out;
 }
 
+// The case with a rounding to bfloat16 appended: a result the code may store as bfloat16.
+Case rounded(const Case& c) {
+  Case r = c;
+  const int last = static_cast<int>(r.fusion.loads.size() + r.fusion.steps.size()) - 1;
+  r.fusion.steps.push_back({Op::Cast, last, -1, -1, 0, DType::BFloat16});
+  r.fusion.register_of.push_back(r.fusion.num_registers++);
+  r.text += "Cast(bfloat16)";
+  return r;
+}
+
 TEST(FusedCode, GivesTheEvaluatorsBitsOnRandomChains) {
   if (!fused_jit_available()) GTEST_SKIP() << "no fused machine code here (a CPU without AVX2, or LOOM_FUSED_JIT=0)";
-  std::mt19937_64 rng(7);
-  int compiled = 0, cases = 0;
-  for (int64_t plane : {1, 5, 100, 128, 300, 1024, 2100}) {
-    for (int trial = 0; trial < 12; ++trial) {
-      // Short planes over larger batches: the per-channel operand then becomes a pattern
-      // written out once (kernels_fused.cpp's pattern_period).
-      const int64_t batch = plane < 128 ? 4 + static_cast<int64_t>(rng() % 40) : 1 + static_cast<int64_t>(rng() % 3);
-      const int64_t channels = 1 + static_cast<int64_t>(rng() % 4);
-      const Case c = random_case(rng, batch, channels, plane, 1 + static_cast<int>(rng() % 12));
-      const auto code = compile_fused_code(c.fusion);
-      // Every step here is one the code takes, so there is code exactly when the result
-      // depends on an operand read element by element (not only on splats: the per-channel
-      // operand is one where its planes are long, the scalar always).
-      std::vector<bool> per_element{true, true, plane < 128, false, true};
-      for (const auto& s : c.fusion.steps)
-        per_element.push_back((s.a >= 0 && per_element[s.a]) || (s.b >= 0 && per_element[s.b]) ||
-                              (s.c >= 0 && per_element[s.c]));
-      ++cases;
-      EXPECT_EQ(code != nullptr, per_element.back()) << "plane " << plane << ": " << c.text;
-      if (!code) continue;
-      ++compiled;
-      for (DType out_dtype : {DType::Float32, DType::Bool, DType::BFloat16}) {
-        const auto want = run(c, out_dtype, nullptr, false);
-        const auto got = run(c, out_dtype, code.get(), false);
-        EXPECT_EQ(want, got) << dtype_name(out_dtype) << " plane " << plane << ": " << c.text;
+  for (FusedIsa isa : fused_isas()) {
+    SCOPED_TRACE(fused_isa_name(isa));
+    std::mt19937_64 rng(7);
+    int compiled = 0, cases = 0, narrowed = 0, widened = 0;
+    for (int64_t plane : {1, 5, 100, 128, 300, 1024, 2100}) {
+      for (int trial = 0; trial < 12; ++trial) {
+        // Short planes over larger batches: the per-channel operand then becomes a pattern
+        // written out once (kernels_fused.cpp's pattern_period).
+        const int64_t batch = plane < 128 ? 4 + static_cast<int64_t>(rng() % 40) : 1 + static_cast<int64_t>(rng() % 3);
+        const int64_t channels = 1 + static_cast<int64_t>(rng() % 4);
+        const Case c = random_case(rng, batch, channels, plane, 1 + static_cast<int>(rng() % 12));
+        const auto code = compile_fused_code(c.fusion, DType::Float32, isa);
+        // Every step here is one the code takes, so there is code exactly when the result
+        // depends on an operand read element by element (not only on splats: the per-channel
+        // operand is one where its planes are long, the scalar always).
+        std::vector<bool> per_element{true, true, plane < 128, false, true, true};
+        for (const auto& s : c.fusion.steps)
+          per_element.push_back((s.a >= 0 && per_element[s.a]) || (s.b >= 0 && per_element[s.b]) ||
+                                (s.c >= 0 && per_element[s.c]));
+        ++cases;
+        EXPECT_EQ(code != nullptr, per_element.back()) << "plane " << plane << ": " << c.text;
+        if (!code) continue;
+        ++compiled;
+        // AVX-512 code widens the bfloat16 operand itself; AVX2 code reads it converted.
+        const bool in_place = code->loads()[5] == FusedCode::Load::BFloat16Elements;
+        EXPECT_EQ(in_place, isa == FusedIsa::Avx512);
+        widened += in_place;
+        for (DType out_dtype : {DType::Float32, DType::Bool, DType::BFloat16}) {
+          const auto want = run(c, out_dtype, nullptr, false);
+          const auto got = run(c, out_dtype, code.get(), false);
+          EXPECT_EQ(want, got) << dtype_name(out_dtype) << " plane " << plane << ": " << c.text;
+        }
+        EXPECT_EQ(run(c, DType::Float32, nullptr, true), run(c, DType::Float32, code.get(), true))
+            << "over its operand, plane " << plane << ": " << c.text;
+        // Rounded to bfloat16 at the end: AVX-512 code stores the bfloat16 result itself.
+        const Case r = rounded(c);
+        const auto narrow = compile_fused_code(r.fusion, DType::BFloat16, isa);
+        ASSERT_NE(narrow, nullptr) << r.text;
+        EXPECT_EQ(narrow->narrows(), isa == FusedIsa::Avx512);
+        narrowed += narrow->narrows();
+        EXPECT_EQ(run(r, DType::BFloat16, nullptr, false), run(r, DType::BFloat16, narrow.get(), false))
+            << "narrowed, plane " << plane << ": " << r.text;
       }
-      EXPECT_EQ(run(c, DType::Float32, nullptr, true), run(c, DType::Float32, code.get(), true))
-          << "over its operand, plane " << plane << ": " << c.text;
+    }
+    // Most chains read an operand element by element: the comparisons above ran the code.
+    EXPECT_GT(compiled, cases / 2) << compiled << " of " << cases << " chains compiled";
+    if (isa == FusedIsa::Avx512) {
+      EXPECT_EQ(narrowed, compiled);
+      EXPECT_EQ(widened, compiled);
     }
   }
-  // Most chains read an operand element by element: the comparisons above ran the code.
-  EXPECT_GT(compiled, cases / 2) << compiled << " of " << cases << " chains compiled";
 }
 
 // Each step the code takes, alone, on every pair of special values (and ordinary ones), over
-// a length with a tail: the same bits as the evaluator.
+// a length with a tail, from float32 and from bfloat16 operands (the specials rounded): the same
+// bits as the evaluator; a rounding step stored as bfloat16 too.
 TEST(FusedCode, EachStepGivesTheEvaluatorsBitsOnSpecialValues) {
   if (!fused_jit_available()) GTEST_SKIP() << "no fused machine code here (a CPU without AVX2, or LOOM_FUSED_JIT=0)";
   const float inf = std::numeric_limits<float>::infinity();
@@ -185,9 +222,17 @@ TEST(FusedCode, EachStepGivesTheEvaluatorsBitsOnSpecialValues) {
       b.push_back(y);
       c.push_back(-y);
     }
-  const int64_t n = static_cast<int64_t>(a.size());  // 324: 40 vectors and a tail of 4
-  const std::vector<TensorView> in{{a.data(), DType::Float32, {n}}, {b.data(), DType::Float32, {n}},
-                                   {c.data(), DType::Float32, {n}}};
+  const int64_t n = static_cast<int64_t>(a.size());  // 324: 40 (20) vectors and a tail of 4
+  std::vector<bfloat16> ha, hb, hc;
+  for (int64_t i = 0; i < n; ++i) {
+    ha.push_back(bfloat16(a[i]));
+    hb.push_back(bfloat16(b[i]));
+    hc.push_back(bfloat16(c[i]));
+  }
+  const std::vector<TensorView> floats{{a.data(), DType::Float32, {n}}, {b.data(), DType::Float32, {n}},
+                                       {c.data(), DType::Float32, {n}}};
+  const std::vector<TensorView> halves{{ha.data(), DType::BFloat16, {n}}, {hb.data(), DType::BFloat16, {n}},
+                                       {hc.data(), DType::BFloat16, {n}}};
   std::vector<ir::FusedStep> steps;
   for (Op op : {Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Maximum, Op::Minimum, Op::Eq, Op::Ne, Op::Lt,
                 Op::Le, Op::Gt, Op::Ge})
@@ -195,22 +240,40 @@ TEST(FusedCode, EachStepGivesTheEvaluatorsBitsOnSpecialValues) {
   steps.push_back({Op::Where, 0, 1, 2, 0, DType::Float32});
   for (Op op : {Op::Neg, Op::Abs, Op::Relu, Op::LogicalNot}) steps.push_back({op, 0, -1, -1, 0, DType::Float32});
   for (DType to : {DType::Bool, DType::BFloat16, DType::Float32}) steps.push_back({Op::Cast, 0, -1, -1, 0, to});
-  for (const auto& step : steps) {
-    ir::Fusion f;
-    f.compute = DType::Float32;
-    f.shape = {n};
-    f.loads = {{0, DType::Float32, {n}, {1}}, {1, DType::Float32, {n}, {1}}, {2, DType::Float32, {n}, {1}}};
-    f.steps = {step};
-    f.num_registers = 4;
-    f.register_of = {-1, -1, -1, 3};
-    const auto code = compile_fused_code(f);
-    const std::string what = std::string(ir::op_name(step.op)) + " to " + dtype_name(step.dtype);
-    ASSERT_NE(code, nullptr) << what;
-    std::vector<uint32_t> want(n), got(n);
-    fused_kernel(f, in, {want.data(), DType::Float32, {n}});
-    fused_kernel(f, in, {got.data(), DType::Float32, {n}}, code.get());
-    for (int64_t i = 0; i < n; ++i)
-      ASSERT_EQ(want[i], got[i]) << what << " of " << a[i] << " and " << b[i] << " (element " << i << ")";
+  for (FusedIsa isa : fused_isas()) {
+    for (DType operands : {DType::Float32, DType::BFloat16}) {
+      const auto& in = operands == DType::Float32 ? floats : halves;
+      for (const auto& step : steps) {
+        ir::Fusion f;
+        f.compute = DType::Float32;
+        f.shape = {n};
+        f.loads = {{0, operands, {n}, {1}}, {1, operands, {n}, {1}}, {2, operands, {n}, {1}}};
+        f.steps = {step};
+        f.num_registers = 4;
+        // Float32 operands are read in place; bfloat16 ones are converted into a register (or
+        // widened by the code).
+        if (operands == DType::Float32) f.register_of = {-1, -1, -1, 3};
+        else f.register_of = {0, 1, 2, 3};
+        const std::string what = std::string(fused_isa_name(isa)) + ": " + ir::op_name(step.op) + " to " +
+                                 dtype_name(step.dtype) + " from " + dtype_name(operands);
+        const bool rounds = step.op == Op::Cast && step.dtype == DType::BFloat16;
+        for (DType out : {DType::Float32, DType::BFloat16}) {
+          if (out == DType::BFloat16 && !rounds) continue;
+          const auto code = compile_fused_code(f, out, isa);
+          ASSERT_NE(code, nullptr) << what;
+          EXPECT_EQ(code->narrows(), out == DType::BFloat16 && isa == FusedIsa::Avx512) << what;
+          const auto size = static_cast<std::size_t>(n) * dtype_size(out);
+          std::vector<unsigned char> want(size), got(size);
+          fused_kernel(f, in, {want.data(), out, {n}});
+          fused_kernel(f, in, {got.data(), out, {n}}, code.get());
+          const std::size_t width = dtype_size(out);
+          for (std::size_t i = 0; i < size; i += width)
+            ASSERT_EQ(0, std::memcmp(&want[i], &got[i], width))
+                << what << ", stored as " << dtype_name(out) << ": of " << a[i / width] << " and "
+                << b[i / width] << " (element " << i / width << ")";
+        }
+      }
+    }
   }
 }
 
@@ -225,18 +288,20 @@ TEST(FusedCode, ReductionProloguesGiveTheEvaluatorsBits) {
       const int64_t batch = 2 + static_cast<int64_t>(rng() % 3), channels = 1 + static_cast<int64_t>(rng() % 4);
       Case c = random_case(rng, batch, channels, plane, 1 + static_cast<int>(rng() % 10));
       c.fusion.shape = {batch, channels, plane};
-      const auto code = compile_fused_code(c.fusion);
-      if (!code) continue;
-      ++compiled;
-      for (Op op : {Op::Sum, Op::Max}) {
-        for (const std::vector<int64_t>& axes : {std::vector<int64_t>{0, 2}, std::vector<int64_t>{2}}) {
-          const Shape out_shape{axes[0] == 0 ? 1 : batch, channels, 1};
-          std::vector<uint32_t> want(static_cast<std::size_t>(shape_numel(out_shape))), got(want.size());
-          fused_reduce_kernel(op, ir::AxesAttr{axes}, c.fusion, c.in, {want.data(), DType::Float32, out_shape});
-          fused_reduce_kernel(op, ir::AxesAttr{axes}, c.fusion, c.in, {got.data(), DType::Float32, out_shape},
-                              code.get());
-          EXPECT_EQ(want, got) << ir::op_name(op) << " over " << axes.size() << " axes, plane " << plane
-                               << ": " << c.text;
+      for (FusedIsa isa : fused_isas()) {
+        const auto code = compile_fused_code(c.fusion, DType::Float32, isa);
+        if (!code) continue;
+        ++compiled;
+        for (Op op : {Op::Sum, Op::Max}) {
+          for (const std::vector<int64_t>& axes : {std::vector<int64_t>{0, 2}, std::vector<int64_t>{2}}) {
+            const Shape out_shape{axes[0] == 0 ? 1 : batch, channels, 1};
+            std::vector<uint32_t> want(static_cast<std::size_t>(shape_numel(out_shape))), got(want.size());
+            fused_reduce_kernel(op, ir::AxesAttr{axes}, c.fusion, c.in, {want.data(), DType::Float32, out_shape});
+            fused_reduce_kernel(op, ir::AxesAttr{axes}, c.fusion, c.in, {got.data(), DType::Float32, out_shape},
+                                code.get());
+            EXPECT_EQ(want, got) << fused_isa_name(isa) << ": " << ir::op_name(op) << " over " << axes.size()
+                                 << " axes, plane " << plane << ": " << c.text;
+          }
         }
       }
     }
@@ -257,15 +322,15 @@ TEST(FusedCode, TakesOnlyTheStepsItComputesExactly) {
     f.register_of = {-1, 1};
     return f;
   };
-  EXPECT_NE(compile_fused_code(fusion(Op::Relu)), nullptr);
+  EXPECT_NE(compile_fused_code(fusion(Op::Relu), DType::Float32), nullptr);
   // Their bits come from Eigen's and libm's approximations: the evaluator keeps them.
   for (Op op : {Op::Exp, Op::Sqrt, Op::Rsqrt, Op::Tanh, Op::Sigmoid, Op::Erf, Op::Gelu})
-    EXPECT_EQ(compile_fused_code(fusion(op)), nullptr) << ir::op_name(op);
+    EXPECT_EQ(compile_fused_code(fusion(op), DType::Float32), nullptr) << ir::op_name(op);
   // A float64 fusion is the evaluator's.
   ir::Fusion f64 = fusion(Op::Relu);
   f64.compute = DType::Float64;
   f64.loads[0].dtype = DType::Float64;
-  EXPECT_EQ(compile_fused_code(f64), nullptr);
+  EXPECT_EQ(compile_fused_code(f64, DType::Float64), nullptr);
 }
 
 // More values live at once than vector registers, or more element operands than general
@@ -294,7 +359,7 @@ TEST(FusedCode, LeavesFusionsTooWideForItsRegistersToTheEvaluator) {
     const int values = static_cast<int>(f.loads.size() + f.steps.size());
     f.num_registers = values;
     for (int v = 0; v < values; ++v) f.register_of.push_back(v < operands ? -1 : v);
-    const auto code = compile_fused_code(f);
+    const auto code = compile_fused_code(f, DType::Float32);
     EXPECT_EQ(code != nullptr, operands <= 10) << operands << " operands";
     std::vector<float> out(n);
     fused_kernel(f, in, {out.data(), DType::Float32, {n}}, code.get());
@@ -334,13 +399,15 @@ TEST(FusedCode, LongChainsGiveTheEvaluatorsBits) {
   const int values = static_cast<int>(f.loads.size() + f.steps.size());
   f.num_registers = values;
   for (int k = 0; k < values; ++k) f.register_of.push_back(k < 2 ? -1 : k);
-  const auto code = compile_fused_code(f);
-  ASSERT_NE(code, nullptr);
-  const std::vector<TensorView> in{{x.data(), DType::Float32, {n}}, {y.data(), DType::Float32, {n}}};
-  std::vector<uint32_t> want(n), got(n);
-  fused_kernel(f, in, {want.data(), DType::Float32, {n}});
-  fused_kernel(f, in, {got.data(), DType::Float32, {n}}, code.get());
-  EXPECT_EQ(want, got);
+  for (FusedIsa isa : fused_isas()) {
+    const auto code = compile_fused_code(f, DType::Float32, isa);
+    ASSERT_NE(code, nullptr) << fused_isa_name(isa);
+    const std::vector<TensorView> in{{x.data(), DType::Float32, {n}}, {y.data(), DType::Float32, {n}}};
+    std::vector<uint32_t> want(n), got(n);
+    fused_kernel(f, in, {want.data(), DType::Float32, {n}});
+    fused_kernel(f, in, {got.data(), DType::Float32, {n}}, code.get());
+    EXPECT_EQ(want, got) << fused_isa_name(isa);
+  }
 }
 
 }  // namespace

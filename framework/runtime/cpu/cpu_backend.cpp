@@ -46,7 +46,10 @@ class CpuExecutable final : public Executable {
     fused_code.resize(program.instrs.size());
     for (std::size_t i = 0; i < program.instrs.size(); ++i) {
       const auto& in = program.instrs[i];
-      if (in.fusion && !in.epilogue.active()) fused_code[i] = compile_fused_code(*in.fusion);
+      if (in.fusion && !in.epilogue.active()) {
+        const bool reduces = ir::op_info(in.op).group == ir::OpGroup::Reduce;
+        fused_code[i] = compile_fused_code(*in.fusion, reduces ? in.fusion->compute : in.dtype);
+      }
     }
   }
   ir::Program program;

@@ -1,19 +1,21 @@
 // FusedCode (fused_jit.h): the loop a fusion's per-element steps compile to.
 //
-// The generated function, for n elements:
+// The generated function, for n elements and L lanes (16 with AVX-512, 8 with AVX2):
 //
 //   load the pointers of the element loads into general registers; broadcast each value
 //   computed before (splats) into a vector register of its own
-//   for i in [0, n rounded down to 8) step 8:  each step on 8 lanes, operands loaded at their
-//       first use, registers freed after their last; the last value stored to out + i
-//   if n % 8: the same body once more with masked loads and stores (vmaskmovps never touches
-//       the lanes past n, so nothing is read or written beyond the operands)
+//   for i in [0, n rounded down to L) step L:  each step on L lanes, operands loaded at their
+//       first use (a bfloat16 one widened by a shift), registers freed after their last; the
+//       last value stored to out + i (as float32, or its top halves as bfloat16)
+//   if n % L: the same body once more with masked loads and stores (masked lanes are never
+//       read or written, so nothing is touched beyond the operands)
 //
-// Registers: ymm0-ymm12 hold values, ymm13-ymm14 are scratch for the steps that take two
-// instructions or more, ymm15 is the tail's lane mask. A fusion needing more at once is left to
-// the evaluator (there are no spills). rdi: the value pointers, rsi: out, rdx: n, rax: the byte
-// offset of the current 8 elements, rcx: the end of the full vectors; up to 10 element loads
-// get a register each (r8-r11, rbx, rbp, r12-r15, the last six saved and restored).
+// Registers: rdi: the value pointers, rsi: out, rdx: n, rax: the index of the current element,
+// rcx: the end of the full vectors; up to 10 element loads get a register each (r8-r11, rbx,
+// rbp, r12-r15, the last six saved and restored). AVX-512: zmm0-zmm27 hold values, zmm28-zmm29
+// are scratch for the steps that take two instructions or more, k1 is the tail's lane mask and
+// k2-k3 hold comparisons. AVX2: ymm0-ymm12 hold values, ymm13-ymm14 are scratch, ymm15 is the
+// tail's lane mask. A fusion needing more at once is left to the evaluator (there are no spills).
 #include "runtime/cpu/fused_jit.h"
 
 #include "ir/unreachable.h"
@@ -23,6 +25,7 @@
 #include <xbyak/xbyak_util.h>
 #endif
 
+#include <algorithm>
 #include <array>
 #include <cassert>
 #include <cstdlib>
@@ -59,8 +62,13 @@ struct DoesNotFit {};
 }  // namespace
 
 struct FusedCode::Generator : Xbyak::CodeGenerator {
-  Generator(const ir::Fusion& f, const std::vector<bool>& before)
-      : Xbyak::CodeGenerator(4096, Xbyak::AutoGrow), f_(f), before_(before),
+  // The code for fusion f on isa, its loads read as `loads` say, its result stored as out
+  // (Float32 or BFloat16).
+  Generator(const ir::Fusion& f, const std::vector<bool>& before, const std::vector<Load>& loads,
+            FusedIsa isa, DType out)
+      : Xbyak::CodeGenerator(4096, Xbyak::AutoGrow), f_(f), before_(before), loads_(loads),
+        wide_(isa == FusedIsa::Avx512), lanes_(wide_ ? 16 : 8), value_regs_(wide_ ? 28 : 13),
+        narrow_out_(out == DType::BFloat16),
         n_loads_(static_cast<int>(f.loads.size())),
         n_values_(n_loads_ + static_cast<int>(f.steps.size())) {
     plan();
@@ -92,6 +100,12 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
     for (int i = 4; i < used; ++i) saved_.push_back(kPointerRegs[i]);
   }
 
+  // Vector register r at the code's width.
+  Xbyak::Xmm vec(int r) const {
+    if (wide_) return Xbyak::Zmm(r);
+    return Xbyak::Ymm(r);
+  }
+
   void emit() {
     Xbyak::Label loop, tail, done, consts;
     consts_ = &consts;
@@ -105,29 +119,36 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
       if (!before_[v] || last_use_[v] < 0) continue;
       const int r = allocate();
       mov(rcx, ptr[rdi + 8 * v]);
-      vbroadcastss(Xbyak::Ymm(r), ptr[rcx]);
+      vbroadcastss(vec(r), ptr[rcx]);
       register_of_[v] = r;
     }
     const auto invariant_free = free_;
     const auto invariant_regs = register_of_;
 
     mov(rcx, rdx);
-    and_(rcx, ~int64_t{7});
-    shl(rcx, 2);
+    and_(rcx, ~int64_t{lanes_ - 1});
     xor_(eax, eax);
     test(rcx, rcx);
     jz(tail, T_NEAR);
     L(loop);
     body(false);
-    add(rax, 32);
+    add(rax, lanes_);
     cmp(rax, rcx);
     jb(loop, T_NEAR);
     L(tail);
-    and_(rdx, 7);
+    and_(rdx, lanes_ - 1);
     jz(done, T_NEAR);
-    shl(rdx, 5);
-    lea(rcx, ptr[rip + masks_]);
-    vmovups(ymm15, ptr[rcx + rdx]);
+    if (wide_) {  // k1 = the first n % 16 lanes
+      mov(rcx, rdx);
+      mov(edx, 1);
+      shl(edx, cl);
+      dec(edx);
+      kmovw(k1, edx);
+    } else {
+      shl(rdx, 5);
+      lea(rcx, ptr[rip + masks_]);
+      vmovups(ymm15, ptr[rcx + rdx]);
+    }
     free_ = invariant_free;
     register_of_ = invariant_regs;
     body(true);
@@ -136,19 +157,21 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
     for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) pop(*it);
     ret();
 
-    // Constants, 8 lanes each, then the tail masks (entry j: the first j lanes set).
-    align(32);
+    // Constants, a vector each, then (AVX2) the tail masks (entry j: the first j lanes set).
+    align(64);
     L(consts);
     for (uint32_t c : {0x3f800000u, 0x80000000u, 0x7fffffffu, 1u, 0x7fffu, 0xffff0000u,
                        0x7f800000u, 0x00400000u})
-      for (int lane = 0; lane < 8; ++lane) dd(c);
-    L(masks_);
-    for (int j = 0; j < 8; ++j)
-      for (int lane = 0; lane < 8; ++lane) dd(lane < j ? 0xffffffffu : 0u);
+      for (int lane = 0; lane < lanes_; ++lane) dd(c);
+    if (!wide_) {
+      L(masks_);
+      for (int j = 0; j < 8; ++j)
+        for (int lane = 0; lane < 8; ++lane) dd(lane < j ? 0xffffffffu : 0u);
+    }
   }
 
   // The constants' addresses (emit's table order).
-  Xbyak::Address constant(int index) { return ptr[rip + *consts_ + 32 * index]; }
+  Xbyak::Address constant(int index) { return ptr[rip + *consts_ + 4 * lanes_ * index]; }
   Xbyak::Address one() { return constant(0); }
   Xbyak::Address sign_bit() { return constant(1); }
   Xbyak::Address magnitude() { return constant(2); }
@@ -159,7 +182,7 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
   Xbyak::Address quiet_bit() { return constant(7); }
 
   int allocate() {
-    for (int r = 0; r < 13; ++r)
+    for (int r = 0; r < value_regs_; ++r)
       if (free_[r]) {
         free_[r] = false;
         return r;
@@ -168,26 +191,59 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
   }
 
   // The register of operand value u at step v, loading an element load at its first use.
-  Xbyak::Ymm operand(int u, bool masked) {
+  Xbyak::Xmm operand(int u, bool masked) {
     if (register_of_[u] < 0) {
       assert(u < n_loads_ && has_pointer_[u] && "fused code: a value read before it is made");
       const int r = allocate();
-      const Xbyak::Ymm y(r);
-      if (masked) vmaskmovps(y, ymm15, ptr[pointer_[u] + rax]);
-      else vmovups(y, ptr[pointer_[u] + rax]);
+      const Xbyak::Xmm y = vec(r);
+      const Xbyak::Reg64 p = pointer_[u];
+      if (loads_[u] == Load::BFloat16Elements) {  // AVX-512 only (compile)
+        if (masked) vpmovzxwd(y | k1 | T_z, ptr[p + rax * 2]);
+        else vpmovzxwd(y, ptr[p + rax * 2]);
+        vpslld(y, y, 16);
+      } else if (wide_) {
+        if (masked) vmovups(y | k1 | T_z, ptr[p + rax * 4]);
+        else vmovups(y, ptr[p + rax * 4]);
+      } else {
+        if (masked) vmaskmovps(y, ymm15, ptr[p + rax * 4]);
+        else vmovups(y, ptr[p + rax * 4]);
+      }
       register_of_[u] = r;
     }
-    return Xbyak::Ymm(register_of_[u]);
+    return vec(register_of_[u]);
+  }
+
+  // d = (x predicate y) ? 1 : 0.
+  void set_if(const Xbyak::Xmm& d, const Xbyak::Xmm& x, const Xbyak::Xmm& y, uint8_t predicate) {
+    if (wide_) {
+      vcmpps(k2, x, y, predicate);
+      vmovups(d | k2 | T_z, one());
+    } else {
+      vcmpps(ymm13, x, y, predicate);
+      vandps(d, ymm13, one());
+    }
+  }
+
+  // d = mask ? t : f, mask being k2 (AVX-512) or s1's sign bits (AVX2).
+  void select(const Xbyak::Xmm& d, const Xbyak::Xmm& t, const Xbyak::Xmm& f, const Xbyak::Xmm& s1) {
+    if (wide_) vblendmps(d | k2, f, t);
+    else vblendvps(d, f, t, s1);
+  }
+
+  // A zero vector in s.
+  void zero(const Xbyak::Xmm& s) {
+    if (wide_) vpxord(s, s, s);
+    else vxorps(s, s, s);
   }
 
   void body(bool masked) {
-    const Xbyak::Ymm s1 = ymm13, s2 = ymm14;
+    const Xbyak::Xmm s1 = vec(wide_ ? 28 : 13), s2 = vec(wide_ ? 29 : 14);
     for (int v = n_loads_; v < n_values_; ++v) {
       if (before_[v]) continue;
       const auto& s = f_.steps[v - n_loads_];
-      const Xbyak::Ymm a = operand(s.a, masked);
-      const Xbyak::Ymm b = s.b >= 0 ? operand(s.b, masked) : a;
-      const Xbyak::Ymm c = s.c >= 0 ? operand(s.c, masked) : a;
+      const Xbyak::Xmm a = operand(s.a, masked);
+      const Xbyak::Xmm b = s.b >= 0 ? operand(s.b, masked) : a;
+      const Xbyak::Xmm c = s.c >= 0 ? operand(s.c, masked) : a;
       // Operands read for the last time give their registers back before the result takes
       // one: every sequence below reads its operands before it writes d.
       for (int u : {s.a, s.b, s.c})
@@ -197,10 +253,11 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
         }
       const int r = allocate();
       register_of_[v] = r;
-      const Xbyak::Ymm d(r);
-      auto test = [&](Xbyak::Ymm x, Xbyak::Ymm y, uint8_t predicate) {
-        vcmpps(s1, x, y, predicate);
-        vandps(d, s1, one());
+      const Xbyak::Xmm d = vec(r);
+      // Sets the mask select() reads to x predicate y.
+      auto compare = [&](const Xbyak::Xmm& x, const Xbyak::Xmm& y, uint8_t predicate) {
+        if (wide_) vcmpps(k2, x, y, predicate);
+        else vcmpps(s1, x, y, predicate);
       };
       switch (s.op) {
         case Op::Add: vaddps(d, a, b); break;
@@ -209,50 +266,76 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
         case Op::Div: vdivps(d, a, b); break;
         case Op::Maximum:  // (a is NaN or a > b) ? a : b
         case Op::Minimum:  // (a is NaN or a < b) ? a : b
-          vcmpps(s1, a, a, kUnordered);
-          vcmpps(s2, a, b, s.op == Op::Maximum ? kGt : kLt);
-          vorps(s1, s1, s2);
-          vblendvps(d, b, a, s1);
+          if (wide_) {
+            vcmpps(k2, a, a, kUnordered);
+            vcmpps(k3, a, b, s.op == Op::Maximum ? kGt : kLt);
+            korw(k2, k2, k3);
+          } else {
+            vcmpps(s1, a, a, kUnordered);
+            vcmpps(s2, a, b, s.op == Op::Maximum ? kGt : kLt);
+            vorps(s1, s1, s2);
+          }
+          select(d, a, b, s1);
           break;
-        case Op::Eq: test(a, b, kEq); break;
-        case Op::Ne: test(a, b, kNe); break;
-        case Op::Lt: test(a, b, kLt); break;
-        case Op::Le: test(a, b, kLe); break;
-        case Op::Gt: test(a, b, kGt); break;
-        case Op::Ge: test(a, b, kGe); break;
+        case Op::Eq: set_if(d, a, b, kEq); break;
+        case Op::Ne: set_if(d, a, b, kNe); break;
+        case Op::Lt: set_if(d, a, b, kLt); break;
+        case Op::Le: set_if(d, a, b, kLe); break;
+        case Op::Gt: set_if(d, a, b, kGt); break;
+        case Op::Ge: set_if(d, a, b, kGe); break;
         case Op::Where:  // a != 0 ? b : c
-          vxorps(s2, s2, s2);
-          vcmpps(s1, a, s2, kNe);
-          vblendvps(d, c, b, s1);
+          zero(s2);
+          compare(a, s2, kNe);
+          select(d, b, c, s1);
           break;
-        case Op::Neg: vxorps(d, a, sign_bit()); break;
-        case Op::Abs: vandps(d, a, magnitude()); break;
+        case Op::Neg:
+          if (wide_) vpxord(d, a, sign_bit());
+          else vxorps(d, a, sign_bit());
+          break;
+        case Op::Abs:
+          if (wide_) vpandd(d, a, magnitude());
+          else vandps(d, a, magnitude());
+          break;
         case Op::Relu:  // a < 0 ? 0 : a
-          vxorps(s2, s2, s2);
-          vcmpps(s1, a, s2, kLt);
-          vandnps(d, s1, a);
+          zero(s2);
+          compare(a, s2, kLt);
+          if (wide_) select(d, s2, a, s1);
+          else vandnps(d, s1, a);
           break;
         case Op::LogicalNot:
-          vxorps(s2, s2, s2);
-          test(a, s2, kEq);
+          zero(s2);
+          set_if(d, a, s2, kEq);
           break;
         case Op::Cast:
           if (s.dtype == DType::Bool) {
-            vxorps(s2, s2, s2);
-            test(a, s2, kNe);
+            zero(s2);
+            set_if(d, a, s2, kNe);
           } else if (s.dtype == DType::BFloat16) {
             // bfloat16::round_bits: (u + 0x7fff + (u >> 16 & 1)) & 0xffff0000, and a NaN
             // (magnitude above infinity's bits) keeps its upper half with the quiet bit set.
-            vpsrld(s1, a, 16);
-            vpand(s1, s1, int_one());
-            vpaddd(s1, s1, a);
-            vpaddd(s1, s1, round_half());
-            vpand(s1, s1, high_half());
-            vpand(s2, a, magnitude());
-            vpcmpgtd(s2, s2, infinity_bits());
-            vpor(d, a, quiet_bit());
-            vpand(d, d, high_half());
-            vblendvps(d, s1, d, s2);
+            if (wide_) {
+              vpsrld(s1, a, 16);
+              vpandd(s1, s1, int_one());
+              vpaddd(s1, s1, a);
+              vpaddd(s1, s1, round_half());
+              vpandd(s1, s1, high_half());
+              vpandd(s2, a, magnitude());
+              vpcmpgtd(k2, s2, infinity_bits());
+              vpord(d, a, quiet_bit());
+              vpandd(d, d, high_half());
+              vpblendmd(d | k2, s1, d);
+            } else {
+              vpsrld(s1, a, 16);
+              vpand(s1, s1, int_one());
+              vpaddd(s1, s1, a);
+              vpaddd(s1, s1, round_half());
+              vpand(s1, s1, high_half());
+              vpand(s2, a, magnitude());
+              vpcmpgtd(s2, s2, infinity_bits());
+              vpor(d, a, quiet_bit());
+              vpand(d, d, high_half());
+              vblendvps(d, s1, d, s2);
+            }
           } else if (d.getIdx() != a.getIdx()) {
             vmovaps(d, a);
           }
@@ -261,9 +344,23 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
           LOOM_UNREACHABLE("fused code: a step compile() does not take");
       }
     }
-    const Xbyak::Ymm result(register_of_[n_values_ - 1]);
-    if (masked) vmaskmovps(ptr[rsi + rax], ymm15, result);
-    else vmovups(ptr[rsi + rax], result);
+    const Xbyak::Xmm result = vec(register_of_[n_values_ - 1]);
+    if (narrow_out_) {  // AVX-512 only (compile): the top half of each rounded float
+      vpsrld(s1, result, 16);
+      if (masked) {
+        vpmovdw(ptr[rsi + rax * 2] | k1, s1);
+      } else {  // narrowed in a register, then a plain store: faster than vpmovdw to memory
+        const Xbyak::Ymm words(s2.getIdx());
+        vpmovdw(words, s1);
+        vmovdqu32(ptr[rsi + rax * 2], words);
+      }
+    } else if (wide_) {
+      if (masked) vmovups(ptr[rsi + rax * 4] | k1, result);
+      else vmovups(ptr[rsi + rax * 4], result);
+    } else {
+      if (masked) vmaskmovps(ptr[rsi + rax * 4], ymm15, result);
+      else vmovups(ptr[rsi + rax * 4], result);
+    }
     // The body leaves only the values computed before in registers.
     for (int v = n_loads_; v < n_values_; ++v)
       if (!before_[v] && register_of_[v] >= 0) {
@@ -274,32 +371,53 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
 
   const ir::Fusion& f_;  // read while generating only
   const std::vector<bool> before_;
+  const std::vector<Load> loads_;
+  const bool wide_;         // AVX-512: zmm registers, k masks
+  const int lanes_;         // floats per vector
+  const int value_regs_;    // vector registers for values: 0 .. value_regs_ - 1
+  const bool narrow_out_;   // the result is stored as bfloat16
   const int n_loads_, n_values_;
   std::vector<int> last_use_;
   std::vector<Xbyak::Reg64> pointer_;
   std::vector<bool> has_pointer_;
   std::vector<Xbyak::Reg64> saved_;
-  std::array<bool, 13> free_{};
+  std::array<bool, 28> free_{};
   std::vector<int> register_of_;  // per value: its vector register now, -1: none
   Xbyak::Label* consts_ = nullptr;
   Xbyak::Label masks_;
 };
 
-bool fused_jit_available() {
-  static const bool available = [] {
-    const char* v = std::getenv("LOOM_FUSED_JIT");
-    if (v && std::strcmp(v, "0") == 0) return false;
-    return Xbyak::util::Cpu().has(Xbyak::util::Cpu::tAVX2);
+const std::vector<FusedIsa>& fused_isas() {
+  static const std::vector<FusedIsa> isas = [] {
+    std::vector<FusedIsa> v;
+    const char* env = std::getenv("LOOM_FUSED_JIT");
+    if (env && std::strcmp(env, "0") == 0) return v;
+    const Xbyak::util::Cpu cpu;
+    if (!cpu.has(Xbyak::util::Cpu::tAVX2)) return v;
+    v.push_back(FusedIsa::Avx2);
+    const bool avx2_only = env && std::strcmp(env, "avx2") == 0;
+    if (!avx2_only && cpu.has(Xbyak::util::Cpu::tAVX512F) && cpu.has(Xbyak::util::Cpu::tAVX512VL))
+      v.push_back(FusedIsa::Avx512);
+    return v;
   }();
-  return available;
+  return isas;
 }
 
-std::unique_ptr<const FusedCode> FusedCode::compile(const ir::Fusion& f,
-                                                    const std::vector<bool>& splat_loads) {
-  if (!fused_jit_available() || f.compute != DType::Float32 || f.steps.empty()) return nullptr;
+std::unique_ptr<const FusedCode> FusedCode::compile(const ir::Fusion& f, const std::vector<Load>& loads,
+                                                    DType out, FusedIsa isa) {
+  const auto& isas = fused_isas();
+  if (std::find(isas.begin(), isas.end(), isa) == isas.end() || f.compute != DType::Float32 ||
+      f.steps.empty())
+    return nullptr;
   const int n_loads = static_cast<int>(f.loads.size());
-  std::vector<bool> before(splat_loads);
-  before.resize(n_loads, false);
+  assert(loads.size() == f.loads.size() && "fused code: one read per load");
+  std::vector<bool> before;
+  std::vector<Load> reads(loads);
+  for (int k = 0; k < n_loads; ++k) {
+    before.push_back(reads[k] == Load::Splat);
+    // Under AVX2 the evaluator converts bfloat16 operands into its registers.
+    if (reads[k] == Load::BFloat16Elements && isa != FusedIsa::Avx512) reads[k] = Load::Elements;
+  }
   for (const auto& s : f.steps) {
     bool splats = true;
     for (int u : {s.a, s.b, s.c})
@@ -308,29 +426,47 @@ std::unique_ptr<const FusedCode> FusedCode::compile(const ir::Fusion& f,
     before.push_back(splats);  // Constant: no operands, so computed before
   }
   if (before.back()) return nullptr;  // one value throughout: nothing per element
+  const auto& last = f.steps.back();
+  const bool narrow = out == DType::BFloat16 && isa == FusedIsa::Avx512 && last.op == Op::Cast &&
+                      last.dtype == DType::BFloat16;
   std::unique_ptr<FusedCode> code(new FusedCode());
   try {
-    code->gen_ = std::make_unique<Generator>(f, before);
+    code->gen_ = std::make_unique<Generator>(f, before, reads, isa, DType::Float32);
     code->gen_->readyRE();
+    if (narrow) {
+      code->narrow_gen_ = std::make_unique<Generator>(f, before, reads, isa, DType::BFloat16);
+      code->narrow_gen_->readyRE();
+    }
   } catch (const DoesNotFit&) {
     return nullptr;
   } catch (const Xbyak::Error&) {
     return nullptr;
   }
   code->fn_ = code->gen_->getCode<Fn>();
+  if (narrow) code->narrow_ = code->narrow_gen_->getCode<Fn>();
   code->before_ = std::move(before);
+  code->loads_ = std::move(reads);
+  code->isa_ = isa;
   return code;
 }
 
 #else  // no code generator for this architecture: the block evaluator runs every fusion
 
 struct FusedCode::Generator {};
-bool fused_jit_available() { return false; }
-std::unique_ptr<const FusedCode> FusedCode::compile(const ir::Fusion&, const std::vector<bool>&) {
+const std::vector<FusedIsa>& fused_isas() {
+  static const std::vector<FusedIsa> none;
+  return none;
+}
+std::unique_ptr<const FusedCode> FusedCode::compile(const ir::Fusion&, const std::vector<Load>&, DType,
+                                                    FusedIsa) {
   return nullptr;
 }
 
 #endif
+
+bool fused_jit_available() { return !fused_isas().empty(); }
+
+const char* fused_isa_name(FusedIsa isa) { return isa == FusedIsa::Avx512 ? "AVX-512" : "AVX2"; }
 
 FusedCode::~FusedCode() = default;
 

@@ -1,10 +1,10 @@
-// A fusion's per-element steps as machine code (x86-64, AVX2), made once per compiled program
-// with Xbyak: one loop over a sub-block in which every value stays in a vector register, where
-// the block evaluator (kernels_fused.cpp) runs each step as its own loop over the sub-block and
-// keeps the values between steps in L1. A chain of steps then costs what its loads and its
-// store cost, and it runs at the memory's speed instead of the evaluator's.
+// A fusion's per-element steps as machine code (x86-64, AVX-512 or AVX2), made once per compiled
+// program with Xbyak: one loop over a sub-block in which every value stays in a vector
+// register, where the block evaluator (kernels_fused.cpp) runs each step as its own loop over
+// the sub-block and keeps the values between steps in L1. A chain of steps then costs what its
+// loads and its store cost, and it runs at the memory's speed instead of the evaluator's.
 //
-//   auto code = FusedCode::compile(fusion, splat_loads);  // nullptr: the evaluator runs it
+//   auto code = FusedCode::compile(fusion, loads, out);  // nullptr: the evaluator runs it
 //   code->run(values, out, n);  // per sub-block: values[v] points at value v's elements
 //
 // The code computes what run_step computes, bit for bit: one IEEE operation per arithmetic
@@ -14,6 +14,12 @@
 // approximations) leave the whole fusion to the evaluator. Steps whose operands are all
 // splats (constants, per-channel values) are computed by the evaluator, once per sub-block,
 // and read by the code as one value each.
+//
+// With AVX-512 (F and VL) the code works on 16 lanes, and it also reads bfloat16 operands and writes a
+// bfloat16 result itself (a widening is a shift, the rounding step leaves a bfloat16 in the
+// top half of each float), so a channels-last bfloat16 batch norm reads and writes each
+// element once, with no conversion pass in between. With AVX2 (8 lanes) the evaluator converts
+// bfloat16 into its registers first and stores the result.
 #pragma once
 
 #include "ir/program.h"
@@ -24,14 +30,34 @@
 
 namespace loom::runtime {
 
+// The instruction sets the code is generated for.
+enum class FusedIsa { Avx2, Avx512 };
+
+const char* fused_isa_name(FusedIsa isa);
+
+// The instruction sets this CPU runs fused code in, the best last; empty: no code (a CPU without
+// AVX2, another architecture, or LOOM_FUSED_JIT=0). LOOM_FUSED_JIT=avx2 keeps AVX2 only (for
+// measurements). Read once.
+const std::vector<FusedIsa>& fused_isas();
+
+// Whether there is any fused code here (fused_isas() is not empty).
+bool fused_jit_available();
+
 class FusedCode {
  public:
-  // The code for float32 fusion `f`, whose loads k with splat_loads[k] are read as one value
-  // (the evaluator's splats) and the others as contiguous elements; nullptr where it does not
-  // apply: another compute type, a step it does not take, more live values than registers, a
-  // CPU without AVX2, or LOOM_FUSED_JIT=0 (read once; for measurements and bisection).
-  static std::unique_ptr<const FusedCode> compile(const ir::Fusion& f,
-                                                  const std::vector<bool>& splat_loads);
+  // How the code reads one of the fusion's loads over a sub-block.
+  enum class Load : uint8_t {
+    Elements,          // float32 elements (in place, or converted into a register first)
+    Splat,             // one value (the evaluator's splat)
+    BFloat16Elements,  // bfloat16 elements, in place (AVX-512 only: Elements under AVX2)
+  };
+
+  // The code for float32 fusion `f` over loads read as `loads` says, writing its result in
+  // `out` (Float32, or BFloat16 when the last step rounds to bfloat16; the code can then also
+  // write float32, see run); nullptr where it does not apply: another compute type, a step it
+  // does not take, more live values than registers, isa not in fused_isas().
+  static std::unique_ptr<const FusedCode> compile(const ir::Fusion& f, const std::vector<Load>& loads,
+                                                  DType out, FusedIsa isa);
   ~FusedCode();
   FusedCode(const FusedCode&) = delete;
   FusedCode& operator=(const FusedCode&) = delete;
@@ -40,22 +66,30 @@ class FusedCode {
   // value (a splat load, or a step on splats only). The code reads these and the other loads
   // and computes the remaining steps.
   const std::vector<bool>& before() const { return before_; }
+  // How each load is read (compile's `loads`, with BFloat16Elements only where the code takes
+  // them).
+  const std::vector<Load>& loads() const { return loads_; }
+  FusedIsa isa() const { return isa_; }
+  // Whether run_narrow writes bfloat16.
+  bool narrows() const { return narrow_ != nullptr; }
 
-  // out[0, n) = the fusion's last value over one sub-block. values[v], for each value v that
-  // before() marks or that is a load, points at its one value (a splat) or at its n elements.
-  void run(const float* const* values, float* out, int64_t n) const { fn_(values, out, n); }
+  // out[0, n) = the fusion's last value over one sub-block, as float32. values[v], for each
+  // value v that before() marks or that is a load, points at its one value (a splat) or at its n
+  // elements (bfloat16 ones where loads() says so).
+  void run(const void* const* values, float* out, int64_t n) const { fn_(values, out, n); }
+  // The same, stored as bfloat16 (narrows() only).
+  void run_narrow(const void* const* values, void* out, int64_t n) const { narrow_(values, out, n); }
 
  private:
   struct Generator;
-  using Fn = void (*)(const float* const*, float*, int64_t);
+  using Fn = void (*)(const void* const*, void*, int64_t);
   FusedCode() = default;
 
-  std::unique_ptr<Generator> gen_;
-  Fn fn_ = nullptr;
+  std::unique_ptr<Generator> gen_, narrow_gen_;
+  Fn fn_ = nullptr, narrow_ = nullptr;
   std::vector<bool> before_;
+  std::vector<Load> loads_;
+  FusedIsa isa_ = FusedIsa::Avx2;
 };
-
-// Whether FusedCode::compile makes code here (AVX2, and LOOM_FUSED_JIT is not 0).
-bool fused_jit_available();
 
 }  // namespace loom::runtime

@@ -91,6 +91,7 @@ struct Cursors;
 struct Alone;  // elementwise_kernel's result and condition blocks
 struct CodeValues;  // the value pointers FusedCode::run reads
 struct Patterns;    // one period of each pattern load
+struct InPlace;     // the bfloat16 loads the code reads itself
 
 // Registers start on a 64-byte boundary (kFusedBlock elements apart), so vector_map works on
 // them in place.
@@ -450,6 +451,24 @@ void run_step(const FusedStep& s, const T* a, const T* b, const T* c, T* __restr
   run_step<T>(s, Operand<T>{a}, Operand<T>{b}, Operand<T>{c}, d, n);
 }
 
+// Where BlockEvaluator::eval writes a fusion's result, each pointer at the first element it
+// evaluates (at most one set): `direct`, where the steps (their last one) and the code write it;
+// `code`, where only the code writes it (a result over an operand: the code reads each vector of
+// its operands before it writes it there, the steps' loops do not, run_fusion); `narrow`, where
+// only the code writes it, as bfloat16 (FusedCode::narrows). Where the steps run instead and
+// for none, eval's emit receives the result.
+template <class T>
+struct Target {
+  T* direct = nullptr;
+  T* code = nullptr;
+  bfloat16* narrow = nullptr;
+
+  Target at(int64_t offset) const {
+    return {direct ? direct + offset : nullptr, code ? code + offset : nullptr,
+            narrow ? narrow + offset : nullptr};
+  }
+};
+
 // Evaluates a fusion over consecutive elements on one thread, with that thread's scratch
 // registers, splat values and cursors.
 template <class T>
@@ -463,30 +482,34 @@ class BlockEvaluator {
         splat_(thread_scratch<T, Splats>(n_values_)),
         cursor_(thread_scratch<Cursor, Cursors>(n_loads_)),
         pattern_(thread_scratch<const T*, Patterns>(n_loads_)),
-        period_(thread_scratch<int64_t, Patterns>(n_loads_)) {
+        period_(thread_scratch<int64_t, Patterns>(n_loads_)),
+        in_place_(thread_scratch<const void*, InPlace>(n_loads_)) {
     std::fill_n(pattern_, n_loads_, nullptr);
     assert(n_values_ > n_loads_ && "fused kernel: a fusion without steps");
   }
 
   // Elements [begin, begin + len) of the result's index space, in sub-blocks of at most
-  // kFusedBlock elements. With `direct`, the last step writes elements straight to
-  // direct[0, len); otherwise emit(at, n, value) receives elements [at, at + n) of the result.
+  // kFusedBlock elements, written to `to` (Target) [0, len) where it says so; otherwise
+  // emit(at, n, value) receives elements [at, at + n) of the result.
   template <class Emit>
-  void eval(int64_t begin, int64_t len, T* direct, Emit&& emit) {
+  void eval(int64_t begin, int64_t len, Target<T> to, Emit&& emit) {
     expand_patterns(len);
     seek_all(begin);
     const int last = n_values_ - 1;
+    T* const direct = to.direct;
     // The machine code keeps no values in registers between steps, so it takes longer
     // sub-blocks (fewer calls, fewer evaluations of the values computed before it) when it
     // writes the result directly and reads every operand in place or as a splat.
-    const int64_t max_len = code_ && direct ? kCodeBlock : kFusedBlock;
+    const bool code_writes = code_ && (to.direct || to.code || to.narrow);
+    const int64_t max_len = code_writes ? kCodeBlock : kFusedBlock;
     for (int64_t pos = begin, end = begin + len; pos < end;) {
       const int64_t n = load_all(pos, std::min(max_len, end - pos));
-      if (run_code(n, direct ? direct + (pos - begin) : nullptr)) {
-        if (!direct) emit(pos, n, value_[last]);
+      if (run_code(n, to.at(pos - begin))) {
+        if (!code_writes) emit(pos, n, value_[last]);
         pos += n;
         continue;
       }
+      convert_in_place_loads(pos, n);
       for (int v = n_loads_; v < n_values_; ++v) {
         const auto& s = f_.steps[v - n_loads_];
         const Operand<T> a = operand(s.a), b = operand(s.b), c = operand(s.c);
@@ -515,8 +538,8 @@ class BlockEvaluator {
   // has code and the sub-block's loads are splats exactly where the code expects them (a
   // broadcast run that does not cover the sub-block was copied instead): the values computed
   // before are computed here first, as the steps below compute them, and the code writes the
-  // result to `direct`, or to the last value's register. False: the steps must run.
-  bool run_code(int64_t n, T* direct) {
+  // result where `to` says, or to the last value's register. False: the steps must run.
+  bool run_code(int64_t n, Target<T> to) {
     if constexpr (!std::is_same_v<T, float>) {
       return false;
     } else {
@@ -524,20 +547,43 @@ class BlockEvaluator {
       const auto& before = code_->before();
       for (int k = 0; k < n_loads_; ++k)
         if (value_[k].splat != before[k]) return false;
-      const float** values = thread_scratch<const float*, CodeValues>(n_values_);
+      const void** values = thread_scratch<const void*, CodeValues>(n_values_);
       for (int v = 0; v < n_values_; ++v) {
         if (v >= n_loads_ && before[v]) {
           const auto& s = f_.steps[v - n_loads_];
           run_step<T>(s, operand(s.a), operand(s.b), operand(s.c), splat_ + v, 1);
           value_[v] = {splat_ + v, true};
         }
-        values[v] = v < n_loads_ || before[v] ? value_[v].p : nullptr;
+        values[v] = v < n_loads_ ? (in_place_[v] ? in_place_[v] : value_[v].p)
+                    : before[v]  ? value_[v].p
+                                 : nullptr;
+      }
+      if (to.narrow) {
+        code_->run_narrow(values, to.narrow, n);
+        return true;
       }
       const int last = n_values_ - 1;
-      T* d = direct ? direct : reg(last);
+      T* d = to.direct ? to.direct : to.code ? to.code : reg(last);
       code_->run(values, d, n);
       value_[last] = {d, false};
       return true;
+    }
+  }
+
+  // Whether the code reads load k as bfloat16 in place (load_all then leaves it unconverted).
+  bool reads_in_place(int k) const {
+    return code_ && code_->loads()[k] == FusedCode::Load::BFloat16Elements;
+  }
+
+  // Converts the loads the code would have read in place, for the steps (the code did not run).
+  void convert_in_place_loads(int64_t pos, int64_t n) {
+    for (int k = 0; k < n_loads_; ++k) {
+      if (!in_place_[k]) continue;
+      assert(n <= kFusedBlock && "fused kernel: a long sub-block without its code");
+      const bfloat16* p = in_[f_.loads[k].arg].template as<const bfloat16>() + pos;
+      T* r = reg(k);
+      for (int64_t i = 0; i < n; ++i) r[i] = static_cast<T>(p[i]);
+      value_[k] = {r, false};
     }
   }
   Operand<T> operand(int v) const { return v >= 0 ? value_[v] : Operand<T>{}; }
@@ -587,7 +633,7 @@ class BlockEvaluator {
     for (int k = 0; k < n_loads_; ++k) {
       const auto& l = f_.loads[k];
       if (is_flat(l)) {
-        copies |= f_.register_of[k] >= 0;
+        copies |= f_.register_of[k] >= 0 && !reads_in_place(k);
         continue;
       }
       if (pattern_[k]) {
@@ -606,7 +652,11 @@ class BlockEvaluator {
       const auto& l = f_.loads[k];
       const TensorView& src = in_[l.arg];
       Cursor& c = cursor_[k];
-      if (f_.register_of[k] < 0) {  // contiguous, of the compute type: read in place
+      in_place_[k] = nullptr;
+      if (reads_in_place(k)) {  // bfloat16, read by the code (or converted if it does not run)
+        in_place_[k] = src.as<const bfloat16>() + pos;
+        value_[k] = {nullptr, false};
+      } else if (f_.register_of[k] < 0) {  // contiguous, of the compute type: read in place
         value_[k] = {src.as<const T>() + pos, false};
         prefetch_next(value_[k].p, n);
       } else if (pattern_[k]) {  // in place from its period, or copied around its end
@@ -660,6 +710,8 @@ class BlockEvaluator {
   Cursor* cursor_;     // per load: where the current sub-block starts in the operand
   const T** pattern_;  // per load: one period of a pattern load, written out; or nullptr
   int64_t* period_;    // per load: its period when it has a pattern
+  const void** in_place_;  // per load: its bfloat16 elements over the sub-block, when the code
+                           // reads them itself (reads_in_place); or nullptr
 };
 
 // Elements [at, at + n) of a fusion's or op's result, computed in T, stored into `out`: the
@@ -709,12 +761,18 @@ template <class T>
 void run_fusion(const Fusion& f, std::span<const TensorView> in, const TensorView& out,
                 const FusedCode* code) {
   const int64_t n = out.numel();
-  const bool direct_out = out.dtype == f.compute && !overlaps_operand(in, out);
+  // A result over an operand (donation) is one the operand's loads all read element for element
+  // (memory_plan.cpp): the code may write it there, the steps may not.
+  const bool overlaps = overlaps_operand(in, out);
+  Target<T> to;
+  if (out.dtype == f.compute) (overlaps ? to.code : to.direct) = out.as<T>();
+  if (code && code->narrows() && out.dtype == DType::BFloat16) to.narrow = out.as<bfloat16>();
+  if (!code) to.code = nullptr;
   const int64_t blocks = (n + kFusedBlock - 1) / kFusedBlock;
   parallel_range(blocks, 8, [&](int64_t b0, int64_t b1) {
     BlockEvaluator<T> eval(f, in, code);
     const int64_t begin = b0 * kFusedBlock, len = std::min(b1 * kFusedBlock, n) - begin;
-    eval.eval(begin, len, direct_out ? out.as<T>() + begin : nullptr,
+    eval.eval(begin, len, to.at(begin),
               [&](int64_t at, int64_t m, Operand<T> r) { store_result(r, out, at, m); });
   });
 }
@@ -758,14 +816,23 @@ void fused_kernel(const ir::Fusion& fusion, std::span<const TensorView> in,
   });
 }
 
-std::unique_ptr<const FusedCode> compile_fused_code(const ir::Fusion& fusion) {
+std::unique_ptr<const FusedCode> compile_fused_code(const ir::Fusion& fusion, DType out,
+                                                   std::optional<FusedIsa> isa) {
+  if (!isa && !fused_jit_available()) return nullptr;
   // A load is a splat over a sub-block where load_all reads it as one: a broadcast whose runs
-  // are long enough to cut sub-blocks at (kMinRun), or one value throughout.
-  std::vector<bool> splat_loads;
-  for (const auto& l : fusion.loads)
-    splat_loads.push_back(!is_flat(l) && l.strides.back() == 0 &&
-                          (l.sizes.size() == 1 || l.sizes.back() >= kMinRun));
-  return FusedCode::compile(fusion, splat_loads);
+  // are long enough to cut sub-blocks at (kMinRun), or one value throughout. A contiguous
+  // bfloat16 operand is read in place by code that takes bfloat16.
+  std::vector<FusedCode::Load> loads;
+  for (const auto& l : fusion.loads) {
+    using Load = FusedCode::Load;
+    if (!is_flat(l) && l.strides.back() == 0 && (l.sizes.size() == 1 || l.sizes.back() >= kMinRun))
+      loads.push_back(Load::Splat);
+    else if (is_flat(l) && l.dtype == DType::BFloat16)
+      loads.push_back(Load::BFloat16Elements);
+    else
+      loads.push_back(Load::Elements);
+  }
+  return FusedCode::compile(fusion, loads, out, isa ? *isa : fused_isas().back());
 }
 
 template <class T>
@@ -774,7 +841,7 @@ void eval_fusion(const ir::Fusion& fusion, std::span<const TensorView> in, int64
   assert(fusion.compute == (sizeof(T) == 4 ? DType::Float32 : DType::Float64) &&
          "eval_fusion: wrong compute type");
   BlockEvaluator<T> eval(fusion, in, code);
-  eval.eval(begin, len, dst, [](int64_t, int64_t, Operand<T>) {});
+  eval.eval(begin, len, Target<T>{.direct = dst}, [](int64_t, int64_t, Operand<T>) {});
 }
 
 template void eval_fusion<float>(const ir::Fusion&, std::span<const TensorView>, int64_t,

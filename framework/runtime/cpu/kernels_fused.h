@@ -9,6 +9,7 @@
 #include "runtime/cpu/kernels.h"
 
 #include <memory>
+#include <optional>
 #include <span>
 
 namespace loom::runtime {
@@ -20,9 +21,12 @@ inline constexpr int64_t kFusedBlock = 512;
 void fused_kernel(const ir::Fusion& fusion, std::span<const TensorView> in,
                   const TensorView& out, const FusedCode* code = nullptr);
 
-// The fusion's machine code (fused_jit.h), expecting splats where the evaluator reads loads as
-// one value; nullptr where it does not apply. Made once per compiled program.
-std::unique_ptr<const FusedCode> compile_fused_code(const ir::Fusion& fusion);
+// The fusion's machine code (fused_jit.h) on `isa` (default: the best of fused_isas()),
+// expecting splats where the evaluator reads loads as one value and reading contiguous bfloat16
+// operands itself where the isa can; `out` is the dtype the result is stored in (a reduction's
+// prologue: the compute type). nullptr where it does not apply. Made once per compiled program.
+std::unique_ptr<const FusedCode> compile_fused_code(const ir::Fusion& fusion, DType out,
+                                                   std::optional<FusedIsa> isa = std::nullopt);
 
 // One unary, binary or ternary elementwise op (not Cast) alone, in any dtype its shape
 // inference admits: operands contiguous and of the result's shape. It runs the very step a
