@@ -13,9 +13,11 @@
 // Registers: rdi: the value pointers, rsi: out, rdx: n, rax: the index of the current element,
 // rcx: the end of the full vectors; up to 10 element loads get a register each (r8-r11, rbx,
 // rbp, r12-r15, the last six saved and restored). AVX-512: zmm0-zmm27 hold values, zmm28-zmm29
-// are scratch for the steps that take two instructions or more, k1 is the tail's lane mask and
-// k2-k3 hold comparisons. AVX2: ymm0-ymm12 hold values, ymm13-ymm14 are scratch, ymm15 is the
+// are scratch for the steps that take two instructions or more, zmm30 is zero, k1 is the tail's
+// lane mask and k2-k3 hold comparisons. AVX2: ymm0-ymm12 hold values, ymm13-ymm14 are scratch, ymm15 is the
 // tail's lane mask. A fusion needing more at once is left to the evaluator (there are no spills).
+// An arithmetic step's second operand, when it is a float32 load nothing else reads, is read
+// straight from memory by the instruction in the full vectors.
 #include "runtime/cpu/fused_jit.h"
 
 #include "ir/unreachable.h"
@@ -62,6 +64,8 @@ struct DoesNotFit {};
 }  // namespace
 
 struct FusedCode::Generator : Xbyak::CodeGenerator {
+  static constexpr int kZero = 30;  // AVX-512: a zero vector throughout
+
   // The code for fusion f on isa, its loads read as `loads` say, its result stored as out
   // (Float32 or BFloat16).
   Generator(const ir::Fusion& f, const std::vector<bool>& before, const std::vector<Load>& loads,
@@ -80,11 +84,15 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
   // index) that reads each value.
   void plan() {
     last_use_.assign(n_values_, -1);
+    uses_.assign(n_values_, 0);
     for (int v = n_loads_; v < n_values_; ++v) {
       if (before_[v]) continue;
       const auto& s = f_.steps[v - n_loads_];
       for (int u : {s.a, s.b, s.c})
-        if (u >= 0) last_use_[u] = v;
+        if (u >= 0) {
+          last_use_[u] = v;
+          ++uses_[u];
+        }
     }
     static const Xbyak::Reg64 kPointerRegs[] = {r8, r9, r10, r11, rbx, rbp, r12, r13, r14, r15};
     pointer_.assign(n_loads_, Xbyak::Reg64());
@@ -122,6 +130,7 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
       vbroadcastss(vec(r), ptr[rcx]);
       register_of_[v] = r;
     }
+    if (wide_) vpxord(Xbyak::Zmm(kZero), Xbyak::Zmm(kZero), Xbyak::Zmm(kZero));
     const auto invariant_free = free_;
     const auto invariant_regs = register_of_;
 
@@ -230,10 +239,20 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
     else vblendvps(d, f, t, s1);
   }
 
-  // A zero vector in s.
-  void zero(const Xbyak::Xmm& s) {
-    if (wide_) vpxord(s, s, s);
-    else vxorps(s, s, s);
+  // A zero vector: AVX-512's zmm30, zeroed once on entry; under AVX2 s, zeroed here.
+  Xbyak::Xmm zero(const Xbyak::Xmm& s) {
+    if (wide_) return Xbyak::Zmm(kZero);
+    vxorps(s, s, s);
+    return s;
+  }
+
+  // Whether step v's second operand u is read straight from memory by the arithmetic
+  // instruction (a float32 element load that nothing else reads, in the full vectors only).
+  bool folds(const ir::FusedStep& s, int v, bool masked) const {
+    const int u = s.b;
+    if (masked || u < 0 || u >= n_loads_ || !has_pointer_[u] || loads_[u] != Load::Elements) return false;
+    if (uses_[u] != 1 || last_use_[u] != v) return false;
+    return s.op == Op::Add || s.op == Op::Sub || s.op == Op::Mul || s.op == Op::Div;
   }
 
   void body(bool masked) {
@@ -242,7 +261,11 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
       if (before_[v]) continue;
       const auto& s = f_.steps[v - n_loads_];
       const Xbyak::Xmm a = operand(s.a, masked);
-      const Xbyak::Xmm b = s.b >= 0 ? operand(s.b, masked) : a;
+      // A folded operand stays in memory: B is it there, or b's register.
+      const bool fold = folds(s, v, masked);
+      const Xbyak::Xmm b = s.b >= 0 && !fold ? operand(s.b, masked) : a;
+      const Xbyak::Address b_memory = fold ? ptr[pointer_[s.b] + rax * 4] : ptr[rax];
+      const Xbyak::Operand& B = fold ? static_cast<const Xbyak::Operand&>(b_memory) : b;
       const Xbyak::Xmm c = s.c >= 0 ? operand(s.c, masked) : a;
       // Operands read for the last time give their registers back before the result takes
       // one: every sequence below reads its operands before it writes d.
@@ -260,10 +283,10 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
         else vcmpps(s1, x, y, predicate);
       };
       switch (s.op) {
-        case Op::Add: vaddps(d, a, b); break;
-        case Op::Sub: vsubps(d, a, b); break;
-        case Op::Mul: vmulps(d, a, b); break;
-        case Op::Div: vdivps(d, a, b); break;
+        case Op::Add: vaddps(d, a, B); break;
+        case Op::Sub: vsubps(d, a, B); break;
+        case Op::Mul: vmulps(d, a, B); break;
+        case Op::Div: vdivps(d, a, B); break;
         case Op::Maximum:  // (a is NaN or a > b) ? a : b
         case Op::Minimum:  // (a is NaN or a < b) ? a : b
           if (wide_) {
@@ -284,8 +307,7 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
         case Op::Gt: set_if(d, a, b, kGt); break;
         case Op::Ge: set_if(d, a, b, kGe); break;
         case Op::Where:  // a != 0 ? b : c
-          zero(s2);
-          compare(a, s2, kNe);
+          compare(a, zero(s2), kNe);
           select(d, b, c, s1);
           break;
         case Op::Neg:
@@ -296,20 +318,19 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
           if (wide_) vpandd(d, a, magnitude());
           else vandps(d, a, magnitude());
           break;
-        case Op::Relu:  // a < 0 ? 0 : a
-          zero(s2);
-          compare(a, s2, kLt);
-          if (wide_) select(d, s2, a, s1);
+        case Op::Relu: {  // a < 0 ? 0 : a
+          const Xbyak::Xmm z = zero(s2);
+          compare(a, z, kLt);
+          if (wide_) select(d, z, a, s1);
           else vandnps(d, s1, a);
           break;
+        }
         case Op::LogicalNot:
-          zero(s2);
-          set_if(d, a, s2, kEq);
+          set_if(d, a, zero(s2), kEq);
           break;
         case Op::Cast:
           if (s.dtype == DType::Bool) {
-            zero(s2);
-            set_if(d, a, s2, kNe);
+            set_if(d, a, zero(s2), kNe);
           } else if (s.dtype == DType::BFloat16) {
             // bfloat16::round_bits: (u + 0x7fff + (u >> 16 & 1)) & 0xffff0000, and a NaN
             // (magnitude above infinity's bits) keeps its upper half with the quiet bit set.
@@ -378,6 +399,7 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
   const bool narrow_out_;   // the result is stored as bfloat16
   const int n_loads_, n_values_;
   std::vector<int> last_use_;
+  std::vector<int> uses_;  // per value: the operands that read it, counted per step
   std::vector<Xbyak::Reg64> pointer_;
   std::vector<bool> has_pointer_;
   std::vector<Xbyak::Reg64> saved_;
