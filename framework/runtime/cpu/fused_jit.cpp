@@ -239,6 +239,16 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
     else vblendvps(d, f, t, s1);
   }
 
+  // d = x & y and d = x | y on 32-bit lanes (EVEX forms under AVX-512, for zmm16-zmm31).
+  void bits_and(const Xbyak::Xmm& d, const Xbyak::Xmm& x, const Xbyak::Operand& y) {
+    if (wide_) vpandd(d, x, y);
+    else vpand(d, x, y);
+  }
+  void bits_or(const Xbyak::Xmm& d, const Xbyak::Xmm& x, const Xbyak::Operand& y) {
+    if (wide_) vpord(d, x, y);
+    else vpor(d, x, y);
+  }
+
   // A zero vector: AVX-512's zmm30, zeroed once on entry; under AVX2 s, zeroed here.
   Xbyak::Xmm zero(const Xbyak::Xmm& s) {
     if (wide_) return Xbyak::Zmm(kZero);
@@ -315,8 +325,7 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
           else vxorps(d, a, sign_bit());
           break;
         case Op::Abs:
-          if (wide_) vpandd(d, a, magnitude());
-          else vandps(d, a, magnitude());
+          bits_and(d, a, magnitude());
           break;
         case Op::Relu: {  // a < 0 ? 0 : a
           const Xbyak::Xmm z = zero(s2);
@@ -334,27 +343,19 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
           } else if (s.dtype == DType::BFloat16) {
             // bfloat16::round_bits: (u + 0x7fff + (u >> 16 & 1)) & 0xffff0000, and a NaN
             // (magnitude above infinity's bits) keeps its upper half with the quiet bit set.
+            vpsrld(s1, a, 16);
+            bits_and(s1, s1, int_one());
+            vpaddd(s1, s1, a);
+            vpaddd(s1, s1, round_half());
+            bits_and(s1, s1, high_half());
+            bits_and(s2, a, magnitude());
+            bits_or(d, a, quiet_bit());
+            bits_and(d, d, high_half());
             if (wide_) {
-              vpsrld(s1, a, 16);
-              vpandd(s1, s1, int_one());
-              vpaddd(s1, s1, a);
-              vpaddd(s1, s1, round_half());
-              vpandd(s1, s1, high_half());
-              vpandd(s2, a, magnitude());
               vpcmpgtd(k2, s2, infinity_bits());
-              vpord(d, a, quiet_bit());
-              vpandd(d, d, high_half());
               vpblendmd(d | k2, s1, d);
             } else {
-              vpsrld(s1, a, 16);
-              vpand(s1, s1, int_one());
-              vpaddd(s1, s1, a);
-              vpaddd(s1, s1, round_half());
-              vpand(s1, s1, high_half());
-              vpand(s2, a, magnitude());
               vpcmpgtd(s2, s2, infinity_bits());
-              vpor(d, a, quiet_bit());
-              vpand(d, d, high_half());
               vblendvps(d, s1, d, s2);
             }
           } else if (d.getIdx() != a.getIdx()) {
