@@ -484,7 +484,6 @@ void run_fusion(const Fusion& f, std::span<const TensorView> in, const TensorVie
   Target<T> to;
   if (out.dtype == f.compute) (overlaps ? to.code : to.direct) = out.as<T>();
   if (code && code->narrows() && out.dtype == DType::BFloat16) to.narrow = out.as<bfloat16>();
-  if (!code) to.code = nullptr;
   const int64_t blocks = (n + kFusedBlock - 1) / kFusedBlock;
   parallel_range(blocks, 8, [&](int64_t b0, int64_t b1) {
     BlockEvaluator<T> eval(f, in, code);
