@@ -13,7 +13,9 @@
 // scalar in a vector register; transcendental functions use Eigen's vectorised versions. The
 // last step writes straight into the result when no conversion is needed; otherwise
 // store_result converts. A fusion with machine code (fused_jit.h, made when its program is
-// compiled) runs its sub-blocks through that code instead of step by step, with the same bits.
+// compiled) runs its sub-blocks through that code instead of step by step, with the same bits;
+// a contiguous bfloat16 operand that code reads itself is then left unconverted, and converted
+// only for a sub-block the code does not take.
 // The steps themselves, one implementation per op, are in fused_steps.h.
 #include "runtime/cpu/kernels_fused.h"
 
