@@ -1,14 +1,20 @@
-// Transposes folded into the matmuls that read them.
+// Transposes folded into the matmuls that make or read them.
 //
-// A Matmul operand made by a Permute that swaps the last two dimensions and keeps the batch
-// dimensions in place (a weight's transpose in a Linear layer, x^T and W^T in their
-// gradients, k^T in attention) is read in place instead: the Matmul takes the Permute's source
-// and sets MatmulAttr's transpose_a or transpose_b, and the kernel hands Eigen a transposed view,
-// whose packing reads either layout at the same cost. The Permute stays for any other reader;
-// dead_code.cpp drops it when the matmuls were its only readers.
+// A Permute that swaps the last two dimensions and keeps the batch dimensions in place is a
+// transpose. Two folds, in this order:
+// - A transpose of a bfloat16 Matmul's result, when it is the product's only reader and the
+//   product has no epilogue, becomes the transposed product: (A B)^T = B^T A^T, the operands swapped and
+//   read transposed. A weight gradient computed as x^T dy in the transposed layout of a
+//   Linear's weight is so written in the weight's own layout, without a copy.
+// - A Matmul operand made by a transpose (a weight's transpose in a Linear layer, x^T and W^T
+//   in their gradients, k^T in attention) is read in place instead: the Matmul takes the
+//   transpose's source and flips MatmulAttr's transpose_a or transpose_b, and the kernel reads
+//   the operand stored transposed (Eigen and oneDNN pack either layout at the same cost).
+// A Permute left unread is dropped by dead_code.cpp; it stays for any other reader.
 //
-// Assumes Matmul instructions come from lowering with neither transpose set. The product is the same
-// GEMM over the same packed blocks, so results do not change.
+// The second fold is the same GEMM over the same packed blocks, so results do not change. The
+// first sums each element's dot product in oneDNN's order for the swapped shape (float32 and
+// float64 products, where eager mode's values are kept bit for bit, are not swapped).
 #pragma once
 
 #include "ir/program.h"

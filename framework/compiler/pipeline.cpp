@@ -30,7 +30,7 @@ void check_supported(const ir::Program& p, const ir::Target& target) {
 
 }  // namespace
 
-// The pass order, stated here once: lower, widen_bfloat16, sink_widening_casts,
+// The pass order, stated here once: lower, widen_bfloat16, move_casts_across_movement,
 // check_supported, simplify, fuse_epilogue, assign_channels_last, fuse_elementwise,
 // fuse_reduce_prologue, fold_transpose, eliminate_dead_code, plan_memory.
 // A target skips the rewrites it does not take; lowering, the check, simplification and dead
@@ -45,8 +45,8 @@ ir::Program compile(const ir::Graph& graph, const ir::Target& target) {
   after("lower", p);
   p = widen_bfloat16(std::move(p), target);
   after("widen_bfloat16", p);
-  p = sink_widening_casts(std::move(p), target);
-  after("sink_widening_casts", p);
+  p = move_casts_across_movement(std::move(p), target);
+  after("move_casts_across_movement", p);
   check_supported(p, target);
   p = simplify(std::move(p));
   after("simplify", p);

@@ -75,7 +75,7 @@ ir::Program widen_bfloat16(ir::Program p, const ir::Target& target) {
   return p;
 }
 
-ir::Program sink_widening_casts(ir::Program p, const ir::Target& target) {
+ir::Program move_casts_across_movement(ir::Program p, const ir::Target& target) {
   const auto n_in = static_cast<int>(p.inputs.size());
   auto movement = [](ir::Op op) {
     return op == ir::Op::Reshape || op == ir::Op::Permute || op == ir::Op::Slice;
@@ -112,6 +112,17 @@ ir::Program sink_widening_casts(ir::Program p, const ir::Target& target) {
       move.dtype = DType::BFloat16;
       const Shape shape = move.shape;
       slot_map[n_in + i] = emit(cast(emit(std::move(move)), wide, shape));
+      continue;
+    }
+    // A rounding to bfloat16 of a permuted float: round the source, then permute.
+    if (in.op == ir::Op::Cast && in.dtype == DType::BFloat16 && in.args[0] >= n_in &&
+        out[static_cast<std::size_t>(in.args[0] - n_in)].op == ir::Op::Permute &&
+        target.runs(ir::Op::Permute, DType::BFloat16)) {
+      ir::Instr move = out[static_cast<std::size_t>(in.args[0] - n_in)];
+      const int source = move.args[0];
+      move.args[0] = emit(cast(source, DType::BFloat16, type_of(source).shape));
+      move.dtype = DType::BFloat16;
+      slot_map[n_in + i] = emit(std::move(move));
       continue;
     }
     slot_map[n_in + i] = emit(std::move(in));

@@ -21,17 +21,21 @@ namespace loom::compiler {
 
 ir::Program widen_bfloat16(ir::Program p, const ir::Target& target);
 
-// Moves the widening casts of bfloat16 values (Cast to float32 or float64) below the data
-// movement that reads them (Reshape, Permute, Slice), where the target moves bfloat16:
-//
-//   %2 = Cast f32 (%1 bf16); %3 = Permute f32 (%2)  →  %a = Permute bf16 (%1); %3 = Cast f32 (%a)
-//
-// The movement then copies 2-byte elements, and the cast, now next to the elementwise ops and
-// matmuls that read it, fuses into them or cancels against a rounding back to bfloat16
-// (simplify.h): under autocast, a matmul's bfloat16 output reshaped and transposed into
-// attention heads reaches the next matmul without a float32 copy. Exact (a widening cast
-// changes no value). The original cast stays for its other readers; dead_code.cpp removes it
-// when there are none.
-ir::Program sink_widening_casts(ir::Program p, const ir::Target& target);
+// Moves casts across the data movement next to them, so that movement copies bfloat16 and
+// the casts meet the ops they fuse into or cancel against, where the target moves bfloat16:
+// - A widening cast of a bfloat16 value (to float32 or float64) sinks below the Reshape,
+//   Permute or Slice that reads it:
+//     %2 = Cast f32 (%1 bf16); %3 = Permute f32 (%2)  →  %a = Permute bf16 (%1); %3 = Cast f32 (%a)
+//   Under autocast, a matmul's bfloat16 output reshaped and transposed into attention heads so
+//   reaches the next matmul without a float32 copy (the cast cancels against the rounding back
+//   to bfloat16, simplify.h).
+// - A rounding to bfloat16 of a Permute's result rises above the Permute:
+//     %2 = Permute f32 (%1); %3 = Cast bf16 (%2)  →  %a = Cast bf16 (%1); %3 = Permute bf16 (%a)
+//   Under autocast, a Linear layer's float32 master weight, transposed and rounded, is so
+//   rounded in its own layout, and the transpose folds into the matmul (fold_transpose.h); the
+//   same for k^T in attention, whose rounding fuses into the rotary embedding before it.
+// Exact (the rounding of each element does not depend on where it is moved). The original
+// cast or permute stays for its other readers; dead_code.cpp removes it when there are none.
+ir::Program move_casts_across_movement(ir::Program p, const ir::Target& target);
 
 }  // namespace loom::compiler

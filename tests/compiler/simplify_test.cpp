@@ -92,7 +92,7 @@ TEST(Simplify, AddingZeroStays) {
 
 // Autocast's attention heads: a matmul's bfloat16 result widened, split into heads and
 // transposed, then rounded back for the next matmul. The widening cast sinks below the
-// reshape and the transpose (widen.h's sink_widening_casts) and cancels against the rounding:
+// reshape and the transpose (widen.h's move_casts_across_movement) and cancels against the rounding:
 // the transpose moves the bfloat16 values, and no cast is left.
 TEST(Simplify, AWideningCastSinksBelowMovementAndCancelsAgainstTheRoundingBack) {
   test::fresh_engine();
