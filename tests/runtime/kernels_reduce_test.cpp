@@ -1,7 +1,7 @@
 // Reductions to few outputs over much data (BatchNorm's per-channel statistics), which read
 // their operand in fixed chunks: values against a double reference, a fused prologue against
 // the same reduction of a stored operand (bit for bit), a bfloat16 operand read through its
-// widening cast, and NaN in amax.
+// widening cast, and NaN in amax; row maxima (a softmax's) against the sequential fold.
 #include "test_util.h"
 
 #include <tbb/global_control.h>
@@ -153,6 +153,71 @@ TEST(ReduceRowsInChunks, StatisticsOfABfloat16TensorMatchTheStoredFloat32Operand
       }
       EXPECT_NEAR(got_m[ch], mean, 1e-6) << "c " << c << " channel " << ch;
       EXPECT_NEAR(got_var[ch], sq / double(rows), 1e-5 * sq / double(rows)) << "c " << c;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+// amax's definition, folded in order: a NaN wins, and of equal values (+0 and -0) the first.
+float sequential_max(const float* p, int64_t n) {
+  float a = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i)
+    if (std::isnan(p[i]) || p[i] > a) a = p[i];
+  return a;
+}
+
+// Row maxima over rows of many lengths (short runs, lane tails, several runs per row), rows
+// with a NaN, with -inf (a masked attention row), with a zero maximum of either sign first:
+// the kernel's lane maxima give the sequential fold's bits; a fused prologue gives the bits of
+// the stored operand.
+TEST(RowReductions, RowMaximaAreTheSequentialFold) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t len : {7, 31, 32, 33, 47, 100, 512, 600, 1037}) {
+    test::fresh_engine();
+    const int64_t rows = 12;
+    std::vector<float> v(static_cast<std::size_t>(rows * len));
+    for (std::size_t i = 0; i < v.size(); ++i)
+      v[i] = std::sin(static_cast<float>(i) * 0.37f) * 3.0f - 4.0f;
+    auto at = [&](int64_t r, int64_t i) -> float& { return v[static_cast<std::size_t>(r * len + i)]; };
+    at(1, len / 2) = std::nanf("");
+    at(2, len - 1) = std::nanf("");
+    for (int64_t i = 0; i < len; i += 3) at(3, i) = -inf;
+    for (int64_t i = 0; i < len; ++i) at(4, i) = -inf;
+    // Zero maxima: the first of +0 and -0 is the maximum. At 21 and 34 the second falls in an
+    // earlier lane of sixteen than the first.
+    const int64_t z1 = std::min<int64_t>(21, len - 2), z2 = std::min<int64_t>(34, len - 1);
+    at(5, z1) = 0.0f;
+    at(5, z2) = -0.0f;
+    at(6, z1) = -0.0f;
+    at(6, z2) = 0.0f;
+    at(7, 0) = 7.5f;
+    at(8, len - 1) = 7.5f;
+    auto x = from_vector(v, {rows, len});
+    auto got = amax(x, {1}).to_vector<float>();
+    auto doubled = amax(x * 2.0, {1}).to_vector<float>();
+    std::vector<float> stored;
+    {
+      EagerModeGuard eager{true};
+      stored = amax(x * 2.0, {1}).to_vector<float>();
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      const float want = sequential_max(&v[static_cast<std::size_t>(r * len)], len);
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(got[r])) << "row " << r << " of " << len;
+      } else {
+        EXPECT_EQ(got[r], want) << "row " << r << " of " << len;
+        EXPECT_EQ(std::signbit(got[r]), std::signbit(want)) << "row " << r << " of " << len;
+      }
+      EXPECT_EQ(std::isnan(doubled[r]), std::isnan(stored[r])) << "row " << r << " of " << len;
+      if (!std::isnan(stored[r])) {
+        EXPECT_EQ(doubled[r], stored[r]) << "row " << r << " of " << len;
+        EXPECT_EQ(std::signbit(doubled[r]), std::signbit(stored[r])) << "row " << r << " of " << len;
+      }
     }
   }
 }

@@ -77,8 +77,44 @@ struct MaxOp {
   static void fold(Acc& a, T v) {
     if (is_nan(v) || v > a) a = v;
   }
+  // A contiguous run: sixteen lane maxima, which vectorise, then their maximum. That is the
+  // run's maximum, and so the sequential fold's result, unless a NaN was read or the maximum
+  // is a zero (+0 and -0 tie, and the sequential fold keeps the first): those runs are folded
+  // again one element at a time.
   static void fold_run(Acc& a, const T* p, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) fold(a, p[i]);
+    constexpr int64_t kLanes = 16;
+    if (n < 2 * kLanes) {
+      for (int64_t i = 0; i < n; ++i) fold(a, p[i]);
+      return;
+    }
+    T lane[kLanes];
+    int unordered[kLanes] = {};
+    for (int64_t k = 0; k < kLanes; ++k) {
+      lane[k] = p[k];
+      if constexpr (std::is_floating_point_v<T>) unordered[k] = p[k] != p[k];
+    }
+    int64_t i = kLanes;
+    for (; i + kLanes <= n; i += kLanes)
+      for (int64_t k = 0; k < kLanes; ++k) {
+        const T v = p[i + k];
+        if constexpr (std::is_floating_point_v<T>) unordered[k] |= v != v;
+        lane[k] = v > lane[k] ? v : lane[k];
+      }
+    T m = lane[0];
+    bool nan = false;
+    for (int64_t k = 0; k < kLanes; ++k) {
+      m = lane[k] > m ? lane[k] : m;
+      nan = nan || unordered[k];
+    }
+    for (; i < n; ++i) {
+      nan = nan || is_nan(p[i]);
+      m = p[i] > m ? p[i] : m;
+    }
+    if (std::is_floating_point_v<T> && (nan || m == T(0))) {
+      for (int64_t j = 0; j < n; ++j) fold(a, p[j]);
+      return;
+    }
+    fold(a, m);
   }
   static void combine(Acc& a, Acc b) { fold(a, b); }
   static T finish(Acc a, int64_t) { return a; }
@@ -374,6 +410,23 @@ void reduce_typed(const Operand<T>& x, const Shape& shape, const std::vector<int
   if (inner_reduced && n_out <= kFewOutputs && n_red >= kChunkElems &&
       shape.size() <= kMaxChunkRank) {
     reduce_in_chunks<T, R>(x, shape, axes, inner, n_out, po);
+    return;
+  }
+  if (inner_reduced && red.empty()) {
+    // Each output folds one contiguous row (a softmax's row maximum and sum): a task reads its
+    // rows in order, a prologue evaluated over pieces of many rows rather than run by run.
+    const int64_t grain = std::max<int64_t>(1, kGrainElementwise / std::max<int64_t>(n_red, 1));
+    parallel_range(n_out, grain, [&](int64_t b, int64_t e) {
+      PieceReader<T> reader(x, e * inner);
+      for (int64_t o = b; o < e; ++o) {
+        Acc acc = R::init();
+        for (int64_t i = 0; i < inner; i += kRun) {
+          const int64_t len = std::min(kRun, inner - i);
+          R::fold_run(acc, reader.window(o * inner + i, len), len);
+        }
+        po[o] = R::finish(acc, n_red);
+      }
+    });
     return;
   }
   if (inner_reduced) {
