@@ -59,8 +59,10 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
 Tensor logsumexp(const Tensor& x, std::vector<int64_t> axes, bool keepdim) {
   if (!x.defined()) fail("logsumexp", "expected a defined tensor, got an empty handle");
   axes = normalize_axes(x, std::move(axes), "logsumexp");
-  // Shifting by the max keeps exp from overflowing.
-  auto m = amax(x, axes, true);
+  // Shifting by the max keeps exp from overflowing. The shift cancels in the value, so its
+  // gradient is zero (-sum(softmax) + 1): detached, the backward is grad * softmax alone, as in
+  // PyTorch, without a pass that finds where each row's maximum is and sums its share.
+  auto m = amax(x, axes, true).detach();
   auto r = log(sum(exp(x - m), axes, true)) + m;
   return keepdim ? r : reshape(r, drop_axes(x.shape(), axes));
 }
@@ -69,7 +71,7 @@ Tensor log_softmax(const Tensor& x, int64_t dim) { return x - logsumexp(x, {dim}
 
 Tensor softmax(const Tensor& x, int64_t dim) {
   if (!x.defined()) fail("softmax", "expected a defined tensor, got an empty handle");
-  auto e = exp(x - amax(x, {dim}, true));
+  auto e = exp(x - amax(x, {dim}, true).detach());  // the shift cancels: no gradient (logsumexp)
   return e / sum(e, {dim}, true);
 }
 

@@ -4,6 +4,7 @@
 #include <loom/autograd.h>
 #include <loom/nn/functional.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace loom {
@@ -71,6 +72,35 @@ TEST(CrossEntropy, GradientIsSoftmaxMinusSmoothedTarget) {
     }
   }
   for (int c = 0; c < 3; ++c) EXPECT_EQ(g[6 + c], 0);
+}
+
+// The row maximum only shifts the exponentials (its gradient is zero): in the backward of the
+// loss and of softmax, the forward's maximum is read by the exponentials alone, not by a pass
+// that finds where each row's maximum is.
+TEST(CrossEntropy, TheBackwardReadsTheRowMaximumOnlyForTheShift) {
+  test::fresh_engine();
+  auto logits = ce_logits();
+  logits.requires_grad_();
+  auto attn = ce_logits();
+  attn.requires_grad_();
+  mark_step();
+  F::cross_entropy(logits, ce_targets()).backward();
+  (softmax(attn, 1) * ce_logits()).sum().backward();
+  for (const Tensor* t : {&logits, &attn}) {
+    auto p = test::compile_for_cpu(ir::build_graph({t->grad().impl()->pending()}));
+    const auto n_in = static_cast<int>(p.inputs.size());
+    int maxima = 0;
+    for (std::size_t i = 0; i < p.instrs.size(); ++i) {
+      if (p.instrs[i].op != ir::Op::Max) continue;
+      ++maxima;
+      const int slot = n_in + static_cast<int>(i);
+      int readers = 0;
+      for (const auto& in : p.instrs)
+        readers += static_cast<int>(std::count(in.args.begin(), in.args.end(), slot));
+      EXPECT_EQ(readers, 1) << ir::to_text(p);
+    }
+    EXPECT_EQ(maxima, 1) << ir::to_text(p);
+  }
 }
 
 TEST(CrossEntropy, RejectsBadShapes) {
