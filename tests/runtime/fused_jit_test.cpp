@@ -82,7 +82,7 @@ Case random_case(std::mt19937_64& rng, int64_t batch, int64_t channels, int64_t 
              {5, DType::BFloat16, {n}, {1}}};
   const Op binary[] = {Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Maximum, Op::Minimum,
                        Op::Eq, Op::Ne, Op::Lt, Op::Le, Op::Gt, Op::Ge};
-  const Op unary[] = {Op::Neg, Op::Abs, Op::Relu, Op::LogicalNot, Op::Cast};
+  const Op unary[] = {Op::Neg, Op::Abs, Op::Relu, Op::LogicalNot, Op::Cast, Op::Sqrt, Op::Rsqrt};
   const DType casts[] = {DType::Bool, DType::BFloat16, DType::Float32};
   int values_so_far = static_cast<int>(f.loads.size());
   auto pick = [&] {
@@ -238,7 +238,8 @@ TEST(FusedCode, EachStepGivesTheEvaluatorsBitsOnSpecialValues) {
                 Op::Le, Op::Gt, Op::Ge})
     steps.push_back({op, 0, 1, -1, 0, DType::Float32});
   steps.push_back({Op::Where, 0, 1, 2, 0, DType::Float32});
-  for (Op op : {Op::Neg, Op::Abs, Op::Relu, Op::LogicalNot}) steps.push_back({op, 0, -1, -1, 0, DType::Float32});
+  for (Op op : {Op::Neg, Op::Abs, Op::Relu, Op::LogicalNot, Op::Sqrt, Op::Rsqrt})
+    steps.push_back({op, 0, -1, -1, 0, DType::Float32});
   for (DType to : {DType::Bool, DType::BFloat16, DType::Float32}) steps.push_back({Op::Cast, 0, -1, -1, 0, to});
   for (FusedIsa isa : fused_isas()) {
     for (DType operands : {DType::Float32, DType::BFloat16}) {
@@ -322,9 +323,11 @@ TEST(FusedCode, TakesOnlyTheStepsItComputesExactly) {
     f.register_of = {-1, 1};
     return f;
   };
-  EXPECT_NE(compile_fused_code(fusion(Op::Relu), DType::Float32), nullptr);
+  // Square roots are correctly rounded on both sides.
+  for (Op op : {Op::Relu, Op::Sqrt, Op::Rsqrt})
+    EXPECT_NE(compile_fused_code(fusion(op), DType::Float32), nullptr) << ir::op_name(op);
   // Their bits come from Eigen's and libm's approximations: the evaluator keeps them.
-  for (Op op : {Op::Exp, Op::Sqrt, Op::Rsqrt, Op::Tanh, Op::Sigmoid, Op::Erf, Op::Gelu})
+  for (Op op : {Op::Exp, Op::Log, Op::Tanh, Op::Sigmoid, Op::Erf, Op::Gelu})
     EXPECT_EQ(compile_fused_code(fusion(op), DType::Float32), nullptr) << ir::op_name(op);
   // A float64 fusion is the evaluator's.
   ir::Fusion f64 = fusion(Op::Relu);

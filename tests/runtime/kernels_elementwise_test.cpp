@@ -104,6 +104,50 @@ TEST(ElementwiseKernels, AloneAndFusedAgreeBitForBit) {
   EXPECT_GE(ops, 30);  // every unary, binary and ternary op but Cast
 }
 
+// sqrt and rsqrt are correctly rounded, as PyTorch's and the fused code's (vsqrtps): the
+// libm square root (exact in IEEE) for every element, 1 / sqrt with each step rounded,
+// and the special values (-0, +Inf, negatives).
+template <class T>
+void check_square_roots(DType dtype) {
+  std::mt19937_64 rng(11);
+  std::vector<T> x = operand<T>(rng);
+  for (std::size_t i = 0; i < x.size(); i += 3) x[i] = std::abs(x[i]) * T(1e3);
+  x[1] = std::numeric_limits<T>::denorm_min();
+  x[2] = std::numeric_limits<T>::max();
+  std::vector<TensorView> in{{x.data(), dtype, Shape{kN}}};
+  std::vector<T> root(kN), inverse(kN);
+  run_kernel(Op::Sqrt, ir::Attr{}, in, TensorView{root.data(), dtype, Shape{kN}});
+  run_kernel(Op::Rsqrt, ir::Attr{}, in, TensorView{inverse.data(), dtype, Shape{kN}});
+  int differ = 0;
+  for (int64_t i = 0; i < kN; ++i) {
+    const T want = std::sqrt(x[i]), want_inverse = T(1) / std::sqrt(x[i]);
+    const bool ok = std::memcmp(&root[i], &want, sizeof(T)) == 0 &&
+                    std::memcmp(&inverse[i], &want_inverse, sizeof(T)) == 0;
+    const bool both_nan = std::isnan(want) && std::isnan(root[i]) && std::isnan(inverse[i]);
+    if (!ok && !both_nan && ++differ <= 3)
+      ADD_FAILURE() << dtype_name(dtype) << ": sqrt(" << x[i] << ") = " << root[i] << ", rsqrt "
+                    << inverse[i] << "; want " << want << ", " << want_inverse;
+  }
+  EXPECT_EQ(differ, 0) << dtype_name(dtype);
+  const T inf = std::numeric_limits<T>::infinity();
+  std::vector<T> special{inf, T(0), -T(0), T(-4)};
+  std::vector<T> r(4), q(4);
+  std::vector<TensorView> sv{{special.data(), dtype, Shape{4}}};
+  run_kernel(Op::Sqrt, ir::Attr{}, sv, TensorView{r.data(), dtype, Shape{4}});
+  run_kernel(Op::Rsqrt, ir::Attr{}, sv, TensorView{q.data(), dtype, Shape{4}});
+  EXPECT_EQ(r[0], inf);
+  EXPECT_EQ(q[0], T(0));
+  EXPECT_EQ(q[1], inf);
+  EXPECT_TRUE(std::signbit(r[2]) && r[2] == T(0));
+  EXPECT_EQ(q[2], -inf);
+  EXPECT_TRUE(std::isnan(r[3]) && std::isnan(q[3]));
+}
+
+TEST(ElementwiseKernels, SquareRootsAreCorrectlyRounded) {
+  check_square_roots<float>(DType::Float32);
+  check_square_roots<double>(DType::Float64);
+}
+
 // Integer and bool operands run the same steps (fusions compute in floating point only).
 TEST(ElementwiseKernels, IntegerAndBoolOperands) {
   std::vector<int64_t> a{-3, 0, 5, 7}, b{2, 0, -5, 9};

@@ -51,6 +51,7 @@ bool takes(const ir::FusedStep& s) {
     case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Maximum: case Op::Minimum:
     case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge: case Op::Where:
     case Op::Neg: case Op::Abs: case Op::Relu: case Op::LogicalNot: case Op::Cast:
+    case Op::Sqrt: case Op::Rsqrt:
       return true;
     default:
       return false;
@@ -336,6 +337,14 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
         }
         case Op::LogicalNot:
           set_if(d, a, zero(s2), kEq);
+          break;
+        case Op::Sqrt:  // correctly rounded, as the evaluator's sqrt_exact
+          vsqrtps(d, a);
+          break;
+        case Op::Rsqrt:  // 1 / sqrt(a), each rounded
+          vsqrtps(s1, a);
+          vmovups(d, one());
+          vdivps(d, d, s1);
           break;
         case Op::Cast:
           if (s.dtype == DType::Bool) {

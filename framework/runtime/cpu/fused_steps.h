@@ -19,6 +19,8 @@
 
 #include <Eigen/Core>
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <bit>
 #include <cassert>
@@ -34,8 +36,6 @@ using ir::Op;
 
 template <class T>
 using Array = Eigen::Array<T, Eigen::Dynamic, 1>;
-template <class T>
-constexpr T kInf = std::numeric_limits<T>::infinity();
 
 // d = f(a) over n <= kFusedBlock elements with Eigen's vectorised functions. The operand is
 // copied into an aligned buffer padded to whole packets, so every element goes through the
@@ -60,6 +60,26 @@ void vector_map(const T* a, T* d, int64_t n, F f) {
   Eigen::Map<Array<T>, Eigen::Aligned64> x(in, padded), y(out, padded);
   y = f(x);
   std::copy(out, out + n, d);
+}
+
+// d = sqrt(a), correctly rounded (IEEE), as PyTorch computes it and as the fused code does
+// (vsqrtps): Eigen's fast float sqrt is an rsqrt estimate and a Newton step, a few ulps off,
+// and NaN at +Inf.
+template <class T>
+void sqrt_exact(const T* a, T* d, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>)
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(d + i, _mm512_sqrt_ps(_mm512_loadu_ps(a + i)));
+  if constexpr (std::is_same_v<T, double>)
+    for (; i + 8 <= n; i += 8) _mm512_storeu_pd(d + i, _mm512_sqrt_pd(_mm512_loadu_pd(a + i)));
+#elif defined(__AVX__)
+  if constexpr (std::is_same_v<T, float>)
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(d + i, _mm256_sqrt_ps(_mm256_loadu_ps(a + i)));
+  if constexpr (std::is_same_v<T, double>)
+    for (; i + 4 <= n; i += 4) _mm256_storeu_pd(d + i, _mm256_sqrt_pd(_mm256_loadu_pd(a + i)));
+#endif
+  for (; i < n; ++i) d[i] = std::sqrt(a[i]);
 }
 
 // The storage dtype of T (the one run_step computes in).
@@ -118,16 +138,15 @@ void unary_op(const FusedStep& s, const T* a, T* __restrict d, int64_t n) {
     case Op::Log:
       if constexpr (fp) return vector_map(a, d, n, [](const auto& x) { return x.log(); });
       break;
-    // Eigen's fast float sqrt (rsqrt and a Newton step) makes +Inf NaN: +Inf is kept apart.
     case Op::Sqrt:
-      if constexpr (fp)
-        return vector_map(a, d, n, [](const auto& x) { return (x == kInf<T>).select(x, x.sqrt()); });
+      if constexpr (fp) return sqrt_exact(a, d, n);
       break;
-    case Op::Rsqrt:
-      if constexpr (fp)
-        return vector_map(a, d, n, [](const auto& x) {
-          return (x == kInf<T>).select(Array<T>::Zero(x.size()), x.sqrt().inverse());
-        });
+    case Op::Rsqrt:  // 1 / sqrt(a), each rounded: 0 at +Inf, as the fused code computes it
+      if constexpr (fp) {
+        sqrt_exact(a, d, n);
+        for (int64_t i = 0; i < n; ++i) d[i] = one / d[i];
+        return;
+      }
       break;
     case Op::Sigmoid:
       if constexpr (fp) return vector_map(a, d, n, [](const auto& x) { return x.logistic(); });
