@@ -28,9 +28,17 @@ bool is_transpose(const ir::Instr& in) {
 // step's values stay those of eager mode, which runs the product and the transpose apart.
 void fold_transposed_products(ir::Program& p) {
   const auto n_in = static_cast<int>(p.inputs.size());
+  // Readers among the live instructions: the fusion passes leave the instructions they
+  // absorbed in place, unread, for dead_code.cpp.
+  std::vector<bool> live(p.num_slots(), false);
+  for (int o : p.outputs) live[o] = true;
+  for (int i = static_cast<int>(p.instrs.size()); i-- > 0;)
+    if (live[n_in + i])
+      for (int a : p.instrs[i].args) live[a] = true;
   std::vector<int> readers(p.num_slots(), 0);
-  for (const auto& in : p.instrs)
-    for (int a : in.args) ++readers[a];
+  for (int i = 0; i < static_cast<int>(p.instrs.size()); ++i)
+    if (live[n_in + i])
+      for (int a : p.instrs[i].args) ++readers[a];
   for (int o : p.outputs) ++readers[o];
   for (auto& in : p.instrs) {
     if (!is_transpose(in) || in.args[0] < n_in || readers[in.args[0]] != 1) continue;

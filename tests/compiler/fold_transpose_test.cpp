@@ -3,6 +3,7 @@
 // the swapped product; a float32 weight transposed and rounded to bfloat16 is rounded in place
 // (widen.h) and read transposed.
 #include "compiler/pipeline.h"
+#include <loom/autocast.h>
 #include "test_util.h"
 
 #include <cmath>
@@ -199,6 +200,45 @@ TEST(FoldTranspose, ARoundedTransposedWeightIsRoundedInPlaceAndReadTransposed) {
   ASSERT_EQ(got.size(), want.size());
   for (std::size_t i = 0; i < got.size(); ++i)
     expect_near_bfloat16(got[i], want[i], static_cast<double>(k));
+}
+
+// A Linear layer under autocast, trained: its weight gradient x^T dy comes out of the matmul
+// in the weight's own layout, and its forward reads the rounded weight transposed. No
+// transpose is left in the step, though the fusion pass leaves readers of the products it
+// absorbed behind for dead_code.cpp.
+TEST(FoldTranspose, AnAutocastLinearsStepHasNoTranspose) {
+  test::fresh_engine();
+  const int64_t m = 64, k = 48, n = 40;
+  auto x = from_vector(ramp(m * k, 0.37f), {m, k});
+  auto w = from_vector(ramp(n * k, 0.11f), {n, k}).requires_grad_();
+  mark_step();
+  {
+    Autocast bf16;
+    auto y = matmul(x, transpose(w, 0, 1));
+    (y * y).sum().backward();
+  }
+  auto p = test::compile_for_cpu(ir::build_graph({w.grad().impl()->pending()}));
+  if (native_bfloat16_matmul()) EXPECT_EQ(count(p, ir::Op::Permute), 0) << ir::to_text(p);
+  EXPECT_EQ(count(p, ir::Op::Matmul), 2) << ir::to_text(p);
+  // d/dw sum((x w^T)^2) = 2 (x w^T)^T x, from the bfloat16 roundings.
+  auto xr = x.to(DType::BFloat16).to(DType::Float32).to_vector<float>();
+  auto wr = w.detach().to(DType::BFloat16).to(DType::Float32).to_vector<float>();
+  std::vector<float> wt(static_cast<std::size_t>(k * n));
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t t = 0; t < k; ++t) wt[t * n + j] = wr[j * k + t];
+  const auto y = product(xr, wt, 1, m, k, n);
+  const auto got = w.grad().to_vector<float>();
+  ASSERT_EQ(got.size(), static_cast<std::size_t>(n * k));
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t t = 0; t < k; ++t) {
+      double want = 0, scale = 0;
+      for (int64_t r = 0; r < m; ++r) {
+        want += 2.0 * y[r * n + j] * xr[r * k + t];
+        scale += std::abs(2.0 * y[r * n + j] * xr[r * k + t]);
+      }
+      // dy = 2y is rounded to bfloat16 before the product: 2^-8 of each term.
+      EXPECT_NEAR(got[j * k + t], want, 8e-3 * scale + 1e-4) << j << "," << t;
+    }
 }
 
 }  // namespace
