@@ -278,6 +278,66 @@ TEST(FusedCode, EachStepGivesTheEvaluatorsBitsOnSpecialValues) {
   }
 }
 
+// exp on AVX-512: the code's polynomial gives the evaluator's bits (Eigen's pexp) over the
+// whole float range, the clamps, special values and a masked tail, alone, after a shift by a
+// splat (softmax's exp(x - max)), from bfloat16 operands, and rounded to bfloat16.
+TEST(FusedCode, ExpGivesTheEvaluatorsBits) {
+  if (std::find(fused_isas().begin(), fused_isas().end(), FusedIsa::Avx512) == fused_isas().end())
+    GTEST_SKIP() << "no AVX-512 fused code here: exp stays on the evaluator";
+  std::vector<float> x{0.0f, -0.0f, 1.0f, -1.0f, 88.0f, 88.37f, 88.38f, 88.8f, 89.0f, -87.0f,
+                       -88.37f, -88.38f, -100.0f, -104.0f, 1e-30f, -1e-30f, 1e-40f,
+                       std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                       std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
+                       std::bit_cast<float>(0x7f800001u),  // a signalling NaN: which operand a max returns shows
+                       std::numeric_limits<float>::max(), std::numeric_limits<float>::lowest()};
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<float> wide(-110.0f, 110.0f), narrow(-2.0f, 2.0f);
+  while (x.size() < 5000) x.push_back(x.size() % 2 ? wide(rng) : narrow(rng));
+  x.push_back(0.5f);  // 5001: a tail of 9 lanes
+  const auto n = static_cast<int64_t>(x.size());
+  std::vector<bfloat16> h;
+  for (float v : x) h.push_back(bfloat16(v));
+  float shift = 3.25f;
+  const TensorView xs{x.data(), DType::Float32, {n}}, hs{h.data(), DType::BFloat16, {n}},
+      ss{&shift, DType::Float32, {1}};
+  struct Chain {
+    const char* what;
+    bool from_halves, shifted, rounded;
+  };
+  for (const Chain& c : {Chain{"exp(x)", false, false, false}, Chain{"exp(x - m)", false, true, false},
+                         Chain{"exp(bf16 x - m)", true, true, false},
+                         Chain{"bf16(exp(x - m))", false, true, true}}) {
+    ir::Fusion f;
+    f.compute = DType::Float32;
+    f.shape = {n};
+    f.loads = {{0, c.from_halves ? DType::BFloat16 : DType::Float32, {n}, {1}},
+               {1, DType::Float32, {n}, {0}}};
+    int last = 0;
+    if (c.shifted) {
+      f.steps.push_back({Op::Sub, 0, 1, -1, 0, DType::Float32});
+      last = 2;
+    }
+    f.steps.push_back({Op::Exp, last, -1, -1, 0, DType::Float32});
+    if (c.rounded) f.steps.push_back({Op::Cast, last + (c.shifted ? 1 : 2), -1, -1, 0, DType::BFloat16});
+    f.num_registers = static_cast<int>(f.loads.size() + f.steps.size());
+    for (int v = 0; v < f.num_registers; ++v) f.register_of.push_back(v);
+    const DType out = c.rounded ? DType::BFloat16 : DType::Float32;
+    const auto code = compile_fused_code(f, out, FusedIsa::Avx512);
+    ASSERT_NE(code, nullptr) << c.what;
+    const std::vector<TensorView> in{c.from_halves ? hs : xs, ss};
+    const auto size = static_cast<std::size_t>(n) * dtype_size(out);
+    std::vector<unsigned char> want(size, 0xAB), got(size, 0xCD);
+    fused_kernel(f, in, {want.data(), out, {n}});
+    fused_kernel(f, in, {got.data(), out, {n}}, code.get());
+    const std::size_t width = dtype_size(out);
+    int differ = 0;
+    for (std::size_t i = 0; i < size; i += width)
+      if (std::memcmp(&want[i], &got[i], width) != 0 && ++differ <= 3)
+        ADD_FAILURE() << c.what << ": element " << i / width << " (x = " << x[i / width] << ")";
+    EXPECT_EQ(differ, 0) << c.what;
+  }
+}
+
 // A reduction's prologue (compiler/fuse_reduce.cpp) runs through the code as well: per-channel
 // sums and maxima of random chains, as batch norm's statistics and gradients reduce them.
 TEST(FusedCode, ReductionProloguesGiveTheEvaluatorsBits) {
@@ -327,8 +387,14 @@ TEST(FusedCode, TakesOnlyTheStepsItComputesExactly) {
   for (Op op : {Op::Relu, Op::Sqrt, Op::Rsqrt})
     EXPECT_NE(compile_fused_code(fusion(op), DType::Float32), nullptr) << ir::op_name(op);
   // Their bits come from Eigen's and libm's approximations: the evaluator keeps them.
-  for (Op op : {Op::Exp, Op::Log, Op::Tanh, Op::Sigmoid, Op::Erf, Op::Gelu})
+  for (Op op : {Op::Log, Op::Tanh, Op::Sigmoid, Op::Erf, Op::Gelu})
     EXPECT_EQ(compile_fused_code(fusion(op), DType::Float32), nullptr) << ir::op_name(op);
+  // Exp: the AVX-512 code computes Eigen's AVX-512 polynomial, the evaluator's; AVX2 code
+  // leaves it to the evaluator.
+  for (FusedIsa isa : fused_isas())
+    EXPECT_EQ(compile_fused_code(fusion(Op::Exp), DType::Float32, isa) != nullptr,
+              isa == FusedIsa::Avx512)
+        << fused_isa_name(isa);
   // A float64 fusion is the evaluator's.
   ir::Fusion f64 = fusion(Op::Relu);
   f64.compute = DType::Float64;

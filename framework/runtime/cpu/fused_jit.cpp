@@ -29,6 +29,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cassert>
 #include <cstdlib>
 #include <cstring>
@@ -45,8 +46,18 @@ using ir::Op;
 constexpr uint8_t kEq = 0x00, kLt = 0x11, kLe = 0x12, kNe = 0x04, kGe = 0x1D, kGt = 0x1E,
                   kUnordered = 0x03;
 
-// Whether the code takes step op (as a per-element step; Constant is always computed before).
-bool takes(const ir::FusedStep& s) {
+// Whether the evaluator's exp is Eigen's AVX-512 float polynomial (pexp<Packet16f>), which
+// the AVX-512 code reproduces instruction for instruction (Generator::exp).
+#if defined(__AVX512F__) && defined(__FMA__)
+constexpr bool kEigenAvx512Exp = true;
+#else
+constexpr bool kEigenAvx512Exp = false;
+#endif
+
+// Whether the code takes step op on isa (as a per-element step; Constant is always computed
+// before).
+bool takes(const ir::FusedStep& s, FusedIsa isa) {
+  if (s.op == Op::Exp) return kEigenAvx512Exp && isa == FusedIsa::Avx512;
   switch (s.op) {
     case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Maximum: case Op::Minimum:
     case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge: case Op::Where:
@@ -173,6 +184,8 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
     for (uint32_t c : {0x3f800000u, 0x80000000u, 0x7fffffffu, 1u, 0x7fffu, 0xffff0000u,
                        0x7f800000u, 0x00400000u})
       for (int lane = 0; lane < lanes_; ++lane) dd(c);
+    for (float c : kExpConstants)
+      for (int lane = 0; lane < lanes_; ++lane) dd(std::bit_cast<uint32_t>(c));
     if (!wide_) {
       L(masks_);
       for (int j = 0; j < 8; ++j)
@@ -190,6 +203,58 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
   Xbyak::Address high_half() { return constant(5); }
   Xbyak::Address infinity_bits() { return constant(6); }
   Xbyak::Address quiet_bit() { return constant(7); }
+  // Eigen 3.4's pexp<Packet16f> (Eigen/src/Core/arch/AVX512/MathFunctions.h): its constants,
+  // after the table above.
+  static constexpr float kExpConstants[] = {
+      88.3762626647950f,      // exp_hi
+      -88.3762626647949f,     // exp_lo
+      0.5f,                   // half
+      1.44269504088896341f,   // cephes_LOG2EF
+      -0.6931471805599453f,   // nln2
+      1.9875691500E-4f,       // cephes_exp_p0 .. p5
+      1.3981999507E-3f, 8.3334519073E-3f, 4.1665795894E-2f, 1.6666665459E-1f, 5.0000001201E-1f,
+      127.0f};
+  Xbyak::Address exp_constant(int index) { return constant(8 + index); }
+
+  // d = exp(x) with the bits of Eigen's pexp<Packet16f>, which the evaluator's vector_map
+  // runs on every element: the same operations on the same operands in the same order, each
+  // min/max with Eigen's operand order (it decides NaN) and each pmadd one fused multiply-add.
+  // Six temporaries from the value registers (DoesNotFit when they are taken), never x's,
+  // which the final max reads again; d may be x's register (the max writes it last).
+  void exp(const Xbyak::Xmm& d, const Xbyak::Xmm& x) {
+    const bool x_was_free = free_[static_cast<std::size_t>(x.getIdx())];
+    free_[static_cast<std::size_t>(x.getIdx())] = false;
+    int regs[6];
+    for (int& r : regs) r = allocate();
+    free_[static_cast<std::size_t>(x.getIdx())] = x_was_free;
+    const Xbyak::Xmm t0 = vec(regs[0]), m = vec(regs[1]), r2 = vec(regs[2]), r3 = vec(regs[3]),
+                     y = vec(regs[4]), y1 = vec(regs[5]);
+    vmovups(t0, exp_constant(0));
+    vminps(t0, t0, x);                       // pmin(_x, exp_hi) = min_ps(exp_hi, _x)
+    vmovups(m, exp_constant(1));
+    vmaxps(t0, m, t0);                       // pmax(., exp_lo) = max_ps(exp_lo, .)
+    vmovups(m, exp_constant(2));
+    vfmadd231ps(m, t0, exp_constant(3));     // x * LOG2EF + half
+    vrndscaleps(m, m, 0x01);                 // floor
+    vfmadd231ps(t0, m, exp_constant(4));     // r = m * nln2 + x
+    vmulps(r2, t0, t0);                      // r2 = r * r
+    vmulps(r3, r2, t0);                      // r3 = r2 * r
+    vmovups(y, exp_constant(6));
+    vfmadd231ps(y, t0, exp_constant(5));     // y = p0 * r + p1
+    vmovups(y1, exp_constant(9));
+    vfmadd231ps(y1, t0, exp_constant(8));    // y1 = p3 * r + p4
+    vfmadd213ps(y, t0, exp_constant(7));     // y = y * r + p2
+    vfmadd213ps(y1, t0, exp_constant(10));   // y1 = y1 * r + p5
+    vaddps(t0, t0, one());                   // y2 = r + 1
+    vfmadd213ps(y, r3, y1);                  // y = y * r3 + y1
+    vfmadd213ps(y, r2, t0);                  // y = y * r2 + y2
+    vaddps(m, m, exp_constant(11));          // m + 127
+    vcvttps2dq(m, m);
+    vpslld(m, m, 23);                        // 2^m
+    vmulps(y, y, m);
+    vmaxps(d, x, y);                         // pmax(y * 2^m, _x) = max_ps(_x, .)
+    for (int r : regs) free_[r] = true;
+  }
 
   int allocate() {
     for (int r = 0; r < value_regs_; ++r)
@@ -338,6 +403,9 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
         case Op::LogicalNot:
           set_if(d, a, zero(s2), kEq);
           break;
+        case Op::Exp:  // AVX-512 only (takes)
+          exp(d, a);
+          break;
         case Op::Sqrt:  // correctly rounded, as the evaluator's sqrt_exact
           vsqrtps(d, a);
           break;
@@ -454,7 +522,7 @@ std::unique_ptr<const FusedCode> FusedCode::compile(const ir::Fusion& f, const s
     bool splats = true;
     for (int u : {s.a, s.b, s.c})
       if (u >= 0 && !before[u]) splats = false;
-    if (!splats && !takes(s)) return nullptr;
+    if (!splats && !takes(s, isa)) return nullptr;
     before.push_back(splats);  // Constant: no operands, so computed before
   }
   if (before.back()) return nullptr;  // one value throughout: nothing per element
