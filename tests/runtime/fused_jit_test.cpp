@@ -278,10 +278,11 @@ TEST(FusedCode, EachStepGivesTheEvaluatorsBitsOnSpecialValues) {
   }
 }
 
-// exp on AVX-512: the code's polynomial gives the evaluator's bits (Eigen's pexp) over the
-// whole float range, the clamps, special values and a masked tail, alone, after a shift by a
-// splat (softmax's exp(x - max)), from bfloat16 operands, and rounded to bfloat16.
-TEST(FusedCode, ExpGivesTheEvaluatorsBits) {
+// exp, sigmoid and silu on AVX-512: the code's polynomials give the evaluator's bits (Eigen's
+// pexp and logistic) over the whole float range, the clamps and cut-offs, special values and a
+// masked tail, alone, after a shift by a splat (softmax's exp(x - max)), from bfloat16
+// operands, and rounded to bfloat16.
+TEST(FusedCode, ExpAndLogisticGiveTheEvaluatorsBits) {
   if (std::find(fused_isas().begin(), fused_isas().end(), FusedIsa::Avx512) == fused_isas().end())
     GTEST_SKIP() << "no AVX-512 fused code here: exp stays on the evaluator";
   std::vector<float> x{0.0f, -0.0f, 1.0f, -1.0f, 88.0f, 88.37f, 88.38f, 88.8f, 89.0f, -87.0f,
@@ -289,7 +290,8 @@ TEST(FusedCode, ExpGivesTheEvaluatorsBits) {
                        std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
                        std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
                        std::bit_cast<float>(0x7f800001u),  // a signalling NaN: which operand a max returns shows
-                       std::numeric_limits<float>::max(), std::numeric_limits<float>::lowest()};
+                       std::numeric_limits<float>::max(), std::numeric_limits<float>::lowest(),
+                       -9.0f, -9.0001f, -8.9999f, 15.72f, 15.73f, 20.0f};
   std::mt19937_64 rng(3);
   std::uniform_real_distribution<float> wide(-110.0f, 110.0f), narrow(-2.0f, 2.0f);
   while (x.size() < 5000) x.push_back(x.size() % 2 ? wide(rng) : narrow(rng));
@@ -301,12 +303,13 @@ TEST(FusedCode, ExpGivesTheEvaluatorsBits) {
   const TensorView xs{x.data(), DType::Float32, {n}}, hs{h.data(), DType::BFloat16, {n}},
       ss{&shift, DType::Float32, {1}};
   struct Chain {
-    const char* what;
+    std::string what;
     bool from_halves, shifted, rounded;
   };
-  for (const Chain& c : {Chain{"exp(x)", false, false, false}, Chain{"exp(x - m)", false, true, false},
-                         Chain{"exp(bf16 x - m)", true, true, false},
-                         Chain{"bf16(exp(x - m))", false, true, true}}) {
+  for (Op op : {Op::Exp, Op::Sigmoid, Op::Silu})
+  for (Chain c : {Chain{"(x)", false, false, false}, Chain{"(x - m)", false, true, false},
+                  Chain{"(bf16 x - m)", true, true, false}, Chain{"(x - m) to bf16", false, true, true}}) {
+    c.what = ir::op_name(op) + c.what;
     ir::Fusion f;
     f.compute = DType::Float32;
     f.shape = {n};
@@ -317,7 +320,7 @@ TEST(FusedCode, ExpGivesTheEvaluatorsBits) {
       f.steps.push_back({Op::Sub, 0, 1, -1, 0, DType::Float32});
       last = 2;
     }
-    f.steps.push_back({Op::Exp, last, -1, -1, 0, DType::Float32});
+    f.steps.push_back({op, last, -1, -1, 0, DType::Float32});
     if (c.rounded) f.steps.push_back({Op::Cast, last + (c.shifted ? 1 : 2), -1, -1, 0, DType::BFloat16});
     f.num_registers = static_cast<int>(f.loads.size() + f.steps.size());
     for (int v = 0; v < f.num_registers; ++v) f.register_of.push_back(v);
@@ -387,14 +390,15 @@ TEST(FusedCode, TakesOnlyTheStepsItComputesExactly) {
   for (Op op : {Op::Relu, Op::Sqrt, Op::Rsqrt})
     EXPECT_NE(compile_fused_code(fusion(op), DType::Float32), nullptr) << ir::op_name(op);
   // Their bits come from Eigen's and libm's approximations: the evaluator keeps them.
-  for (Op op : {Op::Log, Op::Tanh, Op::Sigmoid, Op::Erf, Op::Gelu})
+  for (Op op : {Op::Log, Op::Tanh, Op::Erf, Op::Gelu})
     EXPECT_EQ(compile_fused_code(fusion(op), DType::Float32), nullptr) << ir::op_name(op);
-  // Exp: the AVX-512 code computes Eigen's AVX-512 polynomial, the evaluator's; AVX2 code
-  // leaves it to the evaluator.
+  // Exp, sigmoid and silu: the AVX-512 code computes Eigen's AVX-512 polynomials, the
+  // evaluator's; AVX2 code leaves them to the evaluator.
   for (FusedIsa isa : fused_isas())
-    EXPECT_EQ(compile_fused_code(fusion(Op::Exp), DType::Float32, isa) != nullptr,
-              isa == FusedIsa::Avx512)
-        << fused_isa_name(isa);
+    for (Op op : {Op::Exp, Op::Sigmoid, Op::Silu})
+      EXPECT_EQ(compile_fused_code(fusion(op), DType::Float32, isa) != nullptr,
+                isa == FusedIsa::Avx512)
+          << fused_isa_name(isa) << " " << ir::op_name(op);
   // A float64 fusion is the evaluator's.
   ir::Fusion f64 = fusion(Op::Relu);
   f64.compute = DType::Float64;

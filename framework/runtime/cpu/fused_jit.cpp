@@ -46,8 +46,9 @@ using ir::Op;
 constexpr uint8_t kEq = 0x00, kLt = 0x11, kLe = 0x12, kNe = 0x04, kGe = 0x1D, kGt = 0x1E,
                   kUnordered = 0x03;
 
-// Whether the evaluator's exp is Eigen's AVX-512 float polynomial (pexp<Packet16f>), which
-// the AVX-512 code reproduces instruction for instruction (Generator::exp).
+// Whether the evaluator's exp and logistic are Eigen's AVX-512 float polynomials
+// (pexp<Packet16f>, scalar_logistic_op<float> with FMA), which the AVX-512 code reproduces
+// instruction for instruction (Generator::exp, Generator::logistic).
 #if defined(__AVX512F__) && defined(__FMA__)
 constexpr bool kEigenAvx512Exp = true;
 #else
@@ -57,7 +58,8 @@ constexpr bool kEigenAvx512Exp = false;
 // Whether the code takes step op on isa (as a per-element step; Constant is always computed
 // before).
 bool takes(const ir::FusedStep& s, FusedIsa isa) {
-  if (s.op == Op::Exp) return kEigenAvx512Exp && isa == FusedIsa::Avx512;
+  if (s.op == Op::Exp || s.op == Op::Sigmoid || s.op == Op::Silu)
+    return kEigenAvx512Exp && isa == FusedIsa::Avx512;
   switch (s.op) {
     case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Maximum: case Op::Minimum:
     case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge: case Op::Where:
@@ -213,8 +215,16 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
       -0.6931471805599453f,   // nln2
       1.9875691500E-4f,       // cephes_exp_p0 .. p5
       1.3981999507E-3f, 8.3334519073E-3f, 4.1665795894E-2f, 1.6666665459E-1f, 5.0000001201E-1f,
-      127.0f};
+      127.0f,
+      // scalar_logistic_op<float> (Eigen/src/Core/functors/UnaryFunctors.h), with FMA:
+      15.7243833541870117f,   // cutoff_upper
+      -9.0f,                  // cutoff_lower
+      2.48287947061529e-01f, 8.51377133304701e-03f, 6.08574864600143e-05f,  // alpha_1, 3, 5
+      1.15627324459942e-07f, 4.37031012579801e-11f,                         // alpha_7, 9
+      9.93151921023180e-01f, 1.16817656904453e-01f, 1.70198817374094e-03f,  // beta_0, 2, 4
+      6.29106785017040e-06f, 5.76102136993427e-09f, 6.10247389755681e-13f};  // beta_6, 8, 10
   Xbyak::Address exp_constant(int index) { return constant(8 + index); }
+  Xbyak::Address logistic_constant(int index) { return constant(8 + 12 + index); }
 
   // d = exp(x) with the bits of Eigen's pexp<Packet16f>, which the evaluator's vector_map
   // runs on every element: the same operations on the same operands in the same order, each
@@ -254,6 +264,41 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
     vmulps(y, y, m);
     vmaxps(d, x, y);                         // pmax(y * 2^m, _x) = max_ps(_x, .)
     for (int r : regs) free_[r] = true;
+  }
+
+  // d = logistic(x), or x * logistic(x) (silu), with the bits of Eigen's float logistic: a
+  // rational polynomial over x clamped above, and exp(x) in the lanes below -9, which Eigen
+  // computes only when some lane of the vector is there (as here: a branch per vector, each
+  // lane's value the same either way).
+  void logistic(const Xbyak::Xmm& d, const Xbyak::Xmm& x, bool times_x) {
+    const bool x_was_free = free_[static_cast<std::size_t>(x.getIdx())];
+    free_[static_cast<std::size_t>(x.getIdx())] = false;
+    int regs[4];
+    for (int& r : regs) r = allocate();
+    const Xbyak::Xmm c = vec(regs[0]), x2 = vec(regs[1]), p = vec(regs[2]), q = vec(regs[3]);
+    vmovups(c, logistic_constant(0));
+    vminps(c, c, x);                              // pmin(_x, cutoff_upper) = min_ps(cutoff, _x)
+    vmulps(x2, c, c);
+    vmovups(p, logistic_constant(5));
+    vfmadd231ps(p, x2, logistic_constant(6));     // p = x2 * alpha_9 + alpha_7
+    for (int k : {4, 3, 2}) vfmadd213ps(p, x2, logistic_constant(k));  // alpha_5, 3, 1
+    vmulps(p, c, p);                              // p = x * p
+    vmovups(q, logistic_constant(11));
+    vfmadd231ps(q, x2, logistic_constant(12));    // q = x2 * beta_10 + beta_8
+    for (int k : {10, 9, 8, 7}) vfmadd213ps(q, x2, logistic_constant(k));  // beta_6 .. beta_0
+    vdivps(p, p, q);
+    vaddps(p, p, exp_constant(2));                // + 0.5
+    Xbyak::Label no_small;
+    vcmpps(k3, x, logistic_constant(1), kLt);     // pcmp_lt(_x, cutoff_lower)
+    kortestw(k3, k3);
+    jz(no_small, T_NEAR);
+    exp(q, x);                                    // q is free again: the polynomial is done
+    vblendmps(p | k3, p, q);                      // pselect(lt, exp, logistic)
+    L(no_small);
+    if (times_x) vmulps(d, x, p);
+    else vmovaps(d, p);
+    for (int r : regs) free_[r] = true;
+    free_[static_cast<std::size_t>(x.getIdx())] = x_was_free;
   }
 
   int allocate() {
@@ -403,8 +448,14 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
         case Op::LogicalNot:
           set_if(d, a, zero(s2), kEq);
           break;
-        case Op::Exp:  // AVX-512 only (takes)
+        case Op::Exp:  // AVX-512 only (takes), as the two below
           exp(d, a);
+          break;
+        case Op::Sigmoid:
+          logistic(d, a, false);
+          break;
+        case Op::Silu:  // x * logistic(x)
+          logistic(d, a, true);
           break;
         case Op::Sqrt:  // correctly rounded, as the evaluator's sqrt_exact
           vsqrtps(d, a);
