@@ -222,5 +222,53 @@ TEST(RowReductions, RowMaximaAreTheSequentialFold) {
   }
 }
 
+// A run's sum as kernels_reduce.cpp defines it: 32 double lanes (element i into lane i % 32),
+// then folded pairwise, lane k with lane k + 16, ..., k + 1.
+double lane_sum(const float* p, int64_t n) {
+  double lane[32] = {};
+  for (int64_t i = 0; i < n; ++i) lane[i % 32] += static_cast<double>(p[i]);
+  for (int w = 16; w > 0; w /= 2)
+    for (int k = 0; k < w; ++k) lane[k] += lane[k + w];
+  return lane[0];
+}
+
+// Row sums over rows of many lengths (short runs, partial lane rows, several 512-element runs
+// per row): the defined order, bit for bit (whether the CPU takes the AVX-512 lanes or the
+// plain loop), and a fused prologue gives the bits of the stored operand.
+TEST(RowReductions, RowSumsFoldTheirRunsInTheDefinedOrder) {
+  for (int64_t len : {7, 31, 32, 33, 100, 512, 600, 1037, 2100}) {
+    test::fresh_engine();
+    const int64_t rows = 5;
+    std::vector<float> v(static_cast<std::size_t>(rows * len));
+    for (std::size_t i = 0; i < v.size(); ++i)
+      v[i] = std::sin(static_cast<float>(i) * 0.37f) * 1e3f + static_cast<float>(i % 11) * 1e-3f;
+    // Rows where the order shows: 2^60, 1 and -2^60 in three lanes sum to 1 or to 0 in double
+    // depending on which lanes are paired first.
+    auto at = [&](int64_t r, int64_t i) -> float& { return v[static_cast<std::size_t>(r * len + i % len)]; };
+    const int64_t triples[][3] = {{0, 8, 16}, {1, 17, 33}, {3, 35, 19}, {5, 29, 45}};
+    for (int64_t r = 1; r < rows; ++r) {
+      for (int64_t i = 0; i < len; ++i) at(r, i) = 0.0f;
+      at(r, triples[r - 1][0]) = 0x1p60f;
+      at(r, triples[r - 1][1]) += 1.0f;
+      at(r, triples[r - 1][2]) += -0x1p60f;
+    }
+    auto x = from_vector(v, {rows, len});
+    auto got = x.sum({1}).to_vector<float>();
+    auto doubled = (x * 2.0).sum({1}).to_vector<float>();
+    std::vector<float> stored;
+    {
+      EagerModeGuard eager{true};
+      stored = (x * 2.0).sum({1}).to_vector<float>();
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      double want = 0;  // the row, folded run by run (512 elements at a time)
+      for (int64_t i = 0; i < len; i += 512)
+        want += lane_sum(&v[static_cast<std::size_t>(r * len + i)], std::min<int64_t>(512, len - i));
+      EXPECT_EQ(got[r], static_cast<float>(want)) << "row " << r << " of " << len;
+      EXPECT_EQ(doubled[r], stored[r]) << "row " << r << " of " << len;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace loom
