@@ -57,24 +57,32 @@ struct SumOp {
   static void fold_run(Acc& a, const T* p, int64_t n) {
 #if defined(__AVX512F__) && defined(__AVX512VL__)
     if constexpr (std::is_same_v<T, float>) {
-      __m512d s[4] = {_mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd(),
-                      _mm512_setzero_pd()};
+      // Four named accumulators (an array of vectors went through the stack).
+      __m512d s0 = _mm512_setzero_pd(), s1 = s0, s2 = s0, s3 = s0;
+      auto widen = [](const float* q) { return _mm512_cvtps_pd(_mm256_loadu_ps(q)); };
       int64_t i = 0;
-      for (; i + kLanes <= n; i += kLanes)
-        for (int g = 0; g < 4; ++g)
-          s[g] = _mm512_add_pd(s[g], _mm512_cvtps_pd(_mm256_loadu_ps(p + i + 8 * g)));
+      for (; i + kLanes <= n; i += kLanes) {
+        s0 = _mm512_add_pd(s0, widen(p + i));
+        s1 = _mm512_add_pd(s1, widen(p + i + 8));
+        s2 = _mm512_add_pd(s2, widen(p + i + 16));
+        s3 = _mm512_add_pd(s3, widen(p + i + 24));
+      }
       // The partial row into lanes 0, 1, ...; the other lanes add +0, which changes no sum
       // (every lane starts at +0).
-      for (int g = 0; i < n && g < 4; ++g) {
-        const auto count = static_cast<unsigned>(std::clamp<int64_t>(n - i - 8 * g, 0, 8));
-        const auto mask = static_cast<__mmask8>((1u << count) - 1);
-        s[g] = _mm512_add_pd(s[g], _mm512_cvtps_pd(_mm256_maskz_loadu_ps(mask, p + i + 8 * g)));
+      if (i < n) {
+        auto part = [&](int64_t g) {
+          const auto count = static_cast<unsigned>(std::clamp<int64_t>(n - i - 8 * g, 0, 8));
+          const auto mask = static_cast<__mmask8>((1u << count) - 1);
+          return _mm512_cvtps_pd(_mm256_maskz_loadu_ps(mask, p + i + 8 * g));
+        };
+        s0 = _mm512_add_pd(s0, part(0));
+        s1 = _mm512_add_pd(s1, part(1));
+        s2 = _mm512_add_pd(s2, part(2));
+        s3 = _mm512_add_pd(s3, part(3));
       }
       // Pairwise: + 16, + 8 across the vectors, then + 4, + 2, + 1 within the first.
-      s[0] = _mm512_add_pd(s[0], s[2]);
-      s[1] = _mm512_add_pd(s[1], s[3]);
-      s[0] = _mm512_add_pd(s[0], s[1]);
-      const __m256d h = _mm256_add_pd(_mm512_castpd512_pd256(s[0]), _mm512_extractf64x4_pd(s[0], 1));
+      s0 = _mm512_add_pd(_mm512_add_pd(s0, s2), _mm512_add_pd(s1, s3));
+      const __m256d h = _mm256_add_pd(_mm512_castpd512_pd256(s0), _mm512_extractf64x4_pd(s0, 1));
       const __m128d q = _mm_add_pd(_mm256_castpd256_pd128(h), _mm256_extractf128_pd(h, 1));
       a += _mm_cvtsd_f64(_mm_add_sd(q, _mm_unpackhi_pd(q, q)));
       return;
