@@ -7,8 +7,14 @@
 
 #include "ir/program.h"
 
+#include <vector>
+
 namespace loom::compiler {
 
 ir::Program eliminate_dead_code(ir::Program p);
+
+// Per slot, whether an output needs it (the instructions eliminate_dead_code keeps, and every
+// input they read).
+std::vector<bool> live_slots(const ir::Program& p);
 
 }  // namespace loom::compiler

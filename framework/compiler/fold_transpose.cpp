@@ -1,5 +1,7 @@
 #include "compiler/fold_transpose.h"
 
+#include "compiler/dead_code.h"
+
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -30,11 +32,7 @@ void fold_transposed_products(ir::Program& p) {
   const auto n_in = static_cast<int>(p.inputs.size());
   // Readers among the live instructions: the fusion passes leave the instructions they
   // absorbed in place, unread, for dead_code.cpp.
-  std::vector<bool> live(p.num_slots(), false);
-  for (int o : p.outputs) live[o] = true;
-  for (int i = static_cast<int>(p.instrs.size()); i-- > 0;)
-    if (live[n_in + i])
-      for (int a : p.instrs[i].args) live[a] = true;
+  const std::vector<bool> live = live_slots(p);
   std::vector<int> readers(p.num_slots(), 0);
   for (int i = 0; i < static_cast<int>(p.instrs.size()); ++i)
     if (live[n_in + i])
