@@ -25,6 +25,10 @@ constexpr std::size_t kMaxMembers = 48;
 // element.
 constexpr int kMaxRecomputeSteps = 8;
 
+// A broadcast operand whose source has at most 1/kCachedBroadcast of the result's elements
+// stays in cache while a fusion reads it: price_recompute counts it as free.
+constexpr int64_t kCachedBroadcast = 64;
+
 bool is_elementwise(Op op) {
   auto g = ir::op_info(op).group;
   return g == OpGroup::Unary || g == OpGroup::Binary || g == OpGroup::Ternary;
@@ -162,10 +166,15 @@ class Fuser {
         if (constant_of(a)) continue;
         const ir::Instr* src = producer(a);
         const auto t = p_.slot_type(a);
-        if (src && src->op == Op::Expand) {  // a broadcast: its source, spread over the result
+        if (src && src->op == Op::Expand) {
+          // A broadcast: its source, spread over the result; a small one (a per-channel scale,
+          // at most 1/kCachedBroadcast of the result) is read from cache, not memory, and
+          // costs nothing: a BatchNorm's scale and shift then recompute in every reader.
           auto s = p_.slot_type(src->args[0]);
-          b += static_cast<double>(dtype_size(s.dtype)) * static_cast<double>(shape_numel(s.shape)) /
-               static_cast<double>(std::max<int64_t>(1, shape_numel(in.shape)));
+          const auto n_src = shape_numel(s.shape), n_out = std::max<int64_t>(1, shape_numel(in.shape));
+          if (n_src * kCachedBroadcast > n_out)
+            b += static_cast<double>(dtype_size(s.dtype)) * static_cast<double>(n_src) /
+                 static_cast<double>(n_out);
         } else if (src && recompute_[a - n_in_] && t.shape == in.shape) {
           b += bytes[a - n_in_];
           k += steps[a - n_in_];

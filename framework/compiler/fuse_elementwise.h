@@ -13,7 +13,8 @@
 //
 // A producer read by several fusions is computed again in each of them when that is cheap: an
 // arithmetic op (no transcendental function, a few steps) whose recomputation reads no more
-// bytes per element than loading its result would. The widening cast of a bfloat16 tensor is
+// bytes per element than loading its result would (a small broadcast, a per-channel vector,
+// counts as read from cache). The widening cast of a bfloat16 tensor is
 // the common case (its readers load the 2-byte values, not a 4-byte copy), and with it a
 // BatchNorm's centring and normalising over a bfloat16 conv output, which then never goes to
 // memory in float32. Such a producer is still stored where something else reads it (an

@@ -130,6 +130,48 @@ TEST(FuseElementwise, CheapValuesAreComputedWhereTheyAreRead) {
   EXPECT_EQ(s.to_vector<float>(), es);
 }
 
+// A float32 BatchNorm and ReLU over [N, C, H, W], its normalised value also read by two other
+// chains (a residual add and the ReLU's gradient mask): the per-channel mean, scale and shift
+// are broadcasts small enough to stay in cache, so the centring and scaling are recomputed in
+// every reader, and nothing but the ReLU's result (and the readers' own results) is stored.
+TEST(FuseElementwise, ABatchNormsScaleAndShiftAreRecomputedInEachReader) {
+  test::fresh_engine();
+  const int64_t n = 8, c = 16, hw = 64;
+  auto x = from_vector(values(n * c * hw), {n, c, 8, 8});
+  auto mean = from_vector(values(c, 0.3f), {1, c, 1, 1});
+  auto scale = from_vector(values(c, 0.7f), {1, c, 1, 1});
+  auto shift = from_vector(values(c, 0.9f), {1, c, 1, 1});
+  auto skip = from_vector(values(n * c * hw, 0.05f), {n, c, 8, 8});
+  mark_step();
+  auto normed = (x - mean) * scale + shift;
+  auto out = relu(normed);
+  auto residual = relu(normed) + skip;
+  auto mask = gt(relu(normed), zeros({})).to(DType::Float32) * skip;
+  auto p = test::compile_for_cpu(ir::build_graph(
+      {out.impl()->pending(), residual.impl()->pending(), mask.impl()->pending()}));
+  int stored = 0;
+  for (const auto& in : p.instrs) {
+    if (!in.fusion || shape_numel(in.shape) != n * c * hw) continue;
+    ++stored;
+    EXPECT_EQ(in.fusion->loads[0].dtype, DType::Float32);
+    int subs = 0;
+    for (const auto& st : in.fusion->steps) subs += st.op == ir::Op::Sub;
+    EXPECT_EQ(subs, 1) << "each reader centres x itself\n" << ir::to_text(p);
+  }
+  EXPECT_EQ(stored, 3) << "the three results only\n" << ir::to_text(p);
+  std::vector<float> e_out, e_res, e_mask;
+  {
+    EagerModeGuard eager(true);
+    auto en = (x - mean) * scale + shift;
+    e_out = relu(en).to_vector<float>();
+    e_res = (relu(en) + skip).to_vector<float>();
+    e_mask = (gt(relu(en), zeros({})).to(DType::Float32) * skip).to_vector<float>();
+  }
+  EXPECT_EQ(out.to_vector<float>(), e_out);
+  EXPECT_EQ(residual.to_vector<float>(), e_res);
+  EXPECT_EQ(mask.to_vector<float>(), e_mask);
+}
+
 // Computing a value again must not read more memory than loading it: a sum of two float32
 // tensors read by two chains is stored once (8 bytes an element to compute, 4 to load).
 TEST(FuseElementwise, AValueDearerToComputeThanToLoadIsStored) {
