@@ -43,17 +43,6 @@ Tensor Tensor::to(DType dtype) const {
 HostTensor Tensor::to_host(std::source_location site) const { return lazy::read(*this, "to_host", site); }
 
 namespace {
-template <class T>
-constexpr DType dtype_of() {
-  if constexpr (std::is_same_v<T, float>) return DType::Float32;
-  else if constexpr (std::is_same_v<T, double>) return DType::Float64;
-  else if constexpr (std::is_same_v<T, int64_t>) return DType::Int64;
-  else if constexpr (std::is_same_v<T, int32_t>) return DType::Int32;
-  else {
-    static_assert(std::is_same_v<T, bool>, "loom tensors hold float, double, int64_t, int32_t or bool");
-    return DType::Bool;
-  }
-}
 }  // namespace
 
 template <class T>

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace loom {
@@ -21,6 +22,19 @@ enum class DType { Float32, Float64, Int64, Int32, Bool, BFloat16 };
 inline constexpr int kDTypeCount = 6;
 
 using Shape = std::vector<int64_t>;
+
+// The dtype whose elements are T (float, double, int64_t, int32_t or bool).
+template <class T>
+constexpr DType dtype_of() {
+  if constexpr (std::is_same_v<T, float>) return DType::Float32;
+  else if constexpr (std::is_same_v<T, double>) return DType::Float64;
+  else if constexpr (std::is_same_v<T, int64_t>) return DType::Int64;
+  else if constexpr (std::is_same_v<T, int32_t>) return DType::Int32;
+  else {
+    static_assert(std::is_same_v<T, bool>, "loom tensors hold float, double, int64_t, int32_t or bool");
+    return DType::Bool;
+  }
+}
 
 const char* dtype_name(DType t);
 std::size_t dtype_size(DType t);

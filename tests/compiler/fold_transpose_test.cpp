@@ -218,7 +218,9 @@ TEST(FoldTranspose, AnAutocastLinearsStepHasNoTranspose) {
     (y * y).sum().backward();
   }
   auto p = test::compile_for_cpu(ir::build_graph({w.grad().impl()->pending()}));
-  if (native_bfloat16_matmul()) EXPECT_EQ(count(p, ir::Op::Permute), 0) << ir::to_text(p);
+  if (native_bfloat16_matmul()) {
+    EXPECT_EQ(count(p, ir::Op::Permute), 0) << ir::to_text(p);
+  }
   EXPECT_EQ(count(p, ir::Op::Matmul), 2) << ir::to_text(p);
   // d/dw sum((x w^T)^2) = 2 (x w^T)^T x, from the bfloat16 roundings.
   auto xr = x.to(DType::BFloat16).to(DType::Float32).to_vector<float>();

@@ -82,16 +82,6 @@ void sqrt_exact(const T* a, T* d, int64_t n) {
   for (; i < n; ++i) d[i] = std::sqrt(a[i]);
 }
 
-// The storage dtype of T (the one run_step computes in).
-template <class T>
-constexpr DType dtype_of() {
-  if constexpr (std::is_same_v<T, float>) return DType::Float32;
-  else if constexpr (std::is_same_v<T, double>) return DType::Float64;
-  else if constexpr (std::is_same_v<T, int64_t>) return DType::Int64;
-  else if constexpr (std::is_same_v<T, int32_t>) return DType::Int32;
-  else return DType::Bool;
-}
-
 // A step's operand over a block of n elements: n elements in memory, or one value standing for
 // all of them (a splat), `p` then pointing at that value; no pointer for an operand the op
 // does not take.
@@ -219,7 +209,7 @@ void unary_op(const FusedStep& s, const T* a, T* __restrict d, int64_t n) {
       LOOM_UNREACHABLE("elementwise step: not an elementwise op");
   }
   // Only a floating-point op on an integer or bool T breaks out of the switch.
-  if constexpr (!fp) unsupported_dtype(ir::op_name(s.op), dtype_of<T>());
+  if constexpr (!fp) unsupported_dtype(ir::op_name(s.op), storage_dtype_of<T>());
   LOOM_UNREACHABLE("elementwise step: op out of range");
 }
 
@@ -274,7 +264,7 @@ void nary_op(const FusedStep& s, A a, B b, C c, T* __restrict d, int64_t n) {
     case Op::OneHot: case Op::Count_:
       LOOM_UNREACHABLE("elementwise step: not an elementwise op");
   }
-  if constexpr (!fp) unsupported_dtype(ir::op_name(s.op), dtype_of<T>());
+  if constexpr (!fp) unsupported_dtype(ir::op_name(s.op), storage_dtype_of<T>());
   LOOM_UNREACHABLE("elementwise step: op out of range");
 }
 

@@ -40,7 +40,6 @@ using ir::FusedLoad;
 using ir::FusedStep;
 using ir::Fusion;
 using ir::Op;
-using fused_steps::dtype_of;
 using fused_steps::only_splats;
 using fused_steps::Operand;
 using fused_steps::run_step;
@@ -438,7 +437,7 @@ class BlockEvaluator {
 // type T that overlaps no operand is written by the last step directly instead.)
 template <class T>
 void store_result(Operand<T> r, const TensorView& out, int64_t at, int64_t n) {
-  if (out.dtype == dtype_of<T>()) {
+  if (out.dtype == storage_dtype_of<T>()) {
     T* po = out.as<T>() + at;
     if (r.splat) std::fill_n(po, n, *r.p);
     else std::copy(r.p, r.p + n, po);
@@ -502,7 +501,7 @@ template <class T>
 void run_alone(Op op, std::span<const TensorView> in, const TensorView& out) {
   const int64_t n = out.numel();
   const bool where = op == Op::Where;
-  const bool direct_out = out.dtype == dtype_of<T>() && !overlaps_operand(in, out);
+  const bool direct_out = out.dtype == storage_dtype_of<T>() && !overlaps_operand(in, out);
   const FusedStep step{op, -1, -1, -1, 0, out.dtype};
   const int64_t blocks = (n + kFusedBlock - 1) / kFusedBlock;
   parallel_range(blocks, 8, [&](int64_t b0, int64_t b1) {

@@ -39,6 +39,13 @@ struct TypeTag {
 // defined and arithmetic on it needs no special cases.
 using BoolStorage = uint8_t;
 
+// The dtype a kernel's element type T stores (BoolStorage: Bool).
+template <class T>
+constexpr DType storage_dtype_of() {
+  if constexpr (std::is_same_v<T, BoolStorage>) return DType::Bool;
+  else return dtype_of<T>();
+}
+
 [[noreturn]] inline void unsupported_dtype(const char* op, DType t) {
   throw Error(std::string(op) + ": the CPU kernel does not support dtype " + dtype_name(t));
 }
