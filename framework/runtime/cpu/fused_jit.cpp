@@ -186,7 +186,7 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
     for (uint32_t c : {0x3f800000u, 0x80000000u, 0x7fffffffu, 1u, 0x7fffu, 0xffff0000u,
                        0x7f800000u, 0x00400000u})
       for (int lane = 0; lane < lanes_; ++lane) dd(c);
-    for (float c : kExpConstants)
+    for (float c : kPolynomialConstants)
       for (int lane = 0; lane < lanes_; ++lane) dd(std::bit_cast<uint32_t>(c));
     if (!wide_) {
       L(masks_);
@@ -205,9 +205,9 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
   Xbyak::Address high_half() { return constant(5); }
   Xbyak::Address infinity_bits() { return constant(6); }
   Xbyak::Address quiet_bit() { return constant(7); }
-  // Eigen 3.4's pexp<Packet16f> (Eigen/src/Core/arch/AVX512/MathFunctions.h): its constants,
-  // after the table above.
-  static constexpr float kExpConstants[] = {
+  // The constants of Eigen 3.4's pexp<Packet16f> (Eigen/src/Core/arch/AVX512/MathFunctions.h)
+  // and float logistic, after the table above.
+  static constexpr float kPolynomialConstants[] = {
       88.3762626647950f,      // exp_hi
       -88.3762626647949f,     // exp_lo
       0.5f,                   // half
