@@ -16,6 +16,7 @@ struct Kind {
   int count = 0;
   BackendFactory factory;
   std::vector<Backend*> made;  // per index; leaked
+  std::string why_none;        // count == 0: why
 };
 
 struct Registry {
@@ -40,14 +41,16 @@ std::string registered(const Registry& r) {
   return out;
 }
 
-DeviceType add_kind(Registry& r, std::string_view name, int count, BackendFactory factory) {
+DeviceType add_kind(Registry& r, std::string_view name, int count, BackendFactory factory,
+                    std::string why_none) {
   if (count < 0) throw Error("register_backend: expected a device count >= 0, got " + std::to_string(count));
   auto type = ir::register_device_type(name);
   auto k = static_cast<std::size_t>(type);
   if (r.kinds.size() <= k) r.kinds.resize(k + 1);
   if (r.kinds[k].factory)
     throw Error("register_backend: a backend for '" + std::string(name) + "' is registered already");
-  r.kinds[k] = Kind{count, std::move(factory), std::vector<Backend*>(static_cast<std::size_t>(count))};
+  r.kinds[k] = Kind{count, std::move(factory), std::vector<Backend*>(static_cast<std::size_t>(count)),
+                    std::move(why_none)};
   return type;
 }
 
@@ -79,18 +82,27 @@ void finish_device_work_at_exit() {
   }
 }
 
+// Set on the thread that registers the built-in backends, whose registrations must not wait
+// for that registration to finish.
+thread_local bool registering_builtins = false;
+
 void ensure_builtins() {
-  std::call_once(builtins_once, [] { register_builtin_backends(); });
+  std::call_once(builtins_once, [] {
+    registering_builtins = true;
+    register_builtin_backends();
+    registering_builtins = false;
+  });
 }
 
 }  // namespace
 
-DeviceType register_backend(std::string_view name, int count, BackendFactory factory) {
+DeviceType register_backend(std::string_view name, int count, BackendFactory factory,
+                            std::string why_none) {
   // The built-in kinds come first, so the CPU is kind 0 whoever registers first.
-  if (name != "cpu") ensure_builtins();
+  if (!registering_builtins) ensure_builtins();
   auto& r = registry();
   std::lock_guard lock(r.mutex);
-  return add_kind(r, name, count, std::move(factory));
+  return add_kind(r, name, count, std::move(factory), std::move(why_none));
 }
 
 Backend& backend(Device device) {
@@ -98,8 +110,11 @@ Backend& backend(Device device) {
   auto& r = registry();
   std::lock_guard lock(r.mutex);
   auto k = static_cast<std::size_t>(device.type);
-  if (k >= r.kinds.size() || device.index < 0 || device.index >= r.kinds[k].count)
-    throw Error("device: no device " + device_str(device) + " (registered: " + registered(r) + ")");
+  if (k >= r.kinds.size() || device.index < 0 || device.index >= r.kinds[k].count) {
+    const bool none = k < r.kinds.size() && r.kinds[k].count == 0 && !r.kinds[k].why_none.empty();
+    throw Error("device: no device " + device_str(device) +
+                (none ? ": " + r.kinds[k].why_none : "") + " (registered: " + registered(r) + ")");
+  }
   auto& kind = r.kinds[k];
   auto*& be = kind.made[static_cast<std::size_t>(device.index)];
   if (!be) {

@@ -14,6 +14,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -22,8 +23,10 @@ namespace loom::runtime {
 using BackendFactory = std::function<std::unique_ptr<Backend>(int index)>;
 
 // Registers a kind of device named `name` with `count` devices (indices 0..count-1) and
-// returns its DeviceType. Throws loom::Error when `name` is registered already.
-DeviceType register_backend(std::string_view name, int count, BackendFactory factory);
+// returns its DeviceType. With no devices, `why_none` says why (no driver, no GPU), and asking
+// for one names the reason. Throws loom::Error when `name` is registered already.
+DeviceType register_backend(std::string_view name, int count, BackendFactory factory,
+                            std::string why_none = {});
 
 // The backend of `device`, made on first use; throws loom::Error naming the registered
 // devices when `device` is not one of them.

@@ -6,6 +6,7 @@
 // is made on the CPU and on the test suite's second backend ("guarded"), against the same
 // fixtures.
 #include "backend/guarded_backend.h"
+#include "test_device.h"
 #include "nn/nn_test_util.h"
 
 #include <loom/autograd.h>
@@ -140,7 +141,8 @@ TEST_P(TrainingReference, MatchesPyTorch) {
   ASSERT_TRUE(runs.count(run_name)) << "fixture has no run " << run_name;
   const ReferenceRun& ref = runs.at(run_name);
   test::DefaultDTypeGuard dtype(c.dtype);
-  const Device device = c.guarded ? test::guarded_device() : Device{};
+  // LOOM_TEST_DEVICE (test_device.h) moves the CPU cases to that device: ctest's CUDA run.
+  const Device device = c.guarded ? test::guarded_device() : test::test_device();
   const int64_t violations_before = test::guard_violations();
 
   std::shared_ptr<nn::Module> model;

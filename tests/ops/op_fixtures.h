@@ -7,6 +7,8 @@
 //   Tensor x = make_tensor(f.cases[0].inputs[0], DType::Float32);
 #pragma once
 
+#include "test_device.h"
+
 #include <loom/bfloat16.h>
 #include <loom/tensor.h>
 
@@ -252,7 +254,10 @@ inline Tensor make_tensor(const TensorSpec& spec, DType run) {
       case DType::BFloat16: { loom::bfloat16 x(static_cast<float>(v)); std::memcpy(dst, &x, width); break; }
     }
   }
-  return loom::from_host(bytes.data(), dt, spec.shape);
+  // On the device the tests run on (test_device.h): the CPU unless LOOM_TEST_DEVICE names one.
+  const loom::Tensor t = loom::from_host(bytes.data(), dt, spec.shape);
+  const loom::Device device = loom::test::test_device();
+  return device == loom::Device{} ? t : t.to(device);
 }
 
 // ---- comparison ----

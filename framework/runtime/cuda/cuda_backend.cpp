@@ -1,0 +1,388 @@
+#include "runtime/cuda/cuda_backend.h"
+
+#include "runtime/cuda/allocator.h"
+#include "runtime/cuda/codegen.h"
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/cuda_target.h"
+#include "runtime/cuda/library_ops.h"
+#include "runtime/cuda/nvrtc.h"
+#include "runtime/device_queue.h"
+
+#include <loom/error.h>
+#include <loom/metrics.h>
+#include <loom/profiler.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+
+namespace loom::runtime::cuda {
+namespace {
+
+// A compiled program: its module, the kernel handle of every launch, and what a run needs.
+// Runs of one executable may be in flight together, but only the launch thread touches the
+// run state, and it finishes queueing one run before it starts the next.
+class CudaExecutable final : public Executable {
+ public:
+  ir::Program program;
+  ProgramCode code;
+  cudaLibrary_t library = nullptr;
+  std::vector<std::vector<cudaKernel_t>> kernels;  // per instruction, per launch
+  int* error_word = nullptr;                       // the module's loom_error
+  mutable std::vector<std::unique_ptr<LibraryOp>> library_ops;  // made at the first run
+  mutable std::shared_ptr<Storage> arena;
+  mutable std::vector<void*> data;                      // per slot
+  mutable std::vector<std::shared_ptr<Storage>> owned;  // per slot
+  mutable std::vector<uint8_t> donatable;
+
+  ~CudaExecutable() override {
+    if (library) cudaLibraryUnload(library);
+  }
+};
+
+// Pinned host words the programs copy their error word into, one per run in flight.
+constexpr int kErrorSlots = 256;
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int index) : device_{device_type("cuda"), index}, index_(index) {
+    set_device();
+    check(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking), "cudaStreamCreate");
+    allocator_ = std::make_unique<DeviceAllocator>(device_, compute_);
+    check(cublasLtCreate(&ctx_.cublaslt), "cublasLtCreate");
+    check(cudnnCreate(&ctx_.cudnn), "cudnnCreate");
+    check(cudnnSetStream(ctx_.cudnn, compute_), "cudnnSetStream");
+    ctx_.stream = compute_;
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, index), "cudaGetDeviceProperties");
+    arch_ = prop.major * 10 + prop.minor;
+    check(cudaHostAlloc(reinterpret_cast<void**>(&error_words_), kErrorSlots * sizeof(int),
+                        cudaHostAllocDefault),
+          "cudaHostAlloc");
+  }
+
+  std::shared_ptr<Storage> alloc(std::size_t bytes) override { return allocator_->allocate(bytes); }
+  void empty_cache() override { allocator_->empty_cache(); }
+
+  // Through a pinned staging buffer on the copy stream, so that the copy overlaps the
+  // compute stream's kernels (a pageable copy would wait for the whole device).
+  void copy_in(const void* host, Storage& dst, std::size_t bytes) override {
+    if (!bytes) return;
+    set_device();
+    std::lock_guard lock(staging_mutex_);
+    allocator_->wait_until_free(dst, copy_);
+    auto* src = static_cast<const char*>(host);
+    for (std::size_t done = 0; done < bytes;) {
+      const std::size_t n = std::min(bytes - done, kStagingBytes);
+      char* stage = staging(n);
+      std::memcpy(stage, src + done, n);
+      check(cudaMemcpyAsync(static_cast<char*>(dst.data()) + done, stage, n,
+                            cudaMemcpyHostToDevice, copy_),
+            "cudaMemcpyAsync (to the device)");
+      check(cudaStreamSynchronize(copy_), "cudaStreamSynchronize (copy to the device)");
+      done += n;
+    }
+  }
+
+  void copy_out(const Storage& src, void* host, std::size_t bytes) override {
+    if (!bytes) return;
+    set_device();
+    std::lock_guard lock(staging_mutex_);
+    auto* dst = static_cast<char*>(host);
+    for (std::size_t done = 0; done < bytes;) {
+      const std::size_t n = std::min(bytes - done, kStagingBytes);
+      char* stage = staging(n);
+      check(cudaMemcpyAsync(stage, static_cast<const char*>(src.data()) + done, n,
+                            cudaMemcpyDeviceToHost, copy_),
+            "cudaMemcpyAsync (from the device)");
+      check(cudaStreamSynchronize(copy_), "cudaStreamSynchronize (copy from the device)");
+      std::memcpy(dst + done, stage, n);
+      done += n;
+    }
+  }
+
+  // Between two CUDA devices (or within one); anything else goes through the host.
+  bool copy(const Storage& src, Storage& dst, std::size_t bytes) override {
+    if (src.device().type != device_.type) return false;
+    if (!bytes) return true;
+    set_device();
+    allocator_->wait_until_free(dst, copy_);
+    if (src.device().index == index_)
+      check(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, copy_),
+            "cudaMemcpyAsync (device to device)");
+    else
+      check(cudaMemcpyPeerAsync(dst.data(), index_, src.data(), src.device().index, bytes, copy_),
+            "cudaMemcpyPeerAsync");
+    check(cudaStreamSynchronize(copy_), "cudaStreamSynchronize (device copy)");
+    return true;
+  }
+
+  const ir::Target& target() const override { return target_; }
+
+  // Generates the program's CUDA C, compiles it (or finds it in the kernel cache) and loads
+  // it, on the calling thread: a compile error reaches the caller of mark_step.
+  std::shared_ptr<const Executable> compile(ir::Program program) override {
+    set_device();
+    auto exe = std::make_shared<CudaExecutable>();
+    exe->code = generate_program(program);
+    const auto start = std::chrono::steady_clock::now();
+    auto cubin = nvrtc::compile(exe->code.source, arch_);
+    metrics::record("CudaKernelCompileTime", std::chrono::duration<double, std::nano>(
+                                                 std::chrono::steady_clock::now() - start).count());
+    check(cudaLibraryLoadData(&exe->library, cubin->data(), nullptr, nullptr, 0, nullptr,
+                              nullptr, 0),
+          "cudaLibraryLoadData");
+    for (const auto& instr : exe->code.instrs) {
+      auto& ks = exe->kernels.emplace_back();
+      for (const auto& l : instr.launches) {
+        cudaKernel_t k = nullptr;
+        check(cudaLibraryGetKernel(&k, exe->library, l.entry.c_str()),
+              ("cudaLibraryGetKernel(" + l.entry + ")").c_str());
+        ks.push_back(k);
+      }
+    }
+    std::size_t word_bytes = 0;
+    check(cudaLibraryGetGlobal(reinterpret_cast<void**>(&exe->error_word), &word_bytes,
+                               exe->library, "loom_error"),
+          "cudaLibraryGetGlobal(loom_error)");
+    exe->library_ops.resize(program.instrs.size());
+    exe->data.resize(program.num_slots());
+    exe->owned.resize(program.num_slots());
+    exe->program = std::move(program);
+    return exe;
+  }
+
+  void execute(std::shared_ptr<const Executable> exe, BufferList inputs,
+               BufferList outputs) override {
+    launch_.enqueue([this, exe = std::move(exe), inputs = std::move(inputs),
+                     outputs = std::move(outputs)]() mutable {
+      set_device();
+      const auto& e = static_cast<const CudaExecutable&>(*exe);
+      std::string error;
+      std::vector<std::shared_ptr<Completion>> input_ready;
+      for (const auto& b : inputs) input_ready.push_back(b->ready);
+      const int slot = next_error_slot_++ % kErrorSlots;
+      cudaEvent_t done = event();
+      try {
+        profiler::Trace span("launch");
+        run(e, inputs, outputs, slot);
+        check(cudaEventRecord(done, compute_), "cudaEventRecord");
+      } catch (const std::exception& ex) {
+        error = ex.what();
+      }
+      inputs.clear();
+      done_.enqueue([this, exe = std::move(exe), outputs = std::move(outputs), done, slot,
+                     error = std::move(error), input_ready = std::move(input_ready)]() mutable {
+        finish(static_cast<const CudaExecutable&>(*exe), outputs, done, slot,
+               std::move(error), input_ready);
+      });
+    });
+  }
+
+  void enqueue_callback(std::function<void()> fn) override {
+    launch_.enqueue([this, fn = std::move(fn)]() mutable { done_.enqueue(std::move(fn)); });
+  }
+
+  void synchronize() override {
+    launch_.wait_idle();
+    done_.wait_idle();
+  }
+
+ private:
+  static constexpr std::size_t kStagingBytes = std::size_t{32} << 20;
+
+  static DeviceType device_type(const char* name) { return parse_device(name).type; }
+  void set_device() const { check(cudaSetDevice(index_), "cudaSetDevice"); }
+
+  char* staging(std::size_t bytes) {
+    if (staging_bytes_ < bytes) {
+      if (staging_) cudaFreeHost(staging_);
+      staging_ = nullptr;
+      staging_bytes_ = 0;
+      check(cudaHostAlloc(reinterpret_cast<void**>(&staging_), kStagingBytes, cudaHostAllocDefault),
+            "cudaHostAlloc (staging)");
+      staging_bytes_ = kStagingBytes;
+    }
+    return staging_;
+  }
+
+  cudaEvent_t event() {
+    std::lock_guard lock(events_mutex_);
+    if (!events_.empty()) {
+      auto e = events_.back();
+      events_.pop_back();
+      return e;
+    }
+    cudaEvent_t e = nullptr;
+    check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    return e;
+  }
+
+  // Queues every instruction of `e` on the compute stream (the launch thread).
+  void run(const CudaExecutable& e, const BufferList& inputs, const BufferList& outputs,
+           int error_slot) {
+    const auto& p = e.program;
+    const auto n_in = static_cast<int>(p.inputs.size());
+    if (p.arena_bytes > 0 && !e.arena) e.arena = allocator_->allocate(static_cast<std::size_t>(p.arena_bytes));
+    auto* arena = e.arena ? static_cast<char*>(e.arena->data()) : nullptr;
+    std::fill(e.data.begin(), e.data.end(), nullptr);
+    for (auto& o : e.owned) o.reset();
+    e.donatable.assign(static_cast<std::size_t>(n_in), 0);
+    for (int i = 0; i < n_in; ++i) {
+      const auto& b = inputs[static_cast<std::size_t>(i)];
+      // Inputs computed on this device are ordered by the stream; a copied one is ready.
+      e.donatable[i] = b.use_count() == 1 && b->storage && b->storage.use_count() == 1;
+      e.owned[i] = b->storage;
+      e.data[i] = b->storage ? b->storage->data() : nullptr;
+    }
+    int donated = 0;
+    std::vector<void*> params;
+    std::vector<const void*> addresses;
+    for (int i = 0; i < static_cast<int>(p.instrs.size()); ++i) {
+      const auto& in = p.instrs[static_cast<std::size_t>(i)];
+      const auto& code = e.code.instrs[static_cast<std::size_t>(i)];
+      const int out_slot = n_in + i;
+      if (code.runs == Runs::Nothing) {
+        e.data[out_slot] = e.data[in.args[0]];
+        e.owned[out_slot] = e.owned[in.args[0]];
+        continue;
+      }
+      if (in.arena_offset >= 0) {
+        e.data[out_slot] = arena + in.arena_offset;
+      } else {
+        const auto bytes = static_cast<std::size_t>(shape_numel(in.shape)) * dtype_size(in.dtype);
+        for (int d : in.donors) {
+          if (!e.donatable[d] || e.owned[d]->bytes() < bytes) continue;
+          e.donatable[d] = 0;
+          e.owned[out_slot] = e.owned[d];
+          ++donated;
+          break;
+        }
+        if (!e.owned[out_slot]) e.owned[out_slot] = allocator_->allocate(bytes);
+        e.data[out_slot] = e.owned[out_slot]->data();
+      }
+      addresses.assign(1, e.data[out_slot]);
+      for (int a : in.args) addresses.push_back(e.data[a]);
+      if (code.runs == Runs::Library) {
+        auto& op = e.library_ops[static_cast<std::size_t>(i)];
+        if (!op) op = make_library_op(p, i, ctx_);
+        grow_workspace(op->workspace_bytes());
+        op->run(ctx_, std::span(addresses).subspan(1), e.data[out_slot]);
+      }
+      params.clear();
+      for (auto& a : addresses) params.push_back(&a);
+      for (std::size_t l = 0; l < code.launches.size(); ++l) {
+        const auto& launch = code.launches[l];
+        check(cudaLaunchKernel(reinterpret_cast<const void*>(e.kernels[static_cast<std::size_t>(i)][l]),
+                               dim3(static_cast<unsigned>(launch.blocks)),
+                               dim3(static_cast<unsigned>(launch.threads)), params.data(),
+                               static_cast<std::size_t>(launch.shared_bytes), compute_),
+              ("cudaLaunchKernel(" + launch.entry + ")").c_str());
+      }
+    }
+    // The module's error word to this run's pinned slot, then cleared for the next run.
+    check(cudaMemcpyAsync(&error_words_[error_slot], e.error_word, sizeof(int),
+                          cudaMemcpyDeviceToHost, compute_),
+          "cudaMemcpyAsync (error word)");
+    check(cudaMemsetAsync(e.error_word, 0, sizeof(int), compute_), "cudaMemsetAsync");
+    for (std::size_t k = 0; k < outputs.size(); ++k) {
+      const int slot = p.outputs[k];
+      if (!e.owned[slot]) throw Error("cuda: a program output lives in the arena");
+      outputs[k]->storage = e.owned[slot];
+    }
+    for (auto& o : e.owned) o.reset();
+    metrics::increment("DonatedBuffer", device_, donated);
+  }
+
+  void grow_workspace(std::size_t bytes) {
+    if (bytes <= ctx_.workspace_bytes) return;
+    // The old workspace goes back to the pool; stream order keeps its last user safe.
+    workspace_ = allocator_->allocate(bytes);
+    ctx_.workspace = workspace_->data();
+    ctx_.workspace_bytes = workspace_->bytes();
+  }
+
+  // On the completion thread: waits for the program's kernels, then signals its outputs.
+  void finish(const CudaExecutable& e, BufferList& outputs, cudaEvent_t done, int slot,
+              std::string error, const std::vector<std::shared_ptr<Completion>>& input_ready) {
+    set_device();
+    if (error.empty()) {
+      profiler::Trace span("execute");
+      const auto status = cudaEventSynchronize(done);
+      if (status != cudaSuccess) {
+        cudaGetLastError();
+        error = std::string("cuda: the step failed on the device: ") + cudaGetErrorString(status);
+      } else if (const int word = error_words_[slot]; word != 0) {
+        const auto& in = e.program.instrs[static_cast<std::size_t>(word - 1)];
+        error = std::string(ir::op_name(in.op)) + " (instruction " + std::to_string(word - 1) +
+                " of the program, on " + device_str(device_) + "): an index out of range";
+      }
+    }
+    for (const auto& r : input_ready)
+      if (error.empty() && r)
+        if (auto failed = r->wait(); !failed.empty())
+          error = "an input of this step had failed: " + failed;
+    {
+      std::lock_guard lock(events_mutex_);
+      events_.push_back(done);
+    }
+    metrics::increment("ExecuteProgram", device_);
+    auto ready = outputs.empty() ? nullptr : outputs.front()->ready;
+    const bool shared = std::all_of(outputs.begin(), outputs.end(),
+                                    [&](const auto& o) { return o->ready == ready; });
+    auto signal = [&](Completion& c) {
+      if (error.empty()) c.set_done();
+      else c.set_failed(error);
+    };
+    if (shared) {
+      outputs.clear();
+      if (ready) signal(*ready);
+    } else {
+      for (auto& o : outputs) signal(*o->ready);
+    }
+  }
+
+  Device device_;
+  int index_;
+  int arch_ = 0;
+  cudaStream_t compute_ = nullptr, copy_ = nullptr;
+  std::unique_ptr<DeviceAllocator> allocator_;
+  LibraryContext ctx_;
+  std::shared_ptr<Storage> workspace_;
+  std::mutex staging_mutex_;
+  char* staging_ = nullptr;
+  std::size_t staging_bytes_ = 0;
+  std::mutex events_mutex_;
+  std::vector<cudaEvent_t> events_;
+  int* error_words_ = nullptr;
+  int next_error_slot_ = 0;
+  const ir::Target target_ = cuda_target();
+  // Declared last: destroyed first, so their threads stop before the state they use goes.
+  DeviceQueue done_;
+  DeviceQueue launch_;
+};
+
+}  // namespace
+
+int device_count(std::string* why_none) {
+  int n = 0;
+  const auto status = cudaGetDeviceCount(&n);
+  if (status == cudaSuccess && n > 0) return n;
+  cudaGetLastError();
+  if (why_none) {
+    if (status == cudaSuccess || status == cudaErrorNoDevice)
+      *why_none = "no CUDA GPU found";
+    else if (status == cudaErrorInsufficientDriver)
+      *why_none = "no NVIDIA driver found (libcuda.so), or one older than this CUDA runtime needs";
+    else
+      *why_none = std::string("the CUDA runtime reports: ") + cudaGetErrorString(status);
+  }
+  return 0;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int index) { return std::make_unique<CudaBackend>(index); }
+
+}  // namespace loom::runtime::cuda

@@ -1,0 +1,167 @@
+// The CUDA device against the CPU: copies, a training loop, lazy against captured steps,
+// running out of device memory, a bad index found on the device. Its own main: without a GPU
+// the binary prints one line saying why and exits 77, which ctest reports as skipped.
+// (ctest also runs the op harness and the PyTorch training references on the GPU through
+// LOOM_TEST_DEVICE=cuda, tests/test_device.h.)
+#include "runtime/cuda/cuda_backend.h"
+#include "runtime/registry.h"
+#include "nn/nn_test_util.h"
+#include "test_util.h"
+
+#include <loom/autograd.h>
+#include <loom/compile.h>
+#include <loom/nn/functional.h>
+#include <loom/nn/layers.h>
+#include <loom/optim.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+
+namespace loom {
+namespace {
+
+namespace F = nn::functional;
+using ::testing::HasSubstr;
+
+Device gpu() { return parse_device("cuda:0"); }
+
+TEST(Cuda, CopiesRoundTripEveryDtype) {
+  for (DType t : {DType::Float32, DType::Float64, DType::Int64, DType::Int32, DType::Bool,
+                  DType::BFloat16}) {
+    auto x = rand({3, 1000}, 7).to(DType::Float64) * 100;
+    auto h = x.to(t).to_host();
+    auto back = x.to(t).to(gpu()).to(Device{}).to_host();
+    EXPECT_EQ(back.dtype, t);
+    EXPECT_TRUE(back.bytes == h.bytes) << dtype_name(t);
+  }
+}
+
+// A conv net's forward and backward on both devices: the values of every gradient agree to
+// float32 tolerance (the GPU sums in other orders).
+TEST(Cuda, ConvNetGradientsMatchTheCpu) {
+  auto run = [](Device d) {
+    auto x = randn({4, 3, 16, 16}, 1).to(d).requires_grad_();
+    auto w1 = (randn({8, 3, 3, 3}, 2) * 0.3).to(d).requires_grad_();
+    auto w2 = (randn({10, 8 * 4 * 4}, 3) * 0.1).to(d).requires_grad_();
+    auto y = from_vector<int64_t>({1, 3, 5, 7}, {4}).to(d);
+    auto h = relu(conv2d(x, w1, {}, Conv2dParams{.padding = {1, 1}}));
+    h = max_pool2d(h, Pool2dOptions{.kernel = {2, 2}, .stride = {2, 2}});
+    h = avg_pool2d(h, Pool2dOptions{.kernel = {2, 2}, .stride = {2, 2}});
+    auto logits = matmul(h.reshape({4, -1}), w2.transpose(0, 1));
+    auto loss = F::cross_entropy(logits, y);
+    loss.backward();
+    mark_step();
+    return std::vector<std::vector<double>>{test::values(loss), test::values(x.grad()),
+                                            test::values(w1.grad()), test::values(w2.grad())};
+  };
+  const auto cpu = run(Device{}), cuda = run(gpu());
+  for (std::size_t k = 0; k < cpu.size(); ++k) {
+    ASSERT_EQ(cpu[k].size(), cuda[k].size());
+    double scale = 0;
+    for (double v : cpu[k]) scale = std::max(scale, std::abs(v));
+    for (std::size_t i = 0; i < cpu[k].size(); ++i)
+      EXPECT_NEAR(cuda[k][i], cpu[k][i], 1e-5 * scale + 1e-6) << "tensor " << k << " [" << i << "]";
+  }
+}
+
+struct MlpRun {
+  std::vector<float> losses;
+  std::vector<double> weights;
+};
+
+// Twelve SGD-momentum steps of a small MLP on `d`, lazily or as a compiled (captured) step.
+MlpRun train_mlp(Device d, bool compiled) {
+  auto net = std::make_shared<nn::Sequential>();
+  net->push_back(std::make_shared<nn::Linear>(6, 16));
+  net->push_back(std::make_shared<nn::ReLU>());
+  net->push_back(std::make_shared<nn::Linear>(16, 3));
+  nn::NamedTensors state;
+  int64_t k = 0;
+  for (const auto& [name, t] : net->state_dict()) {
+    std::vector<float> v(static_cast<std::size_t>(t.numel()));
+    for (std::size_t i = 0; i < v.size(); ++i)
+      v[i] = static_cast<float>(0.3 * std::sin(0.7 * static_cast<double>(i) + static_cast<double>(++k)));
+    state.emplace_back(name, from_vector(v, t.shape()));
+  }
+  net->to(d);
+  net->load_state_dict(state);
+  auto x = randn({8, 6}, 5).to(d);
+  auto y = from_vector<int64_t>({0, 1, 2, 0, 1, 2, 1, 0}, {8}).to(d);
+  optim::SGD opt(net->parameters(), optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+  auto step = [&] {
+    opt.zero_grad();
+    auto loss = F::cross_entropy(net->forward(x), y);
+    loss.backward();
+    optim::optimizer_step(opt, /*barrier=*/true);
+    return loss;
+  };
+  auto captured = compile(step);
+  MlpRun r;
+  for (int s = 0; s < 12; ++s) r.losses.push_back((compiled ? captured() : step()).item<float>());
+  for (const auto& p : net->parameters()) {
+    EXPECT_EQ(p.device(), d);
+    auto v = test::values(p);
+    r.weights.insert(r.weights.end(), v.begin(), v.end());
+  }
+  return r;
+}
+
+TEST(Cuda, TrainingMatchesTheCpu) {
+  const auto cpu = train_mlp(Device{}, false), cuda = train_mlp(gpu(), false);
+  for (std::size_t s = 0; s < cpu.losses.size(); ++s)
+    EXPECT_NEAR(cuda.losses[s], cpu.losses[s], 1e-5 * std::abs(cpu.losses[s])) << "step " << s;
+}
+
+TEST(Cuda, CapturedStepsAreBitIdenticalToLazy) {
+  const auto lazy = train_mlp(gpu(), false), captured = train_mlp(gpu(), true);
+  EXPECT_EQ(lazy.losses, captured.losses);
+  EXPECT_EQ(lazy.weights, captured.weights);
+}
+
+// The generator is the CPU's, step for step: uniform numbers bit for bit; normal ones through
+// the device's log and cos, within an ulp or two of glibc's.
+TEST(Cuda, RandomNumbersAreTheCpus) {
+  for (DType t : {DType::Float32, DType::Float64}) {
+    EXPECT_EQ(test::values(rand({1000}, 42, t, gpu())), test::values(rand({1000}, 42, t)));
+    const auto cuda = test::values(randn({1000}, 42, t, gpu())), cpu = test::values(randn({1000}, 42, t));
+    const double ulp = t == DType::Float32 ? 1.2e-7 : 2.3e-16;
+    for (std::size_t i = 0; i < cpu.size(); ++i)
+      EXPECT_NEAR(cuda[i], cpu[i], 4 * ulp * (std::abs(cpu[i]) + 1)) << dtype_name(t) << " [" << i << "]";
+  }
+}
+
+TEST(Cuda, OutOfDeviceMemoryIsAnError) {
+  auto& be = runtime::backend(gpu());
+  const auto message = test::error_of([&] { be.alloc(std::size_t{1} << 50); });
+  EXPECT_THAT(message, HasSubstr("out of device memory allocating 1125899906842624 bytes"));
+  EXPECT_THAT(message, HasSubstr("pool holds"));
+  // The device still works.
+  EXPECT_EQ(test::values((ones({4}).to(gpu()) * 3).sum()), std::vector<double>{12});
+}
+
+TEST(Cuda, AnIndexOutOfRangeNamesTheOp) {
+  auto x = rand({3, 4}, 1).to(gpu());
+  auto index = from_vector<int64_t>({0, 9, 1}, {3, 1}).to(gpu());
+  auto y = gather(x, 1, index);
+  const auto message = test::error_of([&] { y.to_host(); });
+  EXPECT_THAT(message, HasSubstr("gather"));
+  EXPECT_THAT(message, HasSubstr("out of range"));
+  // Later steps run.
+  EXPECT_EQ(test::values((ones({2}).to(gpu()) + 1).sum()), std::vector<double>{4});
+}
+
+}  // namespace
+}  // namespace loom
+
+int main(int argc, char** argv) {
+  std::string why;
+  if (loom::runtime::cuda::device_count(&why) == 0) {
+    std::printf("cuda_device_test: skipped: %s\n", why.c_str());
+    return 77;
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,64 @@
+#!/bin/sh
+# Runs loom's CUDA checks on a GPU machine that has the CUDA 13 toolkit and PyTorch (with its
+# cuDNN) but no Debian packages, such as the H100 some development sessions are lent.
+#
+#   tools/gpu-run.sh pack            here, after building in build/: bundles the CUDA test
+#                                    binaries and loom_bench with the Debian libraries they
+#                                    load into .gpu/bundle.tar.xz (ignored by git)
+#   tools/gpu-run.sh run [ctest-args]  there, in the repository root: unpacks the bundle,
+#                                    points the loader at it and at PyTorch's cuDNN, prints
+#                                    the GPU, then runs the CUDA suite (Cuda.*, by default)
+#
+# With the device tool: run `tools/gpu-run.sh pack`, then a run whose command is
+# `tools/gpu-run.sh run` with carry [".gpu"]. Nothing is downloaded on either side.
+set -eu
+root=$(cd "$(dirname "$0")/.." && pwd)
+bundle=$root/.gpu/bundle.tar.xz
+
+pack() {
+  build=$root/build
+  stage=$(mktemp -d)
+  mkdir -p "$stage/bin" "$stage/lib" "$root/.gpu"
+  grep -qx '/.gpu/' "$root/.git/info/exclude" 2>/dev/null || echo '/.gpu/' >>"$root/.git/info/exclude"
+  for b in tests/cuda_device_test tests/cuda_codegen_test tests/ops_forward_test tests/models_test \
+           bench/loom_bench; do
+    [ -x "$build/$b" ] || { echo "gpu-run.sh: $build/$b not built (make -C build)" >&2; exit 1; }
+    strip -o "$stage/bin/$(basename "$b")" "$build/$b"
+    # The Debian libraries it loads; glibc and the CUDA libraries are the machine's own.
+    ldd "$build/$b" | awk '/=> \// {print $3}' |
+      grep -v -e '/libc\.so' -e '/libm\.so' -e '/libpthread' -e '/libdl\.so' -e '/librt\.so' \
+              -e '/ld-linux' -e '/usr/local/cuda' -e 'libcud' -e 'libcublas' -e 'libnvrtc' |
+      while read -r lib; do cp -Ln "$lib" "$stage/lib/" 2>/dev/null || true; done
+  done
+  # The tests read their fixtures from the source tree they were built in: recorded, so that
+  # `run` can put this checkout at that path.
+  echo "$root" >"$stage/srcdir"
+  tar -C "$stage" -cJf "$bundle" bin lib srcdir
+  rm -rf "$stage"
+  echo "gpu-run.sh: $(du -h "$bundle" | cut -f1) in $bundle"
+}
+
+run() {
+  [ -f "$bundle" ] || { echo "gpu-run.sh: no $bundle: run 'tools/gpu-run.sh pack' here first" >&2; exit 1; }
+  dir=/tmp/loom-gpu
+  rm -rf "$dir" && mkdir -p "$dir" && tar -C "$dir" -xJf "$bundle"
+  src=$(cat "$dir/srcdir")
+  if [ "$src" != "$root" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"; fi
+  cudnn=$(python3 -c 'import nvidia.cudnn, os; print(os.path.join(nvidia.cudnn.__path__[0], "lib"))' 2>/dev/null || true)
+  export LD_LIBRARY_PATH="$dir/lib:${cudnn}:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+  export LOOM_CUDA_CACHE_DIR=/tmp/loom-kernel-cache OMP_WAIT_POLICY=passive
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+  cd "$dir/bin"
+  status=0
+  ./cuda_device_test "$@" || status=$?
+  LOOM_TEST_DEVICE=cuda ./ops_forward_test --gtest_filter='OpCaseTest.*' --gtest_brief=1 || status=$?
+  LOOM_TEST_DEVICE=cuda ./models_test --gtest_filter='TrainingReference.*' --gtest_brief=1 || status=$?
+  ./cuda_codegen_test --gtest_brief=1 || status=$?
+  exit $status
+}
+
+case "${1:-}" in
+  pack) pack ;;
+  run) shift; run "$@" ;;
+  *) echo "usage: tools/gpu-run.sh pack | run [gtest-args]" >&2; exit 2 ;;
+esac
