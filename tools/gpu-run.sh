@@ -51,8 +51,8 @@ run() {
   cd "$dir/bin"
   status=0
   ./cuda_device_test "$@" || status=$?
-  LOOM_TEST_DEVICE=cuda ./ops_forward_test --gtest_filter='OpCaseTest.*' --gtest_brief=1 || status=$?
-  LOOM_TEST_DEVICE=cuda ./models_test --gtest_filter='TrainingReference.*' --gtest_brief=1 || status=$?
+  LOOM_TEST_DEVICE=cuda ./ops_forward_test --gtest_filter='Ops/OpCaseTest.*' --gtest_brief=1 || status=$?
+  LOOM_TEST_DEVICE=cuda ./models_test --gtest_filter='Models/TrainingReference.*' --gtest_brief=1 || status=$?
   ./cuda_codegen_test --gtest_brief=1 || status=$?
   exit $status
 }

@@ -63,7 +63,8 @@ Compiled compile_pending_step() {
     }
     if (code.instrs[i].runs == cuda::Runs::Kernels) EXPECT_FALSE(code.instrs[i].launches.empty()) << i;
   }
-  mark_step();  // runs the step on the CPU, leaving nothing pending for the next test
+  mark_step();  // runs the step on the CPU, leaving nothing pending for the next test,
+  wait_device_ops();  // and nothing running when the test binary exits
   return c;
 }
 
