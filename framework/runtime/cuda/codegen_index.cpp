@@ -27,17 +27,8 @@
 namespace loom::runtime::cuda {
 namespace {
 
+using text::contiguous;
 using text::num;
-
-std::vector<int64_t> contiguous(const Shape& s) {
-  std::vector<int64_t> st(s.size());
-  int64_t acc = 1;
-  for (std::size_t d = s.size(); d-- > 0;) {
-    st[d] = acc;
-    acc *= s[d];
-  }
-  return st;
-}
 
 int64_t product(const Shape& s, std::size_t b, std::size_t e) {
   int64_t n = 1;

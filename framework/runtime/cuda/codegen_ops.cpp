@@ -20,17 +20,8 @@
 namespace loom::runtime::cuda {
 namespace {
 
+using text::contiguous;
 using text::num;
-
-std::vector<int64_t> contiguous(const Shape& s) {
-  std::vector<int64_t> st(s.size());
-  int64_t acc = 1;
-  for (std::size_t d = s.size(); d-- > 0;) {
-    st[d] = acc;
-    acc *= s[d];
-  }
-  return st;
-}
 
 // The output's dimensions with the input stride of each: size-1 dimensions dropped, and a
 // dimension merged into its outer neighbour when the input walks them as one run (the output

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace loom::runtime::cuda::text {
 
@@ -18,6 +19,17 @@ inline constexpr int kThreads = 256;  // threads per block of a flat (one thread
 inline std::string num(int64_t v) {
   const bool small = v >= -(int64_t{1} << 31) + 1 && v < (int64_t{1} << 31);
   return std::to_string(v) + (small ? "" : "LL");
+}
+
+// The row-major strides (in elements) of a contiguous tensor of shape `s`.
+inline std::vector<int64_t> contiguous(const Shape& s) {
+  std::vector<int64_t> st(s.size());
+  int64_t acc = 1;
+  for (std::size_t d = s.size(); d-- > 0;) {
+    st[d] = acc;
+    acc *= s[d];
+  }
+  return st;
 }
 
 // An i64 literal, for comparisons with i64 values.
