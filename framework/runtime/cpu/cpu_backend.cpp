@@ -4,6 +4,7 @@
 
 #include "runtime/cpu/allocator.h"
 #include "runtime/device_queue.h"
+#include "runtime/donation.h"
 #include "runtime/cpu/heap_count.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/kernels_fused.h"
@@ -66,13 +67,6 @@ class CpuExecutable final : public Executable {
   mutable std::vector<uint8_t> donatable;                  // per input, this run
 };
 
-// Whether nothing but this run holds input buffer `b`: its tensors are gone (the step
-// overwrote them) and no other buffer shares its storage. Only the device thread holds the
-// last reference then, so no other thread can take a new one.
-bool only_this_run_holds(const std::shared_ptr<DeviceBuffer>& b) {
-  return b.use_count() == 1 && b->storage && b->storage.use_count() == 1;
-}
-
 // Returns how many results took over an input's buffer (donation, memory_plan.h).
 int run_program(const CpuExecutable& exe, const BufferList& inputs, const BufferList& outputs) {
   int donated = 0;
@@ -103,14 +97,9 @@ int run_program(const CpuExecutable& exe, const BufferList& inputs, const Buffer
       exe.data[out_slot] = arena + in.arena_offset;
     } else {
       auto bytes = static_cast<std::size_t>(shape_numel(in.shape)) * dtype_size(in.dtype);
-      for (int d : in.donors) {
-        if (!exe.donatable[d] || exe.owned[d]->bytes() < bytes) continue;
-        exe.donatable[d] = 0;  // one result per donor
-        exe.owned[out_slot] = exe.owned[d];
-        ++donated;
-        break;
-      }
-      if (!exe.owned[out_slot]) exe.owned[out_slot] = allocate(bytes);
+      exe.owned[out_slot] = take_donor(in, bytes, exe.donatable, exe.owned);
+      if (exe.owned[out_slot]) ++donated;
+      else exe.owned[out_slot] = allocate(bytes);
       exe.data[out_slot] = exe.owned[out_slot]->data();
     }
     auto& views = exe.arg_views[i];

@@ -7,6 +7,7 @@
 #include "runtime/cuda/library_ops.h"
 #include "runtime/cuda/nvrtc.h"
 #include "runtime/device_queue.h"
+#include "runtime/donation.h"
 
 #include <loom/error.h>
 #include <loom/metrics.h>
@@ -77,7 +78,7 @@ class CudaBackend final : public Backend {
     auto* src = static_cast<const char*>(host);
     for (std::size_t done = 0; done < bytes;) {
       const std::size_t n = std::min(bytes - done, kStagingBytes);
-      char* stage = staging(n);
+      char* stage = staging();
       std::memcpy(stage, src + done, n);
       check(cudaMemcpyAsync(static_cast<char*>(dst.data()) + done, stage, n,
                             cudaMemcpyHostToDevice, copy_),
@@ -94,7 +95,7 @@ class CudaBackend final : public Backend {
     auto* dst = static_cast<char*>(host);
     for (std::size_t done = 0; done < bytes;) {
       const std::size_t n = std::min(bytes - done, kStagingBytes);
-      char* stage = staging(n);
+      char* stage = staging();
       check(cudaMemcpyAsync(stage, static_cast<const char*>(src.data()) + done, n,
                             cudaMemcpyDeviceToHost, copy_),
             "cudaMemcpyAsync (from the device)");
@@ -197,15 +198,12 @@ class CudaBackend final : public Backend {
   static DeviceType device_type(const char* name) { return parse_device(name).type; }
   void set_device() const { check(cudaSetDevice(index_), "cudaSetDevice"); }
 
-  char* staging(std::size_t bytes) {
-    if (staging_bytes_ < bytes) {
-      if (staging_) cudaFreeHost(staging_);
-      staging_ = nullptr;
-      staging_bytes_ = 0;
+  // The pinned staging buffer (kStagingBytes; copies go through it in pieces), made at the
+  // first copy. Called under staging_mutex_.
+  char* staging() {
+    if (!staging_)
       check(cudaHostAlloc(reinterpret_cast<void**>(&staging_), kStagingBytes, cudaHostAllocDefault),
             "cudaHostAlloc (staging)");
-      staging_bytes_ = kStagingBytes;
-    }
     return staging_;
   }
 
@@ -234,7 +232,7 @@ class CudaBackend final : public Backend {
     for (int i = 0; i < n_in; ++i) {
       const auto& b = inputs[static_cast<std::size_t>(i)];
       // Inputs computed on this device are ordered by the stream; a copied one is ready.
-      e.donatable[i] = b.use_count() == 1 && b->storage && b->storage.use_count() == 1;
+      e.donatable[i] = only_this_run_holds(b);
       e.owned[i] = b->storage;
       e.data[i] = b->storage ? b->storage->data() : nullptr;
     }
@@ -254,14 +252,9 @@ class CudaBackend final : public Backend {
         e.data[out_slot] = arena + in.arena_offset;
       } else {
         const auto bytes = static_cast<std::size_t>(shape_numel(in.shape)) * dtype_size(in.dtype);
-        for (int d : in.donors) {
-          if (!e.donatable[d] || e.owned[d]->bytes() < bytes) continue;
-          e.donatable[d] = 0;
-          e.owned[out_slot] = e.owned[d];
-          ++donated;
-          break;
-        }
-        if (!e.owned[out_slot]) e.owned[out_slot] = allocator_->allocate(bytes);
+        e.owned[out_slot] = take_donor(in, bytes, e.donatable, e.owned);
+        if (e.owned[out_slot]) ++donated;
+        else e.owned[out_slot] = allocator_->allocate(bytes);
         e.data[out_slot] = e.owned[out_slot]->data();
       }
       addresses.assign(1, e.data[out_slot]);
@@ -354,7 +347,6 @@ class CudaBackend final : public Backend {
   std::shared_ptr<Storage> workspace_;
   std::mutex staging_mutex_;
   char* staging_ = nullptr;
-  std::size_t staging_bytes_ = 0;
   std::mutex events_mutex_;
   std::vector<cudaEvent_t> events_;
   int* error_words_ = nullptr;
