@@ -34,6 +34,10 @@ void write_fusion(std::ostream& os, const Fusion& f) {
 
 }  // namespace
 
+const char* kernel_name(const Instr& in) {
+  return in.fusion && op_info(in.op).group != OpGroup::Reduce ? "fused" : op_name(in.op);
+}
+
 std::string to_text(const Program& p) {
   std::ostringstream os;
   os << "program " << std::hex << p.hash << std::dec << " (" << p.inputs.size() << " inputs, "

@@ -96,4 +96,9 @@ struct Program {
 // One line per input and instruction (fused ones list their steps), for dumps and tests.
 std::string to_text(const Program& p);
 
+// The name of an instruction's kernel in profiler traces, the same on every backend: its op
+// ("conv2d", "conv2d_grad_weight", ...), "fused" for a fused elementwise kernel (a fused
+// reduction keeps the reduction's name).
+const char* kernel_name(const Instr& in);
+
 }  // namespace loom::ir

@@ -1,5 +1,8 @@
-#include <loom/error.h>
 #include <loom/profiler.h>
+
+#include "profiler/track.h"
+
+#include <loom/error.h>
 
 #include <atomic>
 #include <chrono>
@@ -17,25 +20,21 @@ namespace {
 struct Span {
   const char* name;
   int64_t start_ns, end_ns;
-  int tid;
+  int tid;  // a thread's, or a track's (track.h): each is a row in the trace
 };
 
 struct Recorder {
   std::atomic<bool> running{false};
   std::mutex mutex;
   std::vector<Span> spans;
-  std::unordered_map<int, std::string> thread_names;
+  std::unordered_map<int, std::string> thread_names;  // threads' and tracks' rows
+  std::unordered_map<std::string, int> tracks;
   int next_tid = 1;
 };
 
 Recorder& recorder() {
   static auto* r = new Recorder;  // leaked: threads may record until exit
   return *r;
-}
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 int thread_id() {
@@ -58,6 +57,28 @@ std::string escape(const std::string& s) {
 }
 
 }  // namespace
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+int track(const std::string& name) {
+  auto& r = recorder();
+  std::lock_guard lock(r.mutex);
+  auto [it, made] = r.tracks.emplace(name, 0);
+  if (made) {
+    it->second = r.next_tid++;
+    r.thread_names.emplace(it->second, name);
+  }
+  return it->second;
+}
+
+void add_span(int track, const char* name, int64_t start_ns, int64_t end_ns) {
+  auto& r = recorder();
+  std::lock_guard lock(r.mutex);
+  r.spans.push_back({name, start_ns, end_ns, track});
+}
 
 void start() {
   auto& r = recorder();

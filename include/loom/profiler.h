@@ -13,8 +13,10 @@
 // "compile", "execute" (device thread), inside it one span per kernel named by its op
 // ("conv2d", "conv2d_grad_weight", ...; "fused" for a fused elementwise kernel),
 // "transfer_to_device", "transfer_from_device", "wait" (a read waiting for the device) and
-// the data loader's stages. A span costs a clock
-// read and nothing is recorded while the profiler is stopped.
+// the data loader's stages. On a CUDA device the host threads show "launch" (queuing a
+// program) and "execute" (waiting for it), and the kernel spans, timed on the GPU with CUDA
+// events, have a row of their own ("cuda:0 stream") on the same time axis. A span costs a
+// clock read and nothing is recorded while the profiler is stopped.
 #pragma once
 
 #include <cstdint>

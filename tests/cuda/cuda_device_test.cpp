@@ -13,12 +13,18 @@
 #include <loom/nn/functional.h>
 #include <loom/nn/layers.h>
 #include <loom/optim.h>
+#include <loom/profiler.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <unistd.h>
 
 namespace loom {
 namespace {
@@ -131,6 +137,57 @@ TEST(Cuda, RandomNumbersAreTheCpus) {
     for (std::size_t i = 0; i < cpu.size(); ++i)
       EXPECT_NEAR(cuda[i], cpu[i], 4 * ulp * (std::abs(cpu[i]) + 1)) << dtype_name(t) << " [" << i << "]";
   }
+}
+
+// With the profiler on, every instruction's work is timed on the GPU with CUDA events and shows
+// on the device's stream row ("cuda:0 stream"), named as the CPU's kernel spans, each with a
+// positive duration, and on the host's time axis: after the first "launch" span started and
+// before the last "execute" span (the completion thread waiting for the GPU) ended.
+TEST(Cuda, ProfilerTimesKernelsOnTheStreamRow) {
+  auto x = randn({64, 64}, 1).to(gpu());
+  auto w = randn({64, 64}, 2).to(gpu());
+  auto step = [&] { return (tanh(matmul(x, w)) * 2.0).sum(); };
+  step().to_host();  // compiled before the trace
+  profiler::clear();
+  profiler::start();
+  for (int i = 0; i < 3; ++i) step().to_host();
+  wait_device_ops();
+  profiler::stop();
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("loom_cuda_trace_" + std::to_string(::getpid()) + ".json");
+  profiler::save(path);
+  std::ifstream f(path);
+  std::stringstream json;
+  json << f.rdbuf();
+  std::filesystem::remove(path);
+  const std::string text = json.str();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(text, m, std::regex("\"tid\":(\\d+),\"args\":\\{\"name\":\"cuda:0 stream\"\\}")))
+      << "no row for the GPU's stream:\n" << text;
+  const std::string row = m[1];
+  const std::regex span("\\{\"name\":\"([^\"]+)\",\"ph\":\"X\",\"pid\":1,\"tid\":(\\d+),"
+                        "\"ts\":([0-9.]+),\"dur\":([0-9.]+)\\}");
+  std::vector<std::string> kernels;
+  double gpu_first = 1e300, gpu_last = 0, launch_first = 1e300, execute_last = 0;
+  for (std::sregex_iterator it(text.begin(), text.end(), span), end; it != end; ++it) {
+    const std::string name = (*it)[1];
+    const double ts = std::stod((*it)[3]), dur = std::stod((*it)[4]);
+    if ((*it)[2] == row) {
+      kernels.push_back(name);
+      EXPECT_GT(dur, 0) << name;
+      gpu_first = std::min(gpu_first, ts);
+      gpu_last = std::max(gpu_last, ts + dur);
+    } else if (name == "launch") {
+      launch_first = std::min(launch_first, ts);
+    } else if (name == "execute") {
+      execute_last = std::max(execute_last, ts + dur);
+    }
+  }
+  EXPECT_THAT(kernels, ::testing::Contains("matmul")) << text;
+  EXPECT_GE(kernels.size(), 3 * 2u) << "a matmul and at least one more kernel per step";
+  // The anchoring is good to microseconds; 50 µs of slack.
+  EXPECT_GE(gpu_first, launch_first - 50);
+  EXPECT_LE(gpu_last, execute_last + 50);
 }
 
 TEST(Cuda, OutOfDeviceMemoryIsAnError) {

@@ -1,6 +1,7 @@
 // Recompile causes, per-step transfer warnings, graph dumps, the graph-size cap and the
 // profiler's Chrome trace.
 #include "json_check.h"
+#include "profiler/track.h"
 #include "test_util.h"
 
 #include <loom/debug.h>
@@ -12,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 namespace loom {
@@ -157,6 +159,47 @@ TEST(Profiler, ChromeTraceWithHostAndDeviceSpans) {
                              "\"name\":\"trace\"", "\"name\":\"transfer_from_device\"", "\"ph\":\"X\""})
     EXPECT_THAT(json.str(), HasSubstr(needle));
   EXPECT_FALSE(test::JsonChecker(std::string("{\"a\":[1,2,}")).valid());  // the checker can fail
+}
+
+// Spans whose times the caller measured (profiler/track.h: the CUDA backend's kernel spans,
+// timed with CUDA events) show on their named track's own row, at the times given, on the same
+// time axis as the host threads' spans; they are kept if the profiler stopped meanwhile.
+TEST(Profiler, SpansOnANamedTrackKeepTheirTimes) {
+  profiler::clear();
+  profiler::start();
+  const int64_t t0 = profiler::now_ns();
+  const int row = profiler::track("test:0 stream");
+  EXPECT_EQ(profiler::track("test:0 stream"), row);
+  EXPECT_NE(profiler::track("test:1 stream"), row);
+  profiler::add_span(row, "first_kernel", t0, t0 + 1000);  // the earliest span: the trace's origin
+  const int64_t before = profiler::now_ns();
+  { profiler::Trace span("host_span"); }
+  const int64_t after = profiler::now_ns();
+  profiler::stop();
+  profiler::add_span(row, "later_kernel", t0 + 5'000'000, t0 + 5'250'500);  // 5 ms on, 250.5 µs
+  auto path = std::filesystem::temp_directory_path() / ("loom_track_" + std::to_string(::getpid()) + ".json");
+  profiler::save(path);
+  std::ifstream f(path);
+  std::stringstream json;
+  json << f.rdbuf();
+  std::filesystem::remove(path);
+  EXPECT_TRUE(test::JsonChecker(json.str()).valid()) << json.str();
+  const std::string tid = "\"tid\":" + std::to_string(row);
+  EXPECT_THAT(json.str(), HasSubstr("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1," + tid +
+                                    ",\"args\":{\"name\":\"test:0 stream\"}}"));
+  EXPECT_THAT(json.str(), HasSubstr("{\"name\":\"first_kernel\",\"ph\":\"X\",\"pid\":1," + tid +
+                                    ",\"ts\":0.000,\"dur\":1.000}"));
+  EXPECT_THAT(json.str(), HasSubstr("{\"name\":\"later_kernel\",\"ph\":\"X\",\"pid\":1," + tid +
+                                    ",\"ts\":5000.000,\"dur\":250.500}"));
+  // The host thread's span, on another row, between the clock reads around it.
+  std::smatch m;
+  const std::string text = json.str();
+  ASSERT_TRUE(std::regex_search(text, m, std::regex("\"name\":\"host_span\",\"ph\":\"X\",\"pid\":1,"
+                                                    "\"tid\":(\\d+),\"ts\":([0-9.]+)")))
+      << text;
+  EXPECT_NE(std::stoi(m[1]), row);
+  EXPECT_GE(std::stod(m[2]), (before - t0) / 1e3 - 1e-3);
+  EXPECT_LE(std::stod(m[2]), (after - t0) / 1e3 + 1e-3);
 }
 
 // profiler::save throws a loom::Error naming the file it could not write, leaving nothing

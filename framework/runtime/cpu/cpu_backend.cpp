@@ -106,12 +106,9 @@ int run_program(const CpuExecutable& exe, const BufferList& inputs, const Buffer
     for (std::size_t k = 0; k < views.size(); ++k) views[k].data = exe.data[in.args[k]];
     TensorView& out = exe.out_views[i];
     out.data = exe.data[out_slot];
-    // One span per instruction while the profiler runs, named by its op ("fused" for a fused
-    // elementwise kernel, the reduction's name for a fused reduction): where a step's device
-    // time goes, op by op.
-    profiler::Trace span(in.fusion && ir::op_info(in.op).group != ir::OpGroup::Reduce
-                             ? "fused"
-                             : ir::op_name(in.op));
+    // One span per instruction while the profiler runs, named by its kernel (ir::kernel_name):
+    // where a step's device time goes, op by op.
+    profiler::Trace span(ir::kernel_name(in));
     if (in.epilogue.active())
       epilogue_kernel(in.op, in.attr, in.epilogue, views, out);
     else if (!in.fusion)

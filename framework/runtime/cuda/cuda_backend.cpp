@@ -1,5 +1,6 @@
 #include "runtime/cuda/cuda_backend.h"
 
+#include "profiler/track.h"
 #include "runtime/cuda/allocator.h"
 #include "runtime/cuda/codegen.h"
 #include "runtime/cuda/cuda_check.h"
@@ -45,6 +46,17 @@ class CudaExecutable final : public Executable {
 
 // Pinned host words the programs copy their error word into, one per run in flight.
 constexpr int kErrorSlots = 256;
+
+// A run's kernel times, while the profiler runs (`on`: profiler::is_running(), read once per
+// run, so that nothing is recorded while it is off). Timing events around each instruction's
+// work on the compute stream, and an anchor that puts them on the profiler's clock.
+struct RunTimes {
+  bool on = false;
+  cudaEvent_t anchor = nullptr;
+  int64_t anchor_ns = 0;            // the profiler's clock when the anchor was queued
+  std::vector<const char*> names;   // per timed instruction (ir::kernel_name)
+  std::vector<cudaEvent_t> events;  // per timed instruction, before and after its work
+};
 
 class CudaBackend final : public Backend {
  public:
@@ -167,18 +179,21 @@ class CudaBackend final : public Backend {
       for (const auto& b : inputs) input_ready.push_back(b->ready);
       const int slot = next_error_slot_++ % kErrorSlots;
       cudaEvent_t done = event();
+      RunTimes times;
+      times.on = profiler::is_running();
       try {
         profiler::Trace span("launch");
-        run(e, inputs, outputs, slot);
+        run(e, inputs, outputs, slot, times);
         check(cudaEventRecord(done, compute_), "cudaEventRecord");
       } catch (const std::exception& ex) {
         error = ex.what();
       }
       inputs.clear();
       done_.enqueue([this, exe = std::move(exe), outputs = std::move(outputs), done, slot,
-                     error = std::move(error), input_ready = std::move(input_ready)]() mutable {
+                     error = std::move(error), input_ready = std::move(input_ready),
+                     times = std::move(times)]() mutable {
         finish(static_cast<const CudaExecutable&>(*exe), outputs, done, slot,
-               std::move(error), input_ready);
+               std::move(error), input_ready, times);
       });
     });
   }
@@ -207,22 +222,45 @@ class CudaBackend final : public Backend {
     return staging_;
   }
 
-  cudaEvent_t event() {
+  // An event from the pool: without timing (cheaper to record), or with it, for the profiler.
+  cudaEvent_t event(bool timed = false) {
     std::lock_guard lock(events_mutex_);
-    if (!events_.empty()) {
-      auto e = events_.back();
-      events_.pop_back();
+    auto& pool = timed ? timed_events_ : events_;
+    if (!pool.empty()) {
+      auto e = pool.back();
+      pool.pop_back();
       return e;
     }
     cudaEvent_t e = nullptr;
-    check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    check(cudaEventCreateWithFlags(&e, timed ? cudaEventDefault : cudaEventDisableTiming),
+          "cudaEventCreate");
     return e;
+  }
+
+  // The profiler's anchor for a run: an event queued on a stream that runs nothing else, so
+  // the GPU stamps it as soon as it sees it, and the profiler's clock read just after
+  // cudaEventRecord returns, taken as the time of that stamp. The approximation: the GPU's
+  // spans sit off the host's by the gap between the two (microseconds, either way), plus
+  // cudaEventElapsedTime's resolution of about half a microsecond.
+  void anchor(RunTimes& times) {
+    if (!idle_)
+      check(cudaStreamCreateWithFlags(&idle_, cudaStreamNonBlocking), "cudaStreamCreate (profiler)");
+    times.anchor = event(/*timed=*/true);
+    check(cudaEventRecord(times.anchor, idle_), "cudaEventRecord (profiler anchor)");
+    times.anchor_ns = profiler::now_ns();
+  }
+
+  // A timing event on the compute stream, after the work queued so far.
+  void mark(RunTimes& times) {
+    times.events.push_back(event(/*timed=*/true));  // back to the pool in finish, recorded or not
+    check(cudaEventRecord(times.events.back(), compute_), "cudaEventRecord (profiler)");
   }
 
   // Queues every instruction of `e` on the compute stream (the launch thread).
   void run(const CudaExecutable& e, const BufferList& inputs, const BufferList& outputs,
-           int error_slot) {
+           int error_slot, RunTimes& times) {
     const auto& p = e.program;
+    if (times.on) anchor(times);
     const auto n_in = static_cast<int>(p.inputs.size());
     if (p.arena_bytes > 0 && !e.arena) e.arena = allocator_->allocate(static_cast<std::size_t>(p.arena_bytes));
     auto* arena = e.arena ? static_cast<char*>(e.arena->data()) : nullptr;
@@ -259,14 +297,21 @@ class CudaBackend final : public Backend {
       }
       addresses.assign(1, e.data[out_slot]);
       for (int a : in.args) addresses.push_back(e.data[a]);
+      LibraryOp* op = nullptr;
       if (code.runs == Runs::Library) {
-        auto& op = e.library_ops[static_cast<std::size_t>(i)];
-        if (!op) op = make_library_op(p, i, ctx_);
-        grow_workspace(op->workspace_bytes());
-        op->run(ctx_, std::span(addresses).subspan(1), e.data[out_slot]);
+        auto& made = e.library_ops[static_cast<std::size_t>(i)];
+        if (!made) made = make_library_op(p, i, ctx_);
+        grow_workspace(made->workspace_bytes());
+        op = made.get();
       }
       params.clear();
       for (auto& a : addresses) params.push_back(&a);
+      // Timed from just before the instruction's first call on the stream to just after its last.
+      if (times.on) {
+        times.names.push_back(ir::kernel_name(in));
+        mark(times);
+      }
+      if (op) op->run(ctx_, std::span(addresses).subspan(1), e.data[out_slot]);
       for (std::size_t l = 0; l < code.launches.size(); ++l) {
         const auto& launch = code.launches[l];
         check(cudaLaunchKernel(reinterpret_cast<const void*>(e.kernels[static_cast<std::size_t>(i)][l]),
@@ -275,6 +320,7 @@ class CudaBackend final : public Backend {
                                static_cast<std::size_t>(launch.shared_bytes), compute_),
               ("cudaLaunchKernel(" + launch.entry + ")").c_str());
       }
+      if (times.on) mark(times);
     }
     // The module's error word to this run's pinned slot, then cleared for the next run.
     check(cudaMemcpyAsync(&error_words_[error_slot], e.error_word, sizeof(int),
@@ -298,9 +344,31 @@ class CudaBackend final : public Backend {
     ctx_.workspace_bytes = workspace_->bytes();
   }
 
+  // On the completion thread, once the run's work is done: one span per timed instruction on
+  // the device's stream track ("cuda:0 stream"), placed on the profiler's clock by the anchor.
+  void add_kernel_spans(const RunTimes& times) {
+    check(cudaEventSynchronize(times.anchor), "cudaEventSynchronize (profiler anchor)");
+    const int row = profiler::track(device_str(device_) + " stream");
+    auto at = [&](cudaEvent_t ev) {
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, times.anchor, ev), "cudaEventElapsedTime");
+      return times.anchor_ns + static_cast<int64_t>(static_cast<double>(ms) * 1e6);
+    };
+    for (std::size_t k = 0; k < times.names.size(); ++k) {
+      // The stream runs one instruction after another, but each run has its own anchor, off by
+      // microseconds: a span starts no earlier than the track's last one ended, so the track's
+      // spans never overlap.
+      const int64_t start = std::max(at(times.events[2 * k]), last_kernel_end_ns_);
+      const int64_t end = std::max(at(times.events[2 * k + 1]), start);
+      profiler::add_span(row, times.names[k], start, end);
+      last_kernel_end_ns_ = end;
+    }
+  }
+
   // On the completion thread: waits for the program's kernels, then signals its outputs.
   void finish(const CudaExecutable& e, BufferList& outputs, cudaEvent_t done, int slot,
-              std::string error, const std::vector<std::shared_ptr<Completion>>& input_ready) {
+              std::string error, const std::vector<std::shared_ptr<Completion>>& input_ready,
+              const RunTimes& times) {
     set_device();
     if (error.empty()) {
       profiler::Trace span("execute");
@@ -312,6 +380,12 @@ class CudaBackend final : public Backend {
         const auto& in = e.program.instrs[static_cast<std::size_t>(word - 1)];
         error = std::string(ir::op_name(in.op)) + " (instruction " + std::to_string(word - 1) +
                 " of the program, on " + device_str(device_) + "): an index out of range";
+      } else if (times.on) {
+        try {
+          add_kernel_spans(times);
+        } catch (const std::exception& ex) {
+          error = ex.what();
+        }
       }
     }
     for (const auto& r : input_ready)
@@ -321,6 +395,8 @@ class CudaBackend final : public Backend {
     {
       std::lock_guard lock(events_mutex_);
       events_.push_back(done);
+      if (times.anchor) timed_events_.push_back(times.anchor);
+      timed_events_.insert(timed_events_.end(), times.events.begin(), times.events.end());
     }
     metrics::increment("ExecuteProgram", device_);
     auto ready = outputs.empty() ? nullptr : outputs.front()->ready;
@@ -349,6 +425,9 @@ class CudaBackend final : public Backend {
   char* staging_ = nullptr;
   std::mutex events_mutex_;
   std::vector<cudaEvent_t> events_;
+  std::vector<cudaEvent_t> timed_events_;  // the profiler's
+  cudaStream_t idle_ = nullptr;             // the profiler's anchors only (launch thread)
+  int64_t last_kernel_end_ns_ = 0;          // the stream track's last span (completion thread)
   int* error_words_ = nullptr;
   int next_error_slot_ = 0;
   const ir::Target target_ = cuda_target();
