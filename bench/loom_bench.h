@@ -3,7 +3,10 @@
 // figure is a ratio to something measured under the same load).
 #pragma once
 
+#include <loom/dtype.h>
+
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,9 +24,14 @@ struct Options {
   int64_t reps = 5;        // repetitions of each kernel measurement (the best is kept)
   int threads = 0;         // TBB threads (0: all cores)
   std::string profile;     // Chrome trace of the timed training steps, when not empty
+  Device device;           // where the train, host and infer sections run (--device)
+  std::map<std::string, int64_t> batches;  // --batch: per-model training batch (decoder: sequences)
 
   bool has(const std::vector<std::string>& list, const std::string& item) const;
   bool section(const std::string& s) const { return has(sections, s); }
+  bool on_cpu() const { return device.type == DeviceType::CPU; }
+  // The training batch of `model`: --batch's value, else `fallback` (the CPU's default).
+  int64_t batch(const std::string& model, int64_t fallback) const;
 };
 
 // One row of the table; empty cells print as "-".
@@ -50,7 +58,8 @@ class Table {
 
 // Measured bounds; zero when the section that measures them did not run.
 struct Bounds {
-  double fma_gflops = 0;    // the hardware's float32 peak: an FMA-bound loop (hardware_peak.cpp)
+  double fma_gflops = 0;    // the hardware's float32 peak: an FMA-bound loop (hardware_peak.cpp);
+                            // on another device, loom's matmul there (device_peak.cpp)
   double bf16_gflops = 0;   // bfloat16 dot products; the float32 peak on a CPU without them
   double sgemm_gflops = 0;  // the best large Eigen SGEMM on all threads
   double copy_bytes_s = 0;  // the best stream-like kernel, bytes moved per second
@@ -61,14 +70,19 @@ double now_seconds();
 std::string format(const char* fmt, double value);  // one printf conversion
 std::string format_time(double seconds);             // "12.3 ms", "850 ns", ...
 void progress(const std::string& line);              // to stderr, while the table is built
+// How the device computes float32 matmuls and convolutions where that is a setting: on CUDA
+// "TF32 on" or "TF32 off" (LOOM_CUDA_TF32=1, runtime/cuda/library_ops.cpp); "" elsewhere.
+std::string device_precision_note(const Options& o);
 
 // The hardware peak of `precision` ("fp32", "bf16"), or the SGEMM peak when the FMA loop did
 // not run; 0 when neither did.
 double peak_gflops(const Bounds& b, const std::string& precision);
 
 // Sections. measure_hardware_peak and measure_sgemm_peak add their rows when the gemm section is
-// selected.
+// selected. On a device other than the CPU, measure_device_peak takes their place: loom's
+// matmul on that device in fp32 and bf16 is the denominator of the %peak cells.
 void measure_hardware_peak(const Options& o, Bounds& b, Table& t);
+void measure_device_peak(const Options& o, Bounds& b, Table& t);
 void measure_sgemm_peak(const Options& o, Bounds& b, Table& t);
 void bench_loom_matmul(const Options& o, const Bounds& b, Table& t);
 void bench_sin_cos(const Options& o, Bounds& b, Table& t);

@@ -8,9 +8,18 @@
 #   tools/gpu-run.sh run [ctest-args]  there, in the repository root: unpacks the bundle,
 #                                    points the loader at it and at PyTorch's cuDNN, prints
 #                                    the GPU, then runs the CUDA suite (Cuda.*, by default)
+#   tools/gpu-run.sh bench [args]    there: unpacks likewise, then loom against PyTorch on the
+#                                    GPU, bench/vs_pytorch.py --device cuda [args] (e.g.
+#                                    --models resnet20 --tf32 --repeat 2) with the bundle's
+#                                    loom_bench and the python3 on PATH (it has torch); the raw
+#                                    tables and the comparison go to $OUT/bench/ when $OUT is set
+#   tools/gpu-run.sh all [args]      there: the CUDA suite (default filter), then the benchmark
+#                                    with [args], even if the suite failed; non-zero if either failed
 #
 # With the device tool: run `tools/gpu-run.sh pack`, then a run whose command is
-# `tools/gpu-run.sh run` with carry [".gpu"]. Nothing is downloaded on either side.
+# `tools/gpu-run.sh run` (or `bench ...`, or `all ...`) with carry [".gpu"]. Nothing is
+# downloaded on either side. One call may run 10 minutes: the benchmark's progress lines say
+# how long each side took, so a call can take one model (--models) at a time.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 bundle=$root/.gpu/bundle.tar.xz
@@ -38,27 +47,59 @@ pack() {
   echo "gpu-run.sh: $(du -h "$bundle" | cut -f1) in $bundle"
 }
 
-run() {
+# Unpacks the bundle into $dir and sets up the environment the binaries run in (once).
+dir=/tmp/loom-gpu
+unpacked=0
+unpack() {
+  [ "$unpacked" = 1 ] && return 0
   [ -f "$bundle" ] || { echo "gpu-run.sh: no $bundle: run 'tools/gpu-run.sh pack' here first" >&2; exit 1; }
-  dir=/tmp/loom-gpu
-  rm -rf "$dir" && mkdir -p "$dir" && tar -C "$dir" -xJf "$bundle"
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  if ! tar -C "$dir" -xJf "$bundle"; then echo "gpu-run.sh: cannot unpack $bundle into $dir" >&2; exit 1; fi
   src=$(cat "$dir/srcdir")
   if [ "$src" != "$root" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"; fi
   cudnn=$(python3 -c 'import nvidia.cudnn, os; print(os.path.join(nvidia.cudnn.__path__[0], "lib"))' 2>/dev/null || true)
   export LD_LIBRARY_PATH="$dir/lib:${cudnn}:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
   export LOOM_CUDA_CACHE_DIR=/tmp/loom-kernel-cache OMP_WAIT_POLICY=passive
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-  cd "$dir/bin"
+  unpacked=1
+}
+
+# The CUDA suite; its exit status (0: every binary passed).
+suite() {
+  unpack
   status=0
-  ./cuda_device_test "$@" || status=$?
-  LOOM_TEST_DEVICE=cuda ./ops_forward_test --gtest_filter='Ops/OpCaseTest.*' --gtest_brief=1 || status=$?
-  LOOM_TEST_DEVICE=cuda ./models_test --gtest_filter='Models/TrainingReference.*' --gtest_brief=1 || status=$?
-  ./cuda_codegen_test --gtest_brief=1 || status=$?
-  exit $status
+  (
+    cd "$dir/bin"
+    s=0
+    ./cuda_device_test "$@" || s=$?
+    LOOM_TEST_DEVICE=cuda ./ops_forward_test --gtest_filter='Ops/OpCaseTest.*' --gtest_brief=1 || s=$?
+    LOOM_TEST_DEVICE=cuda ./models_test --gtest_filter='Models/TrainingReference.*' --gtest_brief=1 || s=$?
+    ./cuda_codegen_test --gtest_brief=1 || s=$?
+    exit $s
+  ) || status=$?
+  return $status
+}
+
+# loom against PyTorch (bench/vs_pytorch.py, from this checkout; loom_bench from the bundle).
+bench() {
+  unpack
+  save=
+  [ -n "${OUT:-}" ] && save="--save $OUT/bench"
+  # shellcheck disable=SC2086  # $save is empty or two words
+  python3 "$root/bench/vs_pytorch.py" --device cuda --loom-bench "$dir/bin/loom_bench" $save "$@"
 }
 
 case "${1:-}" in
   pack) pack ;;
-  run) shift; run "$@" ;;
-  *) echo "usage: tools/gpu-run.sh pack | run [gtest-args]" >&2; exit 2 ;;
+  run) shift; suite "$@" || exit $? ;;
+  bench) shift; bench "$@" || exit $? ;;
+  all)
+    shift
+    s=0
+    suite || s=$?
+    bench "$@" || s=1
+    exit $s ;;
+  *) echo "usage: tools/gpu-run.sh pack | run [gtest-args] | bench [vs_pytorch.py args] | all [vs_pytorch.py args]" >&2
+     exit 2 ;;
 esac
