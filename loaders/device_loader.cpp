@@ -424,6 +424,8 @@ int64_t DeviceLoader::batches_per_epoch() const {
 
 const Dataset& DeviceLoader::dataset() const { return *state_->dataset; }
 
+Device DeviceLoader::device() const { return state_->options.device; }
+
 LoaderStats DeviceLoader::stats() const {
   LoaderStats s = state_->stats;
   if (state_->run && !state_->run->accounted) s.iterate_seconds += seconds_since(state_->run->start);

@@ -116,7 +116,7 @@ void Adam::load_state(const std::vector<std::pair<std::string, Tensor>>& state, 
     if (t.shape() != params_[i].shape())
       throw Error(std::string(name_) + ": state '" + name + "' expects shape " +
                   shape_str(params_[i].shape()) + ", got " + shape_str(t.shape()));
-    (what == "exp_avg" ? m : v)[i] = t.detach();
+    (what == "exp_avg" ? m : v)[i] = t.detach().to(params_[i].device());  // read to the host
   }
   exp_avg_ = std::move(m);
   exp_avg_sq_ = std::move(v);

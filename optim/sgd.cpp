@@ -63,7 +63,7 @@ void SGD::load_state(const std::vector<std::pair<std::string, Tensor>>& state, i
     if (t.shape() != params_[i].shape())
       throw Error("SGD: state '" + name + "' expects shape " + shape_str(params_[i].shape()) +
                   ", got " + shape_str(t.shape()));
-    loaded[i] = t.detach();
+    loaded[i] = t.detach().to(params_[i].device());  // a checkpoint's state is read to the host
   }
   momentum_ = std::move(loaded);
   steps_ = steps;

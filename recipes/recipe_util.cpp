@@ -77,6 +77,7 @@ std::shared_ptr<optim::Schedule> make_schedule(const std::string& name, optim::O
 void add_run_options(po::options_description& o, RunDefaults d) {
   // clang-format off
   o.add_options()
+    ("device", po::value<std::string>()->default_value("cpu"), "where to train: cpu, cuda or cuda:N (under mpirun, cuda without an index is cuda:<local rank>)")
     ("mode", po::value<std::string>()->default_value("lazy"), "execution: lazy (mark_step per batch), compiled (compile(step)) or eager")
     ("precision", po::value<std::string>()->default_value("fp32"), "fp32, or bf16: matmuls and convolutions in bfloat16 (autocast), weights, optimizer state and checkpoints in float32")
     ("threads", po::value<int>()->default_value(0), "intra-op threads (0: all cores)")
@@ -115,6 +116,22 @@ TrainerOptions run_options(const po::variables_map& vm, int argc, char** argv) {
   t.seed = vm["seed"].as<int64_t>();
   t.run_options = command_line(argc, argv);
   return t;
+}
+
+Device run_device(const po::variables_map& vm) {
+  const auto text = vm["device"].as<std::string>();
+  try {
+    Device d = parse_device(text);
+    // One GPU per process on a host: mpirun's ranks on one host take its devices in turn.
+    if (text.find(':') == std::string::npos && dist::is_distributed() && !(d == Device{}))
+      if (const int count = device_count(d.type); count > 0) d.index = dist::local_rank() % count;
+    (void)from_vector<float>({0.0f}, {1}, d);  // the device starts here, or says why it cannot
+    return d;
+  } catch (const Error& e) {
+    std::string_view why = e.what();
+    if (why.starts_with("device: ")) why.remove_prefix(8);  // the option names it already
+    throw Error("--device: " + std::string(why));
+  }
 }
 
 namespace {

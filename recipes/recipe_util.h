@@ -28,13 +28,17 @@ struct RunDefaults {
   int64_t checkpoint_every = 0;
 };
 
-// The options every training recipe shares: --mode, --threads, --loader-threads,
+// The options every training recipe shares: --device, --mode, --threads, --loader-threads,
 // --prefetch, --eval-every, --log-every, --checkpoint, --checkpoint-every, --resume, --seed,
 // --synthetic, --profile.
 void add_run_options(po::options_description& options, RunDefaults defaults);
 // Validates them (throws loom::Error naming the option), applies --threads and fills the
 // Trainer's options from them.
 TrainerOptions run_options(const po::variables_map& vm, int argc, char** argv);
+
+// --device, checked: the device is started here, so a missing one (no GPU, no driver) is an
+// error naming why before any data is read. Throws loom::Error starting "--device: ".
+Device run_device(const po::variables_map& vm);
 
 // The command line as one string (stored in checkpoints).
 std::string command_line(int argc, char** argv);

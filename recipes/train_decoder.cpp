@@ -154,10 +154,12 @@ int run(int argc, char** argv) {
   recipes::require_positive("length", static_cast<double>(vm["length"].as<int64_t>()), true);
   recipes::require_positive("temperature", vm["temperature"].as<double>(), true);
   TrainerOptions to = recipes::run_options(vm, argc, argv);
+  const Device device = recipes::run_device(vm);
   auto cfg = config_of(vm);
   auto seed = vm["seed"].as<int64_t>();
   nn::manual_seed(static_cast<uint64_t>(seed));
   auto net = std::make_shared<models::Decoder>(cfg);
+  net->to(device);  // initialised on the host (the same values on every device), trained here
 
   if (vm.count("generate")) {
     auto path = vm["checkpoint"].as<std::string>();
@@ -207,10 +209,10 @@ int run(int argc, char** argv) {
   // validation windows; the Trainer adds the validation parts up.
   data::DeviceLoader train_loader(train_set, {.batch_size = batch, .shuffle = false, .seed = static_cast<uint64_t>(seed),
                                               .threads = vm["loader-threads"].as<int>(), .prefetch = vm["prefetch"].as<int>(),
-                                              .rank = dist::rank(), .world_size = world});
+                                              .rank = dist::rank(), .world_size = world, .device = device});
   data::DeviceLoader val_loader(val_set, {.batch_size = batch, .last_batch = data::LastBatch::Pad,
                                           .threads = vm["loader-threads"].as<int>(), .prefetch = vm["prefetch"].as<int>(),
-                                          .sampler = recipes::eval_shard(val_set->size())});
+                                          .device = device, .sampler = recipes::eval_shard(val_set->size())});
 
   auto opt = std::make_shared<optim::AdamW>(net->parameters(),
                                             optim::AdamOptions{.lr = vm["lr"].as<double>(), .beta1 = 0.9, .beta2 = 0.95,
@@ -224,8 +226,8 @@ int run(int argc, char** argv) {
   to.units_per_sample = seq;
   DecoderTrainer trainer(net, opt, to);
   trainer.set_schedule(recipes::make_schedule("cosine", *opt, vm["lr"].as<double>(), vm["warmup"].as<int64_t>(), steps));
-  spdlog::info("{}: {} parameters, {} steps of {}x{} tokens, mode {}, precision {}", model_name(cfg), net->num_parameters(), steps,
-               batch * world, seq, vm["mode"].as<std::string>(), vm["precision"].as<std::string>());
+  spdlog::info("{}: {} parameters, {} steps of {}x{} tokens, mode {}, precision {}, on {}", model_name(cfg), net->num_parameters(), steps,
+               batch * world, seq, vm["mode"].as<std::string>(), vm["precision"].as<std::string>(), device_str(device));
   if (world > 1) spdlog::info("data-parallel over {} processes: {} windows per process and step", world, batch);
   trainer.fit(train_loader, &val_loader);
   if (trainer.interrupted()) return 130;

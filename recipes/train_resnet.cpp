@@ -82,6 +82,7 @@ int train(int argc, char** argv) {
   recipes::require_positive("warmup", static_cast<double>(vm["warmup"].as<int64_t>()), true);
   recipes::require_positive("eval-batch-size", static_cast<double>(vm["eval-batch-size"].as<int64_t>()));
   TrainerOptions to = recipes::run_options(vm, argc, argv);
+  const Device device = recipes::run_device(vm);
   auto model_name = vm["model"].as<std::string>();
   auto seed = vm["seed"].as<int64_t>();
   bool synthetic = vm["synthetic"].as<bool>();
@@ -130,16 +131,17 @@ int train(int argc, char** argv) {
                                   {.batch_size = batch_size, .shuffle = true, .seed = static_cast<uint64_t>(seed),
                                    .last_batch = data::LastBatch::Drop, .threads = vm["loader-threads"].as<int>(),
                                    .prefetch = vm["prefetch"].as<int>(), .rank = dist::rank(),
-                                   .world_size = dist::world_size()},
+                                   .world_size = dist::world_size(), .device = device},
                                   train_tf);
   data::DeviceLoader test_loader(test_set,
                                  {.batch_size = vm["eval-batch-size"].as<int64_t>(), .last_batch = data::LastBatch::Pad,
                                   .threads = vm["loader-threads"].as<int>(), .prefetch = vm["prefetch"].as<int>(),
-                                  .sampler = recipes::eval_shard(test_set->size())},
+                                  .device = device, .sampler = recipes::eval_shard(test_set->size())},
                                  {data::to_float(), data::normalize(mean, stddev)});
 
   nn::manual_seed(static_cast<uint64_t>(seed));
   auto net = models::resnet(model_name, channels, classes);
+  net->to(device);  // initialised on the host (the same values on every device), trained here
   auto opt = std::make_shared<optim::SGD>(
       net->parameters(), optim::SGDOptions{.lr = vm["lr"].as<double>(), .momentum = vm["momentum"].as<double>(),
                                            .weight_decay = vm["weight-decay"].as<double>()});
@@ -153,8 +155,9 @@ int train(int argc, char** argv) {
   ResNetTrainer trainer(net, opt, to, vm["label-smoothing"].as<double>());
   trainer.set_schedule(recipes::make_schedule(vm["schedule"].as<std::string>(), *opt, vm["lr"].as<double>(),
                                               vm["warmup"].as<int64_t>(), steps));
-  spdlog::info("{}: {} parameters, {} steps of {} images ({} per epoch), mode {}, precision {}", model_name, net->num_parameters(),
-               steps, batch_size * dist::world_size(), train_loader.batches_per_epoch(), vm["mode"].as<std::string>(), vm["precision"].as<std::string>());
+  spdlog::info("{}: {} parameters, {} steps of {} images ({} per epoch), mode {}, precision {}, on {}", model_name, net->num_parameters(),
+               steps, batch_size * dist::world_size(), train_loader.batches_per_epoch(), vm["mode"].as<std::string>(), vm["precision"].as<std::string>(),
+               device_str(device));
   if (dist::is_distributed())
     spdlog::info("data-parallel over {} processes: {} images per process and step", dist::world_size(), batch_size);
   trainer.fit(train_loader, &test_loader);

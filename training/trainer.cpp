@@ -128,8 +128,24 @@ Trainer::~Trainer() = default;
 std::map<std::string, Tensor> Trainer::eval_step(const data::Batch&) { return {}; }
 
 Tensor Trainer::real_rows(const data::Batch& batch, DType dtype) {
-  int64_t n = batch.size();
-  return lt(iota({n}, 0), full({n}, static_cast<double>(batch.valid), DType::Int64)).to(dtype);
+  const int64_t n = batch.size();
+  const Device device = batch.tensors.empty() ? Device{} : batch.tensors.begin()->second.device();
+  return lt(iota({n}, 0, DType::Int64, device), full({n}, static_cast<double>(batch.valid), DType::Int64, device))
+      .to(dtype);
+}
+
+void Trainer::check_device(const data::DeviceLoader& loader, const char* which) const {
+  const auto params = model_->parameters();
+  if (params.empty()) return;
+  const Device device = params.front().device();
+  for (const auto& p : params)
+    if (!(p.device() == device))
+      throw Error("Trainer: the model's parameters are on more than one device (" + device_str(device) + " and " +
+                  device_str(p.device()) + "); move the model with model->to(device)");
+  if (!(loader.device() == device))
+    throw Error(std::string("Trainer: the ") + which + " loader delivers batches on " + device_str(loader.device()) +
+                ", the model is on " + device_str(device) + "; give the loader DeviceLoaderOptions{.device = " +
+                device_str(device) + "}");
 }
 
 bool Trainer::logs() const { return !options_.quiet && dist::rank() == 0; }
@@ -227,6 +243,7 @@ void Trainer::log_step(int64_t step, double loss, double lr) {
 }
 
 std::map<std::string, double> Trainer::evaluate(data::DeviceLoader& eval) {
+  check_device(eval, "evaluation");
   if (dist::is_distributed()) {
     // Buffers (batch-norm running statistics) follow each rank's own batches. Evaluate, and
     // so checkpoint, rank 0's, as PyTorch's DistributedDataParallel does.
@@ -274,6 +291,8 @@ std::map<std::string, double> Trainer::evaluate(data::DeviceLoader& eval) {
 }
 
 void Trainer::fit(data::DeviceLoader& train, data::DeviceLoader* eval) {
+  check_device(train, "training");
+  if (eval) check_device(*eval, "evaluation");
   StopSignals signals(options_.quiet);
   interrupted_ = false;
   diverged_ = false;

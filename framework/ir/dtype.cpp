@@ -108,27 +108,4 @@ std::string device_type_name(DeviceType type) {
 
 std::string device_str(Device d) { return device_type_name(d.type) + ":" + std::to_string(d.index); }
 
-Device parse_device(std::string_view text) {
-  auto colon = text.find(':');
-  auto kind = text.substr(0, colon);
-  Device d;
-  if (colon != std::string_view::npos) {
-    auto digits = text.substr(colon + 1);
-    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), d.index);
-    if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() || d.index < 0)
-      throw Error("device: expected 'kind' or 'kind:index' with a non-negative index, got '" +
-                  std::string(text) + "'");
-  }
-  auto names = ir::device_type_names();
-  for (std::size_t i = 0; i < names.size(); ++i)
-    if (names[i] == kind) {
-      d.type = static_cast<DeviceType>(i);
-      return d;
-    }
-  std::string known;
-  for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
-  throw Error("device: unknown kind '" + std::string(kind) + "' in '" + std::string(text) +
-              "' (registered: " + known + ")");
-}
-
 }  // namespace loom

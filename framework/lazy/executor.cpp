@@ -403,12 +403,17 @@ void lazy::mark_step_at(const std::string& site) {
     closures.swap(ex.closures);
   }
   if (!closures.empty()) {
-    // The closures run on the thread of the first device that queued work (the CPU's if
-    // none did), once every device's work of this step has run. No device thread waits for
-    // another: a callback on each other device, run after that device's work, passes the
-    // closures on to the next, and the last hop queues them on the first device. (A backend
-    // may need another device's thread to finish its own work, as the test suite's does.)
-    Device device = lasts.empty() ? Device{} : lasts.front().first;
+    // The closures run on the thread of the first device that queued work, once every
+    // device's work of this step has run. No device thread waits for another: a callback on
+    // each other device, run after that device's work, passes the closures on to the next,
+    // and the last hop queues them on the first device. (A backend may need another device's
+    // thread to finish its own work, as the test suite's does.) A step that queued nothing
+    // (the barrier after a compiled step, which marked its own) has closures that read what
+    // earlier steps queued: they pass through every device in use.
+    std::vector<Device> route;
+    for (const auto& [d, last] : lasts) route.push_back(d);
+    if (route.empty()) route = runtime::devices_in_use();
+    Device device = route.empty() ? Device{} : route.front();
     auto done = std::make_shared<runtime::Completion>();
     std::function<void()> hop = [device, closures = std::move(closures), done] {
       runtime::backend(device).enqueue_callback([closures, done] {
@@ -427,8 +432,8 @@ void lazy::mark_step_at(const std::string& site) {
         done->set_done();
       });
     };
-    for (std::size_t i = lasts.size(); i-- > 1;)
-      hop = [other = lasts[i].first, next = std::move(hop)] { runtime::backend(other).enqueue_callback(next); };
+    for (std::size_t i = route.size(); i-- > 1;)
+      hop = [other = route[i], next = std::move(hop)] { runtime::backend(other).enqueue_callback(next); };
     {
       std::lock_guard lock(ex.closure_mutex);
       ex.closures_done = done;

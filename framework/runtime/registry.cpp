@@ -4,6 +4,7 @@
 
 #include <loom/error.h>
 
+#include <charconv>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -87,6 +88,7 @@ void finish_device_work_at_exit() {
 thread_local bool registering_builtins = false;
 
 void ensure_builtins() {
+  if (registering_builtins) return;  // a built-in backend's registration asking
   std::call_once(builtins_once, [] {
     registering_builtins = true;
     register_builtin_backends();
@@ -99,7 +101,7 @@ void ensure_builtins() {
 DeviceType register_backend(std::string_view name, int count, BackendFactory factory,
                             std::string why_none) {
   // The built-in kinds come first, so the CPU is kind 0 whoever registers first.
-  if (!registering_builtins) ensure_builtins();
+  ensure_builtins();
   auto& r = registry();
   std::lock_guard lock(r.mutex);
   return add_kind(r, name, count, std::move(factory), std::move(why_none));
@@ -132,3 +134,39 @@ std::vector<Device> devices_in_use() {
 }
 
 }  // namespace loom::runtime
+
+namespace loom {
+
+Device parse_device(std::string_view text) {
+  runtime::ensure_builtins();  // so that "cuda" is a kind before its first use
+  auto colon = text.find(':');
+  auto kind = text.substr(0, colon);
+  Device d;
+  if (colon != std::string_view::npos) {
+    auto digits = text.substr(colon + 1);
+    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), d.index);
+    if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() || d.index < 0)
+      throw Error("device: expected 'kind' or 'kind:index' with a non-negative index, got '" +
+                  std::string(text) + "'");
+  }
+  auto names = ir::device_type_names();
+  for (std::size_t i = 0; i < names.size(); ++i)
+    if (names[i] == kind) {
+      d.type = static_cast<DeviceType>(i);
+      return d;
+    }
+  std::string known;
+  for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+  throw Error("device: unknown kind '" + std::string(kind) + "' in '" + std::string(text) +
+              "' (registered: " + known + ")");
+}
+
+int device_count(DeviceType type) {
+  runtime::ensure_builtins();
+  auto& r = runtime::registry();
+  std::lock_guard lock(r.mutex);
+  const auto k = static_cast<std::size_t>(type);
+  return k < r.kinds.size() ? r.kinds[k].count : 0;
+}
+
+}  // namespace loom

@@ -62,5 +62,8 @@ std::string device_str(Device d);
 Device parse_device(std::string_view text);
 // The name a kind was registered under ("cpu" for the CPU).
 std::string device_type_name(DeviceType type);
+// How many devices of a kind this process can use: 0 for a kind built in without devices
+// here (CUDA on a machine without a GPU or driver).
+int device_count(DeviceType type);
 
 }  // namespace loom

@@ -37,6 +37,11 @@
 // checkpoint and profile paths can be written, and removes a "<checkpoint>.tmp" that a
 // killed run left. The epoch-end checkpoint is written before the epoch-end evaluation.
 //
+// Devices: put the model where it trains (model->to(loom::parse_device("cuda:0"))) and give
+// the loaders the same DeviceLoaderOptions::device; fit() and evaluate() check that they agree
+// and name what to change when they do not. Checkpoints are read to the host and moved to the
+// parameters' device, so a run saved on one device resumes on another.
+//
 // Under mpirun (loom/dist.h) fit() is data-parallel: give the training loader this rank's
 // shard (DeviceLoaderOptions rank / world_size); gradients are averaged over the ranks before
 // clipping and the update; rank 0 logs and writes checkpoints, and every rank resumes from
@@ -134,6 +139,9 @@ class Trainer {
   void save();
   // --checkpoint and --profile can be written; removes a stale "<checkpoint>.tmp".
   void check_destinations() const;
+  // The parameters share one device, and `loader` ("training", "evaluation") delivers its
+  // batches there; a loom::Error saying what to change otherwise.
+  void check_device(const data::DeviceLoader& loader, const char* which) const;
   void log_step(int64_t step, double loss, double lr);
   void log_summary(double seconds, double rate) const;
   // Log lines come from rank 0 only, and not at all when quiet.

@@ -344,7 +344,9 @@ Run train(nn::Module& net, optim::Optimizer& opt, optim::Schedule& sched, const 
     }
     sched.step();
   }
-  if (compiled) EXPECT_GE(metrics::counter("CaptureReplay"), 14);
+  if (compiled) {
+    EXPECT_GE(metrics::counter("CaptureReplay"), 14);
+  }
   for (auto& l : losses) run.losses.push_back(values(l)[0]);
   for (auto& p : net.parameters()) run.params.push_back(values(p));
   for (auto& [name, b] : net.named_buffers()) run.params.push_back(values(b));

@@ -44,6 +44,8 @@ TEST(TrainResnet, BadOptionsEndWithOneClearErrorLine) {
            {"--data /nonexistent/file.h5", "--data: no such file '/nonexistent/file.h5'"},
            {"--mode fast --synthetic", "--mode: expected lazy, eager or compiled, got 'fast'"},
            {"--bogus", "unrecognised option '--bogus'"},
+           {"--device tpu --synthetic", "--device: unknown kind 'tpu' in 'tpu'"},
+           {"--device cpu:3 --synthetic", "--device: no device cpu:3"},
        }) {
     auto r = run_cli(bin + " " + c.args);
     EXPECT_EQ(r.status, 1) << c.args << "\n" << r.output;

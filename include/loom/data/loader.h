@@ -155,6 +155,8 @@ class DeviceLoader {
   void set_epoch(int64_t epoch);
   int64_t batches_per_epoch() const;
   const Dataset& dataset() const;
+  // Where the batches are delivered (DeviceLoaderOptions::device).
+  Device device() const;
 
   LoaderStats stats() const;
   void reset_stats();
