@@ -5,11 +5,18 @@
 //   indices (serial_in_order) → read + transform + collate (parallel) → to device
 //   (serial_in_order) → BoundedQueue → Iterator
 //
+// Collation writes each field straight into host memory of the loader's device
+// (loom::alloc_host: page-locked blocks on a GPU), and the transfer copies from there, so the
+// bytes are copied once on the host and once to the device, the latter in one transfer on a
+// GPU's copy stream. A batch's blocks go back to the device when its transfer is done, so at
+// most `prefetch` batches hold blocks, and a GPU's pool hands the same blocks out again.
+//
 // Order: the serial_in_order stages see batches in the order the first stage made them, and a
 // batch's content depends only on (dataset, seed, epoch, its indices), so output never depends
 // on the thread count. Errors travel inside the token to the last stage, which delivers every
 // earlier batch first, then the error, then stops the input stage.
 #include "bounded_queue.h"
+#include "collate.h"
 
 #include <loom/data/loader.h>
 #include <loom/lazy.h>
@@ -74,12 +81,22 @@ std::string index_list(const std::vector<int64_t>& indices) {
   return s;
 }
 
+// One field of a collated batch, in host memory of the loader's device.
+struct HostField {
+  std::string name;
+  HostDType dtype;
+  Shape shape;                   // the batch dimension first
+  std::shared_ptr<void> memory;  // from loom::alloc_host; null when the field has no elements
+
+  std::string str() const { return host_dtype_name(dtype) + shape_str(shape); }
+};
+
 // One batch travelling through the pipeline.
 struct Work {
   int64_t number = 0;
   std::vector<int64_t> indices;
   int64_t valid = 0;
-  Example host;  // collated
+  std::vector<HostField> fields;  // collated, in name order
   std::exception_ptr error;
 };
 using Item = std::variant<Batch, std::exception_ptr>;
@@ -263,12 +280,18 @@ void DeviceLoader::Iterator::State::prepare(Run& r, Work& w) const {
   }
   try {
     profiler::Trace span("loader_collate");
-    w.host = collate(examples);
-    for (const auto& [name, a] : w.host)
-      if (!device_dtype(a.dtype))
-        throw Error("field '" + name + "' is " + a.str() +
-                    ", which loom tensors do not hold; convert it with to_float(\"" + name +
-                    "\") or cast(\"" + name + "\", HostDType::Int64)");
+    detail::collate_into(examples, [&](const std::string& name, HostDType dtype, const Shape& shape,
+                                       std::size_t bytes) {
+      auto memory = bytes > 0 ? alloc_host(bytes, options.device) : nullptr;
+      auto* data = static_cast<unsigned char*>(memory.get());
+      w.fields.push_back(HostField{name, dtype, shape, std::move(memory)});
+      return data;
+    });
+    for (const auto& f : w.fields)
+      if (!device_dtype(f.dtype))
+        throw Error("field '" + f.name + "' is " + f.str() +
+                    ", which loom tensors do not hold; convert it with to_float(\"" + f.name +
+                    "\") or cast(\"" + f.name + "\", HostDType::Int64)");
   } catch (...) {
     w.error = wrap_current("DeviceLoader: samples " + index_list(w.indices) + " of '" + dataset->source() +
                            "' (" + where + ")");
@@ -287,10 +310,10 @@ void DeviceLoader::Iterator::State::deliver(Run& r, Work& w) const {
   Batch b;
   try {
     profiler::Trace span("loader_transfer");
-    for (const auto& [name, a] : w.host) {
-      if (a.numel() == 0)
-        throw Error("field '" + name + "' is empty (" + a.str() + "); loom tensors need positive sizes");
-      b.tensors.emplace(name, from_host(a.bytes.data(), *device_dtype(a.dtype), a.shape, options.device));
+    for (const auto& f : w.fields) {
+      if (shape_numel(f.shape) == 0)
+        throw Error("field '" + f.name + "' is empty (" + f.str() + "); loom tensors need positive sizes");
+      b.tensors.emplace(f.name, from_host(f.memory.get(), *device_dtype(f.dtype), f.shape, options.device));
     }
   } catch (...) {
     r.stop = true;
@@ -303,7 +326,7 @@ void DeviceLoader::Iterator::State::deliver(Run& r, Work& w) const {
   b.valid = w.valid;
   b.index = w.number;
   b.epoch = r.epoch;
-  w.host = {};
+  w.fields.clear();  // the copies are done: the blocks go back before the queue may block
   if (!r.queue.push(std::move(b))) r.stop = true;
 }
 

@@ -1,6 +1,8 @@
 // HostArray, Example and collate: the host-side data model of the loaders.
 #include <loom/data/dataset.h>
 
+#include "collate.h"
+
 #include <cassert>
 
 namespace loom::data {
@@ -110,15 +112,15 @@ std::vector<std::string> Example::names() const {
   return out;
 }
 
-Example collate(const std::vector<Example>& examples) {
+void detail::collate_into(const std::vector<Example>& examples, const PlaceField& place) {
   if (examples.empty()) throw Error("collate: expected at least one example, got none");
   const Example& first = examples.front();
   const auto n = static_cast<int64_t>(examples.size());
-  Example out;
+  std::map<std::string, unsigned char*> out;
   for (const auto& [name, a] : first) {
     Shape shape{n};
     shape.insert(shape.end(), a.shape.begin(), a.shape.end());
-    out[name] = HostArray(a.dtype, std::move(shape));
+    out[name] = place(name, a.dtype, shape, static_cast<std::size_t>(n) * a.bytes.size());
   }
   for (int64_t i = 0; i < n; ++i) {
     const Example& e = examples[static_cast<std::size_t>(i)];
@@ -132,10 +134,19 @@ Example collate(const std::vector<Example>& examples) {
                     a.str() + ", expected " + ref.str() + " as sample 0");
       assert(a.bytes.size() == ref.bytes.size());
       if (!a.bytes.empty())
-        std::memcpy(out.at(name).bytes.data() + static_cast<std::size_t>(i) * a.bytes.size(),
-                    a.bytes.data(), a.bytes.size());
+        std::memcpy(out.at(name) + static_cast<std::size_t>(i) * a.bytes.size(), a.bytes.data(),
+                    a.bytes.size());
     }
   }
+}
+
+Example collate(const std::vector<Example>& examples) {
+  Example out;
+  detail::collate_into(examples, [&](const std::string& name, HostDType dtype, const Shape& shape,
+                                     std::size_t) {
+    HostArray& a = out[name] = HostArray(dtype, shape);
+    return a.bytes.data();
+  });
   return out;
 }
 

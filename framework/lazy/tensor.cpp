@@ -1,5 +1,6 @@
 // Tensor handles, creation and reads.
 #include "lazy/ops_util.h"
+#include "runtime/registry.h"
 
 #include <loom/bfloat16.h>
 #include <loom/lazy.h>
@@ -181,6 +182,10 @@ Tensor arange(int64_t end, DType dtype, Device device) {
 
 Tensor from_host(const void* data, DType dtype, const Shape& shape, Device device) {
   return lazy::make_device_tensor(data, dtype, shape, device);
+}
+
+std::shared_ptr<void> alloc_host(std::size_t bytes, Device device) {
+  return runtime::backend(device).alloc_host(bytes);
 }
 
 template <class T>

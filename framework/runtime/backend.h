@@ -1,7 +1,7 @@
-// The backend contract: what a device gives the engine, and nothing else. Ten methods, in
-// four groups: memory (alloc, empty_cache), copies (copy_in, copy_out, copy), compilation
-// (target, compile) and execution (execute, enqueue_callback, synchronize). A backend lives
-// in its own folder below runtime/ and is registered once (runtime/registry.h).
+// The backend contract: what a device gives the engine, and nothing else. Eleven methods, in
+// four groups: memory (alloc, alloc_host, empty_cache), copies (copy_in, copy_out, copy),
+// compilation (target, compile) and execution (execute, enqueue_callback, synchronize). A
+// backend lives in its own folder below runtime/ and is registered once (runtime/registry.h).
 //
 // Execution is asynchronous: execute() queues and returns; output buffers become readable
 // when their Completion is signalled. Programs and callbacks run in the order queued, so a
@@ -15,8 +15,10 @@
 #include "runtime/buffer.h"
 #include "runtime/storage.h"
 
+#include <cstddef>
 #include <functional>
 #include <memory>
+#include <new>
 #include <vector>
 
 namespace loom::runtime {
@@ -36,6 +38,17 @@ class Backend {
   // Memory of this device, freed by the Storage's last reference; throws loom::Error when
   // the device has none left.
   virtual std::shared_ptr<Storage> alloc(std::size_t bytes) = 0;
+  // Host memory to copy_in from: what this device copies fastest. Any thread may drop the last
+  // reference, which frees the block or gives it back to the backend for reuse. copy_in takes
+  // any host address; one inside such a block it may copy more directly (the CUDA backend
+  // hands out page-locked blocks and copies them with one transfer, no staging). The default:
+  // plain memory aligned to kHostAlignment, which the CPU needs nothing better than.
+  static constexpr std::size_t kHostAlignment = 64;
+  virtual std::shared_ptr<void> alloc_host(std::size_t bytes) {
+    constexpr std::align_val_t align{kHostAlignment};
+    return std::shared_ptr<void>(::operator new(bytes > 0 ? bytes : 1, align),
+                                 [align](void* p) { ::operator delete(p, align); });
+  }
   // Gives the memory no Storage holds (cached blocks) back to the device or the system.
   virtual void empty_cache() = 0;
 

@@ -15,6 +15,7 @@
 #include <loom/error.h>
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <iosfwd>
@@ -123,6 +124,11 @@ Tensor arange(int64_t end, DType dtype = DType::Int64, Device device = {});
 Tensor iota(const Shape& shape, int64_t dim, DType dtype = DType::Int64, Device device = {});
 // Copies host values to the device (one TransferToDevice).
 Tensor from_host(const void* data, DType dtype, const Shape& shape, Device device = {});
+// Host memory for from_host to copy to `device` from: what that device copies fastest
+// (page-locked on a GPU, copied in one transfer on its copy stream; plain memory aligned to
+// 64 bytes on the CPU). Its last reference frees it or gives it back to the device for reuse.
+// The DeviceLoader collates each batch into it.
+std::shared_ptr<void> alloc_host(std::size_t bytes, Device device = {});
 template <class T>
 Tensor from_vector(const std::vector<T>& values, const Shape& shape, Device device = {});
 // Counter-based random numbers: element i depends only on (seed, i). The seed is device

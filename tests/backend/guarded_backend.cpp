@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <iterator>
+#include <map>
 #include <mutex>
 #include <string>
 
@@ -25,6 +27,9 @@ constexpr std::size_t kQuarantine = 64;  // freed blocks kept (poisoned) before 
 
 std::atomic<int64_t> violations{0};
 std::atomic<int64_t> alive{0};
+std::atomic<int64_t> host_alive{0};
+std::atomic<int64_t> host_made{0};
+std::atomic<int64_t> host_copies{0};
 
 void report(const char* what, Device device, std::size_t bytes) {
   ++violations;
@@ -80,6 +85,61 @@ class Quarantine {
   std::deque<Block> blocks_;
 };
 
+// Host memory for transfers (alloc_host): blocks like the device's, guarded and poisoned, and
+// known while alive, so that copy_in can tell a copy from one of them (as the CUDA backend
+// tells its page-locked blocks) and check its guards first. Freed blocks go straight back to
+// the system.
+class HostBlocks : public std::enable_shared_from_this<HostBlocks> {
+ public:
+  std::shared_ptr<void> allocate(std::size_t bytes, Device device) {
+    auto* base = static_cast<unsigned char*>(std::malloc(bytes + 2 * kGuard));
+    if (!base) throw Error("guarded: out of memory allocating " + std::to_string(bytes) + " host bytes");
+    Block b{base, bytes, device};
+    std::memset(base, kGuardByte, kGuard);
+    std::memset(b.data(), kPoison, bytes);
+    std::memset(b.data() + bytes, kGuardByte, kGuard);
+    {
+      std::lock_guard lock(mutex_);
+      alive_.emplace(b.data(), b);
+    }
+    ++host_alive;
+    ++host_made;
+    return std::shared_ptr<void>(b.data(), [blocks = shared_from_this()](void* p) { blocks->release(p); });
+  }
+
+  // Whether [p, p + bytes) lies inside a block alive now; checks that block's guards.
+  bool contains(const void* p, std::size_t bytes) {
+    const auto* c = static_cast<const unsigned char*>(p);
+    std::lock_guard lock(mutex_);
+    auto it = alive_.upper_bound(c);
+    if (it == alive_.begin()) return false;
+    const Block& b = std::prev(it)->second;
+    if (c < b.data() || bytes > b.bytes || static_cast<std::size_t>(c - b.data()) > b.bytes - bytes)
+      return false;
+    b.check_guards("before a copy to the device");
+    return true;
+  }
+
+ private:
+  void release(void* p) {
+    Block b{};
+    {
+      std::lock_guard lock(mutex_);
+      auto it = alive_.find(static_cast<unsigned char*>(p));
+      if (it == alive_.end()) std::abort();  // only allocate()'s deleter calls this
+      b = it->second;
+      alive_.erase(it);
+    }
+    b.check_guards("while the host block was in use");
+    std::memset(b.data(), kPoison, b.bytes);
+    std::free(b.base);
+    --host_alive;
+  }
+
+  std::mutex mutex_;
+  std::map<const unsigned char*, Block> alive_;  // by data()
+};
+
 class GuardedStorage final : public runtime::Storage {
  public:
   GuardedStorage(Block block, Quarantine& quarantine)
@@ -123,6 +183,10 @@ class GuardedBackend final : public runtime::Backend {
  public:
   explicit GuardedBackend(Device device) : device_(device), cpu_(runtime::backend(Device{})) {}
 
+  std::shared_ptr<void> alloc_host(std::size_t bytes) override {
+    return host_blocks_->allocate(bytes, device_);
+  }
+
   std::shared_ptr<runtime::Storage> alloc(std::size_t bytes) override {
     auto* base = static_cast<unsigned char*>(std::malloc(bytes + 2 * kGuard));
     if (!base) throw Error("guarded: out of memory allocating " + std::to_string(bytes) + " bytes");
@@ -137,6 +201,7 @@ class GuardedBackend final : public runtime::Backend {
 
   void copy_in(const void* host, runtime::Storage& dst, std::size_t bytes) override {
     check_fits(dst, bytes, "copy_in");
+    if (host_blocks_->contains(host, bytes)) ++host_copies;
     if (bytes) std::memcpy(dst.data(), host, bytes);
   }
   void copy_out(const runtime::Storage& src, void* host, std::size_t bytes) override {
@@ -221,6 +286,7 @@ class GuardedBackend final : public runtime::Backend {
   runtime::Backend& cpu_;
   const ir::Target target_ = guarded_target();
   Quarantine quarantine_;
+  std::shared_ptr<HostBlocks> host_blocks_ = std::make_shared<HostBlocks>();
   runtime::DeviceQueue queue_;
 };
 
@@ -235,5 +301,8 @@ Device guarded_device(int index) {
 
 int64_t guard_violations() { return violations.load(); }
 int64_t guarded_blocks_alive() { return alive.load(); }
+int64_t guarded_host_blocks_alive() { return host_alive.load(); }
+int64_t guarded_host_blocks_made() { return host_made.load(); }
+int64_t guarded_copies_from_host_blocks() { return host_copies.load(); }
 
 }  // namespace loom::test

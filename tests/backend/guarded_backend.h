@@ -15,6 +15,10 @@
 // blocks wait in a quarantine of recent frees before going back to the system, and are checked
 // again then.
 //
+// Host memory (alloc_host, the blocks the DeviceLoader collates into) is guarded and poisoned
+// the same way; copy_in counts the copies whose source lies inside such a block and checks
+// its guards first, as the CUDA backend copies its page-locked blocks without staging.
+//
 // Execution: a program compiles to the CPU backend's executable for the same Program; a run
 // copies its inputs into CPU storage (copy_in), queues the CPU run (execute) and copies the
 // results back (copy_out), all on the guarded device's own thread.
@@ -32,5 +36,10 @@ Device guarded_device(int index = 0);
 int64_t guard_violations();
 // Blocks of guarded memory alive now (not freed).
 int64_t guarded_blocks_alive();
+// Host blocks (Backend::alloc_host) alive now, and made since the process started.
+int64_t guarded_host_blocks_alive();
+int64_t guarded_host_blocks_made();
+// copy_in calls whose source lay inside a host block alive at the time.
+int64_t guarded_copies_from_host_blocks();
 
 }  // namespace loom::test

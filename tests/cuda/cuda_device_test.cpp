@@ -9,12 +9,15 @@
 #include "test_util.h"
 
 #include <loom/autograd.h>
+#include <loom/data/loader.h>
+#include <loom/metrics.h>
 #include <loom/compile.h>
 #include <loom/nn/functional.h>
 #include <loom/nn/layers.h>
 #include <loom/optim.h>
 #include <loom/profiler.h>
 
+#include <cuda_runtime_api.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -208,6 +211,67 @@ TEST(Cuda, AnIndexOutOfRangeNamesTheOp) {
   EXPECT_THAT(message, HasSubstr("out of range"));
   // Later steps run.
   EXPECT_EQ(test::values((ones({2}).to(gpu()) + 1).sum()), std::vector<double>{4});
+}
+
+// alloc_host hands out page-locked blocks, kept and handed out again when given back; a copy
+// from one (or from inside one) is one transfer, any other source goes through the staging
+// buffer, and both give the same values.
+TEST(Cuda, HostBlocksArePinnedReusedAndCopiedInOneTransfer) {
+  auto& be = runtime::backend(gpu());
+  void* first = nullptr;
+  {
+    auto block = alloc_host(1000 * sizeof(float), gpu());
+    first = block.get();
+    unsigned int flags = 0;
+    EXPECT_EQ(cudaHostGetFlags(&flags, first), cudaSuccess) << "a page-locked block";
+  }
+  auto block = alloc_host(1000 * sizeof(float), gpu());
+  EXPECT_EQ(block.get(), first) << "the pool hands the given-back block out again";
+  auto* values = static_cast<float*>(block.get());
+  for (int i = 0; i < 1000; ++i) values[i] = static_cast<float>(i) * 0.5f;
+  const int64_t pinned = metrics::counter("TransferToDevicePinned", gpu());
+  auto a = from_host(values, DType::Float32, {1000}, gpu());
+  auto b = from_host(values + 10, DType::Float32, {990}, gpu());
+  EXPECT_EQ(metrics::counter("TransferToDevicePinned", gpu()), pinned + 2);
+  std::vector<float> pageable(values, values + 1000);
+  auto c = from_host(pageable.data(), DType::Float32, {1000}, gpu());
+  EXPECT_EQ(metrics::counter("TransferToDevicePinned", gpu()), pinned + 2);
+  EXPECT_EQ(test::values(a), test::values(c));
+  EXPECT_EQ(test::values(b)[0], 5.0);
+  block.reset();
+  be.empty_cache();  // frees the cached block
+}
+
+// A DeviceLoader on the GPU: the CPU loader's batches, every field copied from a pinned block.
+TEST(Cuda, DeviceLoaderBatchesAreTheCpusFromPinnedBlocks) {
+  auto dataset = std::make_shared<data::SyntheticDataset>(
+      50, std::map<std::string, data::FieldSpec>{{"input", {data::HostDType::Float32, {3, 8, 8}, -1, 1}},
+                                                 {"target", {data::HostDType::Int64, {}, 0, 10}}},
+      5);
+  auto loader = [&](Device d) {
+    return data::DeviceLoader(dataset, {.batch_size = 16, .shuffle = true, .seed = 2, .threads = 2,
+                                        .mark_step = false, .device = d});
+  };
+  auto on_cpu = loader(Device{});
+  auto on_gpu = loader(gpu());
+  const int64_t pinned = metrics::counter("TransferToDevicePinned", gpu());
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    std::vector<std::map<std::string, HostTensor>> want;
+    for (auto& b : on_cpu) {
+      auto& w = want.emplace_back();
+      for (const auto& [name, t] : b.tensors) w.emplace(name, t.to_host());
+    }
+    std::size_t k = 0;
+    for (auto& b : on_gpu) {
+      ASSERT_LT(k, want.size());
+      for (const auto& [name, t] : b.tensors)
+        EXPECT_TRUE(t.to_host().bytes == want[k].at(name).bytes)
+            << "epoch " << epoch << " batch " << k << " " << name;
+      ++k;
+    }
+    EXPECT_EQ(k, want.size());
+  }
+  EXPECT_EQ(metrics::counter("TransferToDevicePinned", gpu()) - pinned, 2 * 3 * 2);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include "runtime/cuda/codegen.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/cuda_target.h"
+#include "runtime/cuda/host_pool.h"
 #include "runtime/cuda/library_ops.h"
 #include "runtime/cuda/nvrtc.h"
 #include "runtime/device_queue.h"
@@ -78,13 +79,26 @@ class CudaBackend final : public Backend {
   }
 
   std::shared_ptr<Storage> alloc(std::size_t bytes) override { return allocator_->allocate(bytes); }
-  void empty_cache() override { allocator_->empty_cache(); }
+  std::shared_ptr<void> alloc_host(std::size_t bytes) override { return host_pool_->allocate(bytes); }
+  void empty_cache() override {
+    allocator_->empty_cache();
+    host_pool_->empty_cache();
+  }
 
-  // Through a pinned staging buffer on the copy stream, so that the copy overlaps the
-  // compute stream's kernels (a pageable copy would wait for the whole device).
+  // On the copy stream, so that the copy overlaps the compute stream's kernels (a pageable
+  // copy would wait for the whole device): a source inside one of alloc_host's page-locked
+  // blocks in one transfer, any other through the pinned staging buffer, in pieces.
   void copy_in(const void* host, Storage& dst, std::size_t bytes) override {
     if (!bytes) return;
     set_device();
+    if (host_pool_->contains(host, bytes)) {
+      allocator_->wait_until_free(dst, copy_);
+      check(cudaMemcpyAsync(dst.data(), host, bytes, cudaMemcpyHostToDevice, copy_),
+            "cudaMemcpyAsync (to the device, from a host block)");
+      check(cudaStreamSynchronize(copy_), "cudaStreamSynchronize (copy to the device)");
+      metrics::increment("TransferToDevicePinned", device_);
+      return;
+    }
     std::lock_guard lock(staging_mutex_);
     allocator_->wait_until_free(dst, copy_);
     auto* src = static_cast<const char*>(host);
@@ -419,6 +433,7 @@ class CudaBackend final : public Backend {
   int arch_ = 0;
   cudaStream_t compute_ = nullptr, copy_ = nullptr;
   std::unique_ptr<DeviceAllocator> allocator_;
+  std::shared_ptr<HostPool> host_pool_ = std::make_shared<HostPool>(index_);
   LibraryContext ctx_;
   std::shared_ptr<Storage> workspace_;
   std::mutex staging_mutex_;

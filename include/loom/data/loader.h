@@ -21,8 +21,10 @@
 // Pipeline (tbb::parallel_pipeline in a task_arena of `threads` threads, at most `prefetch`
 // batches in flight, on a background thread):
 //   indices (serial, in order) → read + transform + collate a batch (parallel; samples of a
-//   batch transformed with parallel_for) → transfer to the device (serial, in order) → a
-//   queue of at most `prefetch` ready batches → the consumer.
+//   batch transformed with parallel_for; each field collated into host memory of `device`,
+//   loom::alloc_host: page-locked on a GPU) → transfer to the device (serial, in order; one
+//   copy per field from that memory, on a GPU's copy stream, then the memory is given back)
+//   → a queue of at most `prefetch` ready batches → the consumer.
 // Batch k of epoch e is a pure function of (dataset, seed, e, k): the same for any thread
 // count or prefetch depth.
 //
