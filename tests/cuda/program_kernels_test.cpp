@@ -61,7 +61,9 @@ Compiled compile_pending_step() {
       EXPECT_GE(l.threads, 32) << l.entry;
       EXPECT_LE(l.threads, 1024) << l.entry;
     }
-    if (code.instrs[i].runs == cuda::Runs::Kernels) EXPECT_FALSE(code.instrs[i].launches.empty()) << i;
+    if (code.instrs[i].runs == cuda::Runs::Kernels) {
+      EXPECT_FALSE(code.instrs[i].launches.empty()) << i;
+    }
   }
   mark_step();  // runs the step on the CPU, leaving nothing pending for the next test,
   wait_device_ops();  // and nothing running when the test binary exits

@@ -5,6 +5,7 @@
 #include "runtime/cuda/codegen.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/cuda_target.h"
+#include "runtime/cuda/graph_replay.h"
 #include "runtime/cuda/host_pool.h"
 #include "runtime/cuda/library_ops.h"
 #include "runtime/cuda/nvrtc.h"
@@ -18,6 +19,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 
@@ -39,8 +41,10 @@ class CudaExecutable final : public Executable {
   mutable std::vector<void*> data;                      // per slot
   mutable std::vector<std::shared_ptr<Storage>> owned;  // per slot
   mutable std::vector<uint8_t> donatable;
+  mutable GraphReplay graph;  // launch thread only
 
   ~CudaExecutable() override {
+    graph.drop();  // before the kernels it launches are unloaded
     if (library) cudaLibraryUnload(library);
   }
 };
@@ -270,7 +274,9 @@ class CudaBackend final : public Backend {
     check(cudaEventRecord(times.events.back(), compute_), "cudaEventRecord (profiler)");
   }
 
-  // Queues every instruction of `e` on the compute stream (the launch thread).
+  // Queues the run of `e` on the compute stream (the launch thread): binds every slot's
+  // address, then launches its instructions one by one or, once its addresses have settled,
+  // as one CUDA graph (graph_replay.h).
   void run(const CudaExecutable& e, const BufferList& inputs, const BufferList& outputs,
            int error_slot, RunTimes& times) {
     const auto& p = e.program;
@@ -278,6 +284,15 @@ class CudaBackend final : public Backend {
     const auto n_in = static_cast<int>(p.inputs.size());
     if (p.arena_bytes > 0 && !e.arena) e.arena = allocator_->allocate(static_cast<std::size_t>(p.arena_bytes));
     auto* arena = e.arena ? static_cast<char*>(e.arena->data()) : nullptr;
+    input_addresses_.clear();
+    for (const auto& b : inputs) input_addresses_.push_back(b->storage ? b->storage->data() : nullptr);
+    // Kernel by kernel while profiling, so that each kernel is timed.
+    const bool graph = e.graph.plan.begin_run(input_addresses_) && graphs_enabled() && !times.on;
+    auto fixed = [&](std::size_t slot, std::size_t bytes) {
+      return e.graph.fixed(slot, bytes, [this](std::size_t n) { return allocator_->allocate(n); });
+    };
+    copies_in_.clear();
+    copies_out_.clear();
     std::fill(e.data.begin(), e.data.end(), nullptr);
     for (auto& o : e.owned) o.reset();
     e.donatable.assign(static_cast<std::size_t>(n_in), 0);
@@ -287,10 +302,17 @@ class CudaBackend final : public Backend {
       e.donatable[i] = only_this_run_holds(b);
       e.owned[i] = b->storage;
       e.data[i] = b->storage ? b->storage->data() : nullptr;
+      if (graph && e.data[i] && e.graph.plan.moving(static_cast<std::size_t>(i))) {
+        // The graph reads a moving input from its fixed buffer; a result written there would
+        // not reach the input's own buffer, so it donates nothing.
+        const auto bytes = static_cast<std::size_t>(shape_numel(b->shape)) * dtype_size(b->dtype);
+        void* f = fixed(static_cast<std::size_t>(i), bytes);
+        copies_in_.push_back({f, e.data[i], bytes});
+        e.data[i] = f;
+        e.donatable[i] = 0;
+      }
     }
     int donated = 0;
-    std::vector<void*> params;
-    std::vector<const void*> addresses;
     for (int i = 0; i < static_cast<int>(p.instrs.size()); ++i) {
       const auto& in = p.instrs[static_cast<std::size_t>(i)];
       const auto& code = e.code.instrs[static_cast<std::size_t>(i)];
@@ -305,37 +327,48 @@ class CudaBackend final : public Backend {
       } else {
         const auto bytes = static_cast<std::size_t>(shape_numel(in.shape)) * dtype_size(in.dtype);
         e.owned[out_slot] = take_donor(in, bytes, e.donatable, e.owned);
-        if (e.owned[out_slot]) ++donated;
-        else e.owned[out_slot] = allocator_->allocate(bytes);
-        e.data[out_slot] = e.owned[out_slot]->data();
+        if (e.owned[out_slot]) {
+          ++donated;
+          e.data[out_slot] = e.owned[out_slot]->data();
+        } else {
+          e.owned[out_slot] = allocator_->allocate(bytes);
+          e.data[out_slot] = e.owned[out_slot]->data();
+          if (graph) {  // a new buffer at every run: the graph writes a fixed one, copied out
+            void* f = fixed(static_cast<std::size_t>(out_slot), bytes);
+            copies_out_.push_back({e.data[out_slot], f, bytes});
+            e.data[out_slot] = f;
+          }
+        }
       }
-      addresses.assign(1, e.data[out_slot]);
-      for (int a : in.args) addresses.push_back(e.data[a]);
-      LibraryOp* op = nullptr;
       if (code.runs == Runs::Library) {
         auto& made = e.library_ops[static_cast<std::size_t>(i)];
         if (!made) made = make_library_op(p, i, ctx_);
         grow_workspace(made->workspace_bytes());
-        op = made.get();
       }
-      params.clear();
-      for (auto& a : addresses) params.push_back(&a);
-      // Timed from just before the instruction's first call on the stream to just after its last.
-      if (times.on) {
-        times.names.push_back(ir::kernel_name(in));
-        mark(times);
-      }
-      if (op) op->run(ctx_, std::span(addresses).subspan(1), e.data[out_slot]);
-      for (std::size_t l = 0; l < code.launches.size(); ++l) {
-        const auto& launch = code.launches[l];
-        check(cudaLaunchKernel(reinterpret_cast<const void*>(e.kernels[static_cast<std::size_t>(i)][l]),
-                               dim3(static_cast<unsigned>(launch.blocks)),
-                               dim3(static_cast<unsigned>(launch.threads)), params.data(),
-                               static_cast<std::size_t>(launch.shared_bytes), compute_),
-              ("cudaLaunchKernel(" + launch.entry + ")").c_str());
-      }
-      if (times.on) mark(times);
     }
+    for (const auto& c : copies_in_)
+      check(cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyDeviceToDevice, compute_),
+            "cudaMemcpyAsync (into a graph's fixed input)");
+    bool launched = false;
+    if (graph) {
+      graph_key_.assign(e.data.begin(), e.data.end());
+      graph_key_.push_back(ctx_.workspace);
+      launched = e.graph.launch(graph_key_, compute_, capture_stream(),
+                                [&](cudaStream_t stream) { launch_all(e, stream, nullptr); });
+      if (launched) {
+        metrics::increment("CudaGraphLaunch", device_);
+      } else {
+        metrics::increment("CudaGraphGivenUp", device_);
+        std::call_once(graph_warning_, [&] {
+          std::fprintf(stderr, "loom: %s: a program runs kernel by kernel, without a CUDA graph: %s\n",
+                       device_str(device_).c_str(), e.graph.plan.why_given_up().c_str());
+        });
+      }
+    }
+    if (!launched) launch_all(e, compute_, times.on ? &times : nullptr);
+    for (const auto& c : copies_out_)
+      check(cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyDeviceToDevice, compute_),
+            "cudaMemcpyAsync (out of a graph's fixed result)");
     // The module's error word to this run's pinned slot, then cleared for the next run.
     check(cudaMemcpyAsync(&error_words_[error_slot], e.error_word, sizeof(int),
                           cudaMemcpyDeviceToHost, compute_),
@@ -348,6 +381,54 @@ class CudaBackend final : public Backend {
     }
     for (auto& o : e.owned) o.reset();
     metrics::increment("DonatedBuffer", device_, donated);
+  }
+
+  // Queues every instruction of the bound run `e` on `stream` (the compute stream, or the
+  // capture stream while a graph is recorded), timing each one when `times` is given.
+  void launch_all(const CudaExecutable& e, cudaStream_t stream, RunTimes* times) {
+    const auto& p = e.program;
+    const auto n_in = static_cast<int>(p.inputs.size());
+    struct StreamScope {  // the library ops queue on ctx_.stream
+      LibraryContext& ctx;
+      cudaStream_t saved;
+      ~StreamScope() { ctx.stream = saved; }
+    } scope{ctx_, ctx_.stream};
+    ctx_.stream = stream;
+    std::vector<void*> params;
+    std::vector<const void*> addresses;
+    for (int i = 0; i < static_cast<int>(p.instrs.size()); ++i) {
+      const auto& in = p.instrs[static_cast<std::size_t>(i)];
+      const auto& code = e.code.instrs[static_cast<std::size_t>(i)];
+      if (code.runs == Runs::Nothing) continue;
+      const int out_slot = n_in + i;
+      addresses.assign(1, e.data[out_slot]);
+      for (int a : in.args) addresses.push_back(e.data[a]);
+      LibraryOp* op = code.runs == Runs::Library ? e.library_ops[static_cast<std::size_t>(i)].get() : nullptr;
+      params.clear();
+      for (auto& a : addresses) params.push_back(&a);
+      // Timed from just before the instruction's first call on the stream to just after its last.
+      if (times) {
+        times->names.push_back(ir::kernel_name(in));
+        mark(*times);
+      }
+      if (op) op->run(ctx_, std::span(addresses).subspan(1), e.data[out_slot]);
+      for (std::size_t l = 0; l < code.launches.size(); ++l) {
+        const auto& launch = code.launches[l];
+        check(cudaLaunchKernel(reinterpret_cast<const void*>(e.kernels[static_cast<std::size_t>(i)][l]),
+                               dim3(static_cast<unsigned>(launch.blocks)),
+                               dim3(static_cast<unsigned>(launch.threads)), params.data(),
+                               static_cast<std::size_t>(launch.shared_bytes), stream),
+              ("cudaLaunchKernel(" + launch.entry + ")").c_str());
+      }
+      if (times) mark(*times);
+    }
+  }
+
+  // The stream graphs are recorded on: no other thread queues work there (graph_replay.h).
+  cudaStream_t capture_stream() {
+    if (!capture_)
+      check(cudaStreamCreateWithFlags(&capture_, cudaStreamNonBlocking), "cudaStreamCreate (graph capture)");
+    return capture_;
   }
 
   void grow_workspace(std::size_t bytes) {
@@ -444,6 +525,17 @@ class CudaBackend final : public Backend {
   cudaStream_t idle_ = nullptr;             // the profiler's anchors only (launch thread)
   int64_t last_kernel_end_ns_ = 0;          // the stream track's last span (completion thread)
   int* error_words_ = nullptr;
+  // Graph replay (graph_replay.h), launch thread only: the capture stream, and per run the
+  // input addresses, the copies through fixed buffers and the graph's key.
+  struct DeviceCopy {
+    void* dst;
+    const void* src;
+    std::size_t bytes;
+  };
+  cudaStream_t capture_ = nullptr;
+  std::vector<const void*> input_addresses_, graph_key_;
+  std::vector<DeviceCopy> copies_in_, copies_out_;
+  std::once_flag graph_warning_;
   int next_error_slot_ = 0;
   const ir::Target target_ = cuda_target();
   // Declared last: destroyed first, so their threads stop before the state they use goes.

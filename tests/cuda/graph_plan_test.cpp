@@ -1,0 +1,93 @@
+// When a CUDA program run goes through a graph, and which of its inputs are copied into fixed
+// buffers first (runtime/cuda/graph_replay.h). Plain bookkeeping: no GPU needed.
+#include "runtime/cuda/graph_replay.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace loom::runtime::cuda {
+namespace {
+
+using Addresses = std::vector<const void*>;
+
+const void* at(std::size_t k) {
+  static char block[64];
+  return block + k;
+}
+
+TEST(GraphPlan, TheThirdRunGoesThroughAGraphAndMovingInputsAreFound) {
+  GraphPlan plan;
+  // Input 0 a parameter (donated back into the same buffer), 1 the batch (a new buffer each
+  // run), 2 an input with no storage.
+  EXPECT_FALSE(plan.begin_run({at(0), at(1), nullptr}));
+  EXPECT_FALSE(plan.moving(0));
+  EXPECT_FALSE(plan.moving(1));  // nothing to compare with yet
+  EXPECT_FALSE(plan.begin_run({at(0), at(2), nullptr}));
+  EXPECT_FALSE(plan.moving(0));
+  EXPECT_TRUE(plan.moving(1));
+  EXPECT_FALSE(plan.moving(2));
+  EXPECT_TRUE(plan.begin_run({at(0), at(1), nullptr}));
+  EXPECT_EQ(plan.runs(), GraphPlan::kFirstGraphRun);
+  // Moving for good, even when a later batch happens to reuse an earlier buffer.
+  EXPECT_TRUE(plan.begin_run({at(0), at(1), nullptr}));
+  EXPECT_TRUE(plan.moving(1));
+  // A parameter that moves later (no donation this time) moves from then on.
+  EXPECT_TRUE(plan.begin_run({at(5), at(3), nullptr}));
+  EXPECT_TRUE(plan.moving(0));
+  EXPECT_FALSE(plan.moving(7));  // no such input
+}
+
+TEST(GraphPlan, AGraphIsLaunchedOnlyForTheAddressesItWasCapturedWith) {
+  GraphPlan plan;
+  const Addresses key{at(0), at(8), at(16)};
+  EXPECT_FALSE(plan.matches(key));  // nothing captured yet
+  plan.captured(key);
+  EXPECT_TRUE(plan.matches(key));
+  EXPECT_FALSE(plan.matches({at(0), at(8), at(24)}));
+  EXPECT_FALSE(plan.matches({at(0), at(8)}));
+  EXPECT_EQ(plan.captures(), 1);
+  plan.captured({at(0), at(8), at(24)});  // captured again for the new addresses
+  EXPECT_TRUE(plan.matches({at(0), at(8), at(24)}));
+  EXPECT_FALSE(plan.matches(key));
+}
+
+TEST(GraphPlan, AProgramWhoseAddressesKeepChangingGivesGraphsUp) {
+  GraphPlan plan;
+  int64_t graphed = 0;
+  for (std::size_t run = 0; run < 40; ++run) {
+    if (!plan.begin_run({at(0)})) continue;
+    ++graphed;
+    const Addresses key{at(run % 32)};  // a result's buffer differs at every run
+    if (!plan.matches(key)) plan.captured(key);
+  }
+  EXPECT_TRUE(plan.given_up());
+  EXPECT_NE(plan.why_given_up().find("addresses changed"), std::string::npos) << plan.why_given_up();
+  // Captures allowed: kSpareCaptures + runs / 8 (4 + 0 at the first graphed run, 4 + 1 from run 8).
+  EXPECT_LE(plan.captures(), GraphPlan::kSpareCaptures + 2);
+  EXPECT_LT(graphed, 8);
+  EXPECT_FALSE(plan.begin_run({at(0)}));  // for good
+}
+
+TEST(GraphPlan, ASteadyProgramKeepsItsGraph) {
+  GraphPlan plan;
+  for (std::size_t run = 0; run < 200; ++run) {
+    if (!plan.begin_run({at(0), at(1 + run % 3)})) continue;
+    const Addresses key{at(0), at(40)};  // the batch through its fixed buffer
+    if (!plan.matches(key)) plan.captured(key);
+  }
+  EXPECT_FALSE(plan.given_up());
+  EXPECT_EQ(plan.captures(), 1);
+}
+
+TEST(GraphPlan, GivingUpIsForGoodAndSaysWhy) {
+  GraphPlan plan;
+  plan.begin_run({});
+  plan.give_up("cudaStreamEndCapture: operation not permitted when stream is capturing");
+  for (int i = 0; i < 5; ++i) EXPECT_FALSE(plan.begin_run({}));
+  EXPECT_EQ(plan.why_given_up(), "cudaStreamEndCapture: operation not permitted when stream is capturing");
+  EXPECT_FALSE(plan.matches({}));
+}
+
+}  // namespace
+}  // namespace loom::runtime::cuda
