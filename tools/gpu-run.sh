@@ -28,7 +28,11 @@ pack() {
   build=$root/build
   stage=$(mktemp -d)
   mkdir -p "$stage/bin" "$stage/lib" "$root/.gpu"
-  grep -qx '/.gpu/' "$root/.git/info/exclude" 2>/dev/null || echo '/.gpu/' >>"$root/.git/info/exclude"
+  # Ignored by git, so that the bundle travels only where it is carried.
+  exclude=$(git -C "$root" rev-parse --git-path info/exclude)
+  case $exclude in /*) ;; *) exclude=$root/$exclude ;; esac
+  mkdir -p "$(dirname "$exclude")"
+  grep -qx '/.gpu/' "$exclude" 2>/dev/null || echo '/.gpu/' >>"$exclude"
   for b in tests/cuda_device_test tests/cuda_codegen_test tests/ops_forward_test tests/models_test \
            bench/loom_bench; do
     [ -x "$build/$b" ] || { echo "gpu-run.sh: $build/$b not built (make -C build)" >&2; exit 1; }
