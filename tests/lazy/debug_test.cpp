@@ -134,6 +134,17 @@ TEST(GraphDumps, EachCompiledGraphIsWrittenBeforeAndAfterThePasses) {
   std::filesystem::remove_all(dir);
 }
 
+// The recorded spans, saved as a Chrome trace to a temporary file and read back.
+std::string saved_trace(const std::string& prefix) {
+  auto path = std::filesystem::temp_directory_path() / (prefix + std::to_string(::getpid()) + ".json");
+  profiler::save(path);
+  std::ifstream f(path);
+  std::stringstream text;
+  text << f.rdbuf();
+  std::filesystem::remove(path);
+  return text.str();
+}
+
 TEST(Profiler, ChromeTraceWithHostAndDeviceSpans) {
   fresh();
   profiler::clear();
@@ -147,12 +158,8 @@ TEST(Profiler, ChromeTraceWithHostAndDeviceSpans) {
   w.to_vector<float>();
   wait_device_ops();
   profiler::stop();
-  auto path = std::filesystem::temp_directory_path() / ("loom_trace_" + std::to_string(::getpid()) + ".json");
-  profiler::save(path);
-  std::ifstream f(path);
   std::stringstream json;
-  json << f.rdbuf();
-  std::filesystem::remove(path);
+  json << saved_trace("loom_trace_");
   EXPECT_TRUE(test::JsonChecker(json.str()).valid()) << json.str();
   for (const char* needle : {"\"traceEvents\"", "\"name\":\"host\"", "\"name\":\"device\"",
                              "\"name\":\"user_step\"", "\"name\":\"execute\"", "\"name\":\"compile\"",
@@ -177,12 +184,8 @@ TEST(Profiler, SpansOnANamedTrackKeepTheirTimes) {
   const int64_t after = profiler::now_ns();
   profiler::stop();
   profiler::add_span(row, "later_kernel", t0 + 5'000'000, t0 + 5'250'500);  // 5 ms on, 250.5 µs
-  auto path = std::filesystem::temp_directory_path() / ("loom_track_" + std::to_string(::getpid()) + ".json");
-  profiler::save(path);
-  std::ifstream f(path);
   std::stringstream json;
-  json << f.rdbuf();
-  std::filesystem::remove(path);
+  json << saved_trace("loom_track_");
   EXPECT_TRUE(test::JsonChecker(json.str()).valid()) << json.str();
   const std::string tid = "\"tid\":" + std::to_string(row);
   EXPECT_THAT(json.str(), HasSubstr("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1," + tid +
