@@ -27,6 +27,11 @@ if(NOT LOOM_CUDA STREQUAL "OFF")
   if(loom_cuda_missing STREQUAL "")
     set(LOOM_WITH_CUDA ON)
     message(STATUS "loom: building the CUDA backend (CUDA ${CUDAToolkit_VERSION}, ${LOOM_CUDNN_LIBRARY})")
+    # The GPU tests decide when they run; this says beforehand what they will find.
+    if(NOT EXISTS "/proc/driver/nvidia/version")
+      message(STATUS "loom: no NVIDIA driver is loaded on this machine (no /proc/driver/nvidia): "
+                     "the GPU tests Cuda.Device, Cuda.OpHarness and Cuda.TrainingReference will be skipped")
+    endif()
   elseif(LOOM_CUDA STREQUAL "ON")
     message(FATAL_ERROR "LOOM_CUDA=ON but ${loom_cuda_missing} was not found")
   else()
