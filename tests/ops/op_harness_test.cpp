@@ -17,6 +17,16 @@
 #include "test_util.h"
 
 #include "ir/op.h"
+#ifdef LOOM_WITH_CUDA
+#include "compiler/pipeline.h"
+#include "ir/graph.h"
+#include "lazy/tensor_impl.h"
+#include "runtime/cuda/codegen.h"
+#include "runtime/cuda/cuda_target.h"
+#include "runtime/cuda/nvrtc.h"
+
+#include <cstdlib>
+#endif
 #include "lazy/ops_util.h"  // lazy::apply: ops the public API emits only inside others (erf)
 
 #include <loom/autograd.h>
@@ -387,6 +397,47 @@ TEST_P(OpCaseTest, GradientMatchesFiniteDifferences) {
   }
   EXPECT_GT(checked, 0) << "a differentiable op's case needs a floating-point input";
 }
+
+#ifdef LOOM_WITH_CUDA
+// Without a GPU: every case, forward in float64, float32 and bfloat16 and backward where the
+// op is differentiable (float64, float32), generated as CUDA C and compiled by NVRTC for the
+// H100 (sm_90) as the CUDA backend compiles a step: one program per dtype holding every case,
+// so that a GPU session finds no kernel that fails to compile (Cuda.OpHarness runs them there).
+TEST(OpHarness, EveryCaseCompilesForTheGpu) {
+  ::setenv("LOOM_CUDA_CACHE_DIR", LOOM_TEST_KERNEL_CACHE, 0);
+  for (DType run : {DType::Float64, DType::Float32, DType::BFloat16}) {
+    SCOPED_TRACE(dtype_name(run));
+    std::vector<Tensor> keep;  // the step's results: every case's output and gradients
+    std::set<Op> ops;
+    for (const auto& r : all_runs()) {
+      const test::Case* fx = fixture(r.c().fixture);
+      ASSERT_NE(fx, nullptr) << r.c().fixture;
+      auto in = inputs_of(*fx, run);
+      const bool backward = ir::op_info(r.op).differentiable && run != DType::BFloat16;
+      if (backward)
+        for (auto& t : in)
+          if (is_floating(t.dtype())) t.requires_grad_();
+      Tensor y = r.c().fn(in, run);
+      keep.push_back(y);
+      ops.insert(r.op);
+      if (backward && y.requires_grad()) {
+        sum(y.to(DType::Float64)).backward();
+        for (auto& t : in)
+          if (t.requires_grad() && t.grad().defined()) keep.push_back(t.grad());
+      }
+    }
+    std::vector<ir::NodePtr> roots;
+    for (auto& [device, live] : lazy::live_pending_by_device())
+      for (auto& t : live) roots.push_back(t->pending());
+    const auto program = compiler::compile(ir::build_graph(roots), runtime::cuda::cuda_target());
+    runtime::cuda::ProgramCode code;
+    ASSERT_NO_THROW(code = runtime::cuda::generate_program(program));
+    EXPECT_NO_THROW(runtime::cuda::nvrtc::compile(code.source, 90));
+    EXPECT_GT(code.kernels(), static_cast<int>(ops.size()) / 2);  // most ops are kernels of their own
+    keep.clear();  // nothing pending is left to run on the CPU
+  }
+}
+#endif
 
 INSTANTIATE_TEST_SUITE_P(Ops, OpCaseTest, ::testing::ValuesIn(all_runs()),
                          [](const ::testing::TestParamInfo<OpRun>& info) {

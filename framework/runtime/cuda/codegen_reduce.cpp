@@ -220,7 +220,8 @@ std::string combine_code(const Reducer& red, const Plan& pl, bool inner) {
 InstrCode reduce_code(const ir::Program& p, int i, const std::string& prefix) {
   const auto& in = p.instrs[static_cast<std::size_t>(i)];
   const ir::Fusion* f = in.fusion.get();
-  if (in.args.empty()) throw Error(std::string("cuda codegen: ") + ir::op_name(in.op) + " without operands");
+  // A fused prologue may read nothing (the sum of an iota or a constant); a plain one reads its operand.
+  if (!f && in.args.empty()) throw Error(std::string("cuda codegen: ") + ir::op_name(in.op) + " without operands");
   const Shape& shape = f ? f->shape : p.slot_type(in.args[0]).shape;
   const DType x_dtype = f ? f->compute : p.slot_type(in.args[0]).dtype;
   if (x_dtype == DType::Bool)
