@@ -272,3 +272,68 @@ TEST(RowReductions, RowSumsFoldTheirRunsInTheDefinedOrder) {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+// A float column sum over [rows, C] at the channel counts with a fixed-width fold (8, 16, 32,
+// 64), as kernels_reduce.cpp defines it: chunks of 2^15 elements (2^15 / C rows); in a chunk,
+// groups of 8 rows from its start, each summed in float as ((r0 + r1) + (r2 + r3)) +
+// ((r4 + r5) + (r6 + r7)) with the rows missing from the last group as +0, and added to the
+// chunk's double partial; the chunks' partials added in chunk order.
+std::vector<double> grouped_column_sums(const std::vector<float>& v, int64_t rows, int64_t c) {
+  const int64_t per_chunk = (int64_t{1} << 15) / c;
+  std::vector<double> total(static_cast<std::size_t>(c), 0.0);
+  for (int64_t r0 = 0; r0 < rows; r0 += per_chunk) {
+    const int64_t r1 = std::min(rows, r0 + per_chunk);
+    for (int64_t ch = 0; ch < c; ++ch) {
+      double part = 0;
+      for (int64_t g = r0; g < r1; g += 8) {
+        float x[8] = {};
+        for (int64_t k = 0; k < 8 && g + k < r1; ++k) x[k] = v[static_cast<std::size_t>((g + k) * c + ch)];
+        part += static_cast<double>(((x[0] + x[1]) + (x[2] + x[3])) + ((x[4] + x[5]) + (x[6] + x[7])));
+      }
+      total[static_cast<std::size_t>(ch)] = r0 == 0 ? part : total[static_cast<std::size_t>(ch)] + part;
+    }
+  }
+  return total;
+}
+
+// Bit for bit, with and without a fused prologue, over several chunks and a short last group.
+// Channel 1 is zero in its first 256 rows but for four sets of 2^30, 1 and -2^30, placed so
+// that the grouping and the tree show (in float, 2^30 + 1 rounds to 2^30):
+//   rows 0, 1, 2:       one group, 0; a row-by-row double fold gives 1;
+//   rows 64, 72, 80:    three groups, 1; groups of 16 rows give 0;
+//   rows 128, 132, 136: two groups, 0; groups of 4 rows give 1;
+//   rows 192, 194, 195 (1, 2^30, -2^30): the tree gives 1, a sequential float sum 0.
+TEST(ReduceRowsInChunks, FloatColumnSumsFoldGroupsOfEightRowsInTheDefinedOrder) {
+  for (int64_t c : {8, 16, 32, 64}) {
+    test::fresh_engine();
+    const int64_t rows = (int64_t{1} << 16) / c * 2 + 5;
+    auto v = activations(rows, c, 1);
+    auto at = [&](int64_t r, int64_t ch) -> float& { return v[static_cast<std::size_t>(r * c + ch)]; };
+    for (int64_t r = 0; r < 256; ++r) at(r, 1) = 0.0f;
+    for (int64_t first : {0, 64, 128}) {
+      const int64_t step = first == 0 ? 1 : first == 64 ? 8 : 4;
+      at(first, 1) = 0x1p30f, at(first + step, 1) = 1.0f, at(first + 2 * step, 1) = -0x1p30f;
+    }
+    at(192, 1) = 1.0f, at(194, 1) = 0x1p30f, at(195, 1) = -0x1p30f;
+    auto x = from_vector(v, {rows, 1, 1, c});
+    auto got = x.sum({0, 1, 2}).to_vector<float>();
+    auto mean = x.mean({0, 1, 2}).to_vector<float>();
+    auto doubled = (x * 2.0).sum({0, 1, 2}).to_vector<float>();  // a fused prologue
+    std::vector<float> twice(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) twice[i] = v[i] * 2.0f;
+    const auto want = grouped_column_sums(v, rows, c);
+    const auto want_doubled = grouped_column_sums(twice, rows, c);
+    for (int64_t ch = 0; ch < c; ++ch) {
+      const auto i = static_cast<std::size_t>(ch);
+      EXPECT_EQ(got[i], static_cast<float>(want[i])) << "c " << c << " channel " << ch;
+      EXPECT_EQ(mean[i], static_cast<float>(want[i] / double(rows))) << "c " << c << " channel " << ch;
+      EXPECT_EQ(doubled[i], static_cast<float>(want_doubled[i])) << "c " << c << " channel " << ch;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace loom

@@ -388,19 +388,49 @@ void reduce_in_chunks(const Operand<T>& x, const Shape& shape, const std::vector
 // partial results per output, which are then combined in chunk order. As in reduce_in_chunks,
 // the result depends on the shape only, not on the thread count.
 // The rows [at, end) of a chunk of W outputs each (W divides kRun, so every window holds whole
-// rows), folded into accumulators that stay in registers: the folds of the general loop in
-// reduce_rows_in_chunks, in the same order, without its per-row bookkeeping and with no
-// round trip through memory per row.
+// rows), folded into accumulators that stay in registers, without the general loop's per-row
+// bookkeeping and with no round trip through memory per row. Maxima fold row by row, as the
+// general loop does. Float sums take the rows in groups of kGroupRows from the chunk's start:
+// a group is summed in float as a fixed tree, ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)),
+// the rows missing from a chunk's last group counting as +0, and each group's sum is added to
+// the double accumulator. Widening every element to double was the loop's bound (one
+// conversion per element against one per group); a group of eight floats is exact to a few
+// ulps of its own sum, and float32 sums are still accumulated in double.
+constexpr int64_t kGroupRows = 8;
+
 template <class T, class R, int W>
 void fold_fixed_rows(PieceReader<T>& reader, int64_t at, int64_t end, typename R::Acc* part) {
   static_assert(kRun % W == 0);
   typename R::Acc acc[W];
   for (int j = 0; j < W; ++j) acc[j] = part[j];
+  constexpr bool kGrouped = std::is_same_v<T, float> && std::is_same_v<typename R::Acc, double>;
+  static_assert(!kGrouped || kRun % (kGroupRows * W) == 0, "a window holds whole groups");
   while (at < end) {
     const int64_t len = std::min(kRun, end - at);
     const T* v = reader.window(at, len);
-    for (int64_t i = 0; i < len; i += W)
-      for (int j = 0; j < W; ++j) R::fold(acc[j], v[i + j]);
+    if constexpr (kGrouped) {
+      int64_t i = 0;
+      for (; i + kGroupRows * W <= len; i += kGroupRows * W)
+        for (int j = 0; j < W; ++j) {
+          const float* r = v + i + j;
+          const float g = ((r[0] + r[W]) + (r[2 * W] + r[3 * W])) +
+                          ((r[4 * W] + r[5 * W]) + (r[6 * W] + r[7 * W]));
+          acc[j] += static_cast<double>(g);
+        }
+      if (i < len) {  // the chunk's last, short group
+        float rows[kGroupRows][W] = {};
+        for (int64_t k = 0; i + k * W < len; ++k)
+          for (int j = 0; j < W; ++j) rows[k][j] = v[i + k * W + j];
+        for (int j = 0; j < W; ++j) {
+          const float g = ((rows[0][j] + rows[1][j]) + (rows[2][j] + rows[3][j])) +
+                          ((rows[4][j] + rows[5][j]) + (rows[6][j] + rows[7][j]));
+          acc[j] += static_cast<double>(g);
+        }
+      }
+    } else {
+      for (int64_t i = 0; i < len; i += W)
+        for (int j = 0; j < W; ++j) R::fold(acc[j], v[i + j]);
+    }
     at += len;
   }
   for (int j = 0; j < W; ++j) part[j] = acc[j];
