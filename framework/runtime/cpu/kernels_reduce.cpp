@@ -17,7 +17,6 @@
 #include <cassert>
 #include <cmath>
 #include <limits>
-#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -50,67 +49,47 @@ struct SumOp {
   using Acc = SumAcc<T>;
   static Acc init() { return Acc(0); }
   static void fold(Acc& a, T v) { a += static_cast<Acc>(v); }
-  // A contiguous run: 32 partial sums in a fixed pattern, then folded pairwise (lane k + lane
-  // k + 16, ..., + 1): the result is the same every time, and 32 independent chains keep the
-  // adds' latency hidden. Element i goes to lane i % 32. A float run's whole blocks of
-  // kBlockRows rows of 32 from its start add their lanes' sums: a lane's eight elements in a
-  // block summed in float as a fixed tree, ((e0 + e1) + (e2 + e3)) + ((e4 + e5) + (e6 + e7)),
-  // then widened. The rest of the run (and every element of other types) is added element by
-  // element. Widening every element to double had bounded the loop (one conversion per element
-  // against one per eight); AVX-512 takes the lanes as two float and four double vectors.
+  // A contiguous run: 32 partial sums in a fixed pattern (element i into lane i % 32, the
+  // last partial row into lanes 0, 1, ...), then folded pairwise (lane k + lane k + 16, ..., +1):
+  // the result is the same every time, and 32 independent chains keep the adds' latency
+  // hidden. Float runs on AVX-512 take the same sums in four vectors of eight doubles.
   static constexpr int64_t kLanes = 32;
-  static constexpr int64_t kBlockRows = 8;
   static void fold_run(Acc& a, const T* p, int64_t n) {
-    int64_t i = 0;
-#if defined(__AVX512F__) && defined(__AVX512VL__) && defined(__AVX512DQ__)
+#if defined(__AVX512F__) && defined(__AVX512VL__)
     if constexpr (std::is_same_v<T, float>) {
       // Four named accumulators (an array of vectors went through the stack).
       __m512d s0 = _mm512_setzero_pd(), s1 = s0, s2 = s0, s3 = s0;
-      auto add16 = [](__m512d x, __m512d y, __m512 v) {  // lanes 0-7 of v into x, 8-15 into y
-        return std::pair{_mm512_add_pd(x, _mm512_cvtps_pd(_mm512_castps512_ps256(v))),
-                         _mm512_add_pd(y, _mm512_cvtps_pd(_mm512_extractf32x8_ps(v, 1)))};
-      };
-      auto tree = [](const float* b) {  // eight rows of 16 lanes, 32 apart
-        auto r = [b](int m) { return _mm512_loadu_ps(b + m * kLanes); };
-        return _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(r(0), r(1)), _mm512_add_ps(r(2), r(3))),
-                             _mm512_add_ps(_mm512_add_ps(r(4), r(5)), _mm512_add_ps(r(6), r(7))));
-      };
-      for (; i + kBlockRows * kLanes <= n; i += kBlockRows * kLanes) {
-        std::tie(s0, s1) = add16(s0, s1, tree(p + i));
-        std::tie(s2, s3) = add16(s2, s3, tree(p + i + 16));
-      }
+      auto widen = [](const float* q) { return _mm512_cvtps_pd(_mm256_loadu_ps(q)); };
+      int64_t i = 0;
       for (; i + kLanes <= n; i += kLanes) {
-        std::tie(s0, s1) = add16(s0, s1, _mm512_loadu_ps(p + i));
-        std::tie(s2, s3) = add16(s2, s3, _mm512_loadu_ps(p + i + 16));
+        s0 = _mm512_add_pd(s0, widen(p + i));
+        s1 = _mm512_add_pd(s1, widen(p + i + 8));
+        s2 = _mm512_add_pd(s2, widen(p + i + 16));
+        s3 = _mm512_add_pd(s3, widen(p + i + 24));
       }
       // The partial row into lanes 0, 1, ...; the other lanes add +0, which changes no sum
       // (every lane starts at +0).
       if (i < n) {
         auto part = [&](int64_t g) {
-          const auto count = static_cast<unsigned>(std::clamp<int64_t>(n - i - 16 * g, 0, 16));
-          return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << count) - 1),
-                                       p + std::min(i + 16 * g, n));
+          const auto count = static_cast<unsigned>(std::clamp<int64_t>(n - i - 8 * g, 0, 8));
+          const auto mask = static_cast<__mmask8>((1u << count) - 1);
+          return _mm512_cvtps_pd(_mm256_maskz_loadu_ps(mask, p + i + 8 * g));
         };
-        std::tie(s0, s1) = add16(s0, s1, part(0));
-        std::tie(s2, s3) = add16(s2, s3, part(1));
+        s0 = _mm512_add_pd(s0, part(0));
+        s1 = _mm512_add_pd(s1, part(1));
+        s2 = _mm512_add_pd(s2, part(2));
+        s3 = _mm512_add_pd(s3, part(3));
       }
       // Pairwise: + 16, + 8 across the vectors, then + 4, + 2, + 1 within the first.
-      alignas(64) double t[8];
-      _mm512_store_pd(t, _mm512_add_pd(_mm512_add_pd(s0, s2), _mm512_add_pd(s1, s3)));
-      for (int w = 4; w > 0; w /= 2)
-        for (int k = 0; k < w; ++k) t[k] += t[k + w];
-      a += t[0];
+      s0 = _mm512_add_pd(_mm512_add_pd(s0, s2), _mm512_add_pd(s1, s3));
+      const __m256d h = _mm256_add_pd(_mm512_castpd512_pd256(s0), _mm512_extractf64x4_pd(s0, 1));
+      const __m128d q = _mm_add_pd(_mm256_castpd256_pd128(h), _mm256_extractf128_pd(h, 1));
+      a += _mm_cvtsd_f64(_mm_add_sd(q, _mm_unpackhi_pd(q, q)));
       return;
     }
 #endif
     Acc lane[kLanes] = {};
-    if constexpr (std::is_same_v<T, float>)
-      for (; i + kBlockRows * kLanes <= n; i += kBlockRows * kLanes)
-        for (int64_t k = 0; k < kLanes; ++k) {
-          const float* e = p + i + k;
-          lane[k] += static_cast<Acc>(((e[0] + e[kLanes]) + (e[2 * kLanes] + e[3 * kLanes])) +
-                                      ((e[4 * kLanes] + e[5 * kLanes]) + (e[6 * kLanes] + e[7 * kLanes])));
-        }
+    int64_t i = 0;
     for (; i + kLanes <= n; i += kLanes)
       for (int64_t k = 0; k < kLanes; ++k) lane[k] += static_cast<Acc>(p[i + k]);
     for (int64_t k = 0; i < n; ++i, ++k) lane[k] += static_cast<Acc>(p[i]);
