@@ -4,11 +4,14 @@
 // bfloat16), oneDNN's passes in each of its layouts (OneDnnConv*/shape/layout/dtype, layout 0
 // loom's own NCHW, 1 blocked with reorders in and out, 2 channels-last activations taken as
 // they are; the label names oneDNN's kernel), and
-// the decoder's matmuls next to raw Eigen GEMMs. The kernels are called directly
+// the decoder's matmuls next to raw Eigen GEMMs, and the steps' float32 sums (Reduce/case:
+// BatchNorm statistics NCHW and channels-last, the decoder's row sums; GB/s of the operand read
+// once). The kernels are called directly
 // (runtime::run_kernel), so the figures exclude tracing and compiling.
 //
 //   build/bench/kernel_bench                              # GFLOP/s per kernel
 //   build/bench/kernel_bench --benchmark_filter=Gemm      # GEMM against its Eigen peak
+//   build/bench/kernel_bench --benchmark_filter=Reduce    # the sums
 //   build/bench/kernel_bench --threads=1                  # one thread (TBB and OpenMP)
 //   LOOM_CONV=gemm build/bench/kernel_bench               # im2col + GEMM wherever it can run
 //   LOOM_CONV=direct build/bench/kernel_bench             # the direct kernels wherever they fit
@@ -210,6 +213,40 @@ void onednn_shapes(benchmark::internal::Benchmark* b, bool stems) {
 BENCHMARK(BM_OneDnnConv2d)->Apply([](auto* b) { onednn_shapes(b, true); });
 BENCHMARK(BM_OneDnnConv2dGradInput)->Apply([](auto* b) { onednn_shapes(b, false); });
 BENCHMARK(BM_OneDnnConv2dGradWeight)->Apply([](auto* b) { onednn_shapes(b, true); });
+
+// The reductions of a training step, float32 stored operands (no prologue): BatchNorm's
+// per-channel statistics at the ResNets' activation shapes, NCHW (runs of H*W reduced
+// innermost) and channels-last (rows of C), and the decoder's row sums (softmax's over the
+// vocabulary, RMSNorm's over the hidden size). GB/s counts the operand read once.
+struct ReduceCase {
+  Shape shape;
+  std::vector<int64_t> axes;
+  const char* what;
+};
+const ReduceCase kReductions[] = {
+    {{128, 16, 32, 32}, {0, 2, 3}, "ResNet-20 stage 1 stats, NCHW"},
+    {{128, 64, 8, 8}, {0, 2, 3}, "ResNet-20 stage 3 stats, NCHW"},
+    {{32, 128, 16, 16}, {0, 2, 3}, "ResNet-18 stage 2 stats, NCHW"},
+    {{128, 32, 32, 16}, {0, 1, 2}, "ResNet-20 stage 1 stats, channels-last"},
+    {{128, 8, 8, 64}, {0, 1, 2}, "ResNet-20 stage 3 stats, channels-last"},
+    {{2048, 8192}, {1}, "decoder softmax row sums"},
+    {{2048, 512}, {1}, "decoder RMSNorm row sums"},
+};
+
+void BM_Reduce(benchmark::State& state) {
+  const ReduceCase& c = kReductions[state.range(0)];
+  Buffer x(c.shape);
+  Shape out_shape = c.shape;
+  for (int64_t a : c.axes) out_shape[static_cast<std::size_t>(a)] = 1;
+  Buffer out(out_shape);
+  std::vector<TensorView> in{x.view()};
+  const loom::ir::AxesAttr attr{c.axes};
+  for (auto _ : state) loom::runtime::run_kernel(loom::ir::Op::Sum, attr, in, out.view());
+  state.counters["GB/s"] = benchmark::Counter(4e-9 * static_cast<double>(loom::shape_numel(c.shape)),
+                                              benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(c.what);
+}
+BENCHMARK(BM_Reduce)->DenseRange(0, std::size(kReductions) - 1)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 // The decoder's products (8x256 tokens, hidden 512, SwiGLU 1408, vocab 8192, 8 heads of 64), a
 // 2048^3 square one and small ones (the ResNets' classifiers, 64^3, 128^3): [batch] m x k times k x n, A stored transposed when ta, B when tb.
