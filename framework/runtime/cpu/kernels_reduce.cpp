@@ -394,8 +394,10 @@ void reduce_in_chunks(const Operand<T>& x, const Shape& shape, const std::vector
 // a group is summed in float as a fixed tree, ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)),
 // the rows missing from a chunk's last group counting as +0, and each group's sum is added to
 // the double accumulator. Widening every element to double was the loop's bound (one
-// conversion per element against one per group); a group of eight floats is exact to a few
-// ulps of its own sum, and float32 sums are still accumulated in double.
+// conversion per element against one per group). A group's float sum is within a few ulps of
+// its exact sum, and the groups are still accumulated in double; unlike a double fold it can
+// overflow, for values within 8x of float's largest, where the float result would be
+// infinite or lost anyway in most cases.
 constexpr int64_t kGroupRows = 8;
 
 template <class T, class R, int W>
@@ -405,6 +407,7 @@ void fold_fixed_rows(PieceReader<T>& reader, int64_t at, int64_t end, typename R
   for (int j = 0; j < W; ++j) acc[j] = part[j];
   constexpr bool kGrouped = std::is_same_v<T, float> && std::is_same_v<typename R::Acc, double>;
   static_assert(!kGrouped || kRun % (kGroupRows * W) == 0, "a window holds whole groups");
+  static_assert(kGroupRows == 8, "the trees below sum eight rows");
   while (at < end) {
     const int64_t len = std::min(kRun, end - at);
     const T* v = reader.window(at, len);
