@@ -395,9 +395,9 @@ void reduce_in_chunks(const Operand<T>& x, const Shape& shape, const std::vector
 // the rows missing from a chunk's last group counting as +0, and each group's sum is added to
 // the double accumulator. Widening every element to double was the loop's bound (one
 // conversion per element against one per group). A group's float sum is within a few ulps of
-// its exact sum, and the groups are still accumulated in double; unlike a double fold it can
-// overflow, for values within 8x of float's largest, where the float result would be
-// infinite or lost anyway in most cases.
+// its exact sum, and the groups are still accumulated in double. Unlike a double fold, a
+// group can overflow with values near float's largest: 3e38 + 3e38 - 3e38 - 3e38 in one
+// group gives NaN where the double fold gives 0 (PyTorch's float sums overflow there too).
 constexpr int64_t kGroupRows = 8;
 
 template <class T, class R, int W>
