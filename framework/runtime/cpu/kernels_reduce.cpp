@@ -412,23 +412,18 @@ void fold_fixed_rows(PieceReader<T>& reader, int64_t at, int64_t end, typename R
     const int64_t len = std::min(kRun, end - at);
     const T* v = reader.window(at, len);
     if constexpr (kGrouped) {
+      // Groups of rows W apart from r: each column's tree into its accumulator.
+      auto add_group = [&acc](const float* r) {
+        for (int j = 0; j < W; ++j, ++r)
+          acc[j] += static_cast<double>(((r[0] + r[W]) + (r[2 * W] + r[3 * W])) +
+                                        ((r[4 * W] + r[5 * W]) + (r[6 * W] + r[7 * W])));
+      };
       int64_t i = 0;
-      for (; i + kGroupRows * W <= len; i += kGroupRows * W)
-        for (int j = 0; j < W; ++j) {
-          const float* r = v + i + j;
-          const float g = ((r[0] + r[W]) + (r[2 * W] + r[3 * W])) +
-                          ((r[4 * W] + r[5 * W]) + (r[6 * W] + r[7 * W]));
-          acc[j] += static_cast<double>(g);
-        }
-      if (i < len) {  // the chunk's last, short group
-        float rows[kGroupRows][W] = {};
-        for (int64_t k = 0; i + k * W < len; ++k)
-          for (int j = 0; j < W; ++j) rows[k][j] = v[i + k * W + j];
-        for (int j = 0; j < W; ++j) {
-          const float g = ((rows[0][j] + rows[1][j]) + (rows[2][j] + rows[3][j])) +
-                          ((rows[4][j] + rows[5][j]) + (rows[6][j] + rows[7][j]));
-          acc[j] += static_cast<double>(g);
-        }
+      for (; i + kGroupRows * W <= len; i += kGroupRows * W) add_group(v + i);
+      if (i < len) {  // the chunk's last, short group, its missing rows +0
+        float rows[kGroupRows * W] = {};
+        std::copy(v + i, v + len, rows);
+        add_group(rows);
       }
     } else {
       for (int64_t i = 0; i < len; i += W)
