@@ -229,6 +229,10 @@ const ReduceCase kReductions[] = {
     {{32, 128, 16, 16}, {0, 2, 3}, "ResNet-18 stage 2 stats, NCHW"},
     {{128, 32, 32, 16}, {0, 1, 2}, "ResNet-20 stage 1 stats, channels-last"},
     {{128, 8, 8, 64}, {0, 1, 2}, "ResNet-20 stage 3 stats, channels-last"},
+    {{32, 32, 32, 64}, {0, 1, 2}, "ResNet-18 stage 1 stats, channels-last"},
+    {{32, 16, 16, 128}, {0, 1, 2}, "ResNet-18 stage 2 stats, channels-last"},
+    {{32, 8, 8, 256}, {0, 1, 2}, "ResNet-18 stage 3 stats, channels-last"},
+    {{32, 4, 4, 512}, {0, 1, 2}, "ResNet-18 stage 4 stats, channels-last"},
     {{2048, 8192}, {1}, "decoder softmax row sums"},
     {{2048, 512}, {1}, "decoder RMSNorm row sums"},
 };
