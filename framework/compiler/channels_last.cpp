@@ -38,9 +38,29 @@ bool is_conv(Op op) {
   return op == Op::Conv2d || op == Op::Conv2dGradInput || op == Op::Conv2dGradWeight;
 }
 
-bool converts(const ir::Instr& in, const ir::Target& target) {
-  return is_conv(in.op) && ((target.channels_last_convs >> static_cast<int>(in.dtype)) & 1) &&
-         !in.epilogue.active() && in.shape.size() == 4;
+// The forward conv's attribute and shapes (input, weight, output) of any of its three passes.
+struct ConvShapes {
+  ir::Conv2dAttr attr;
+  Shape input, weight, output;
+};
+
+ConvShapes conv_shapes(const ir::Program& p, const ir::Instr& in) {
+  const Shape a = p.slot_type(in.args[0]).shape;
+  const Shape b = p.slot_type(in.args[1]).shape;
+  switch (in.op) {
+    case Op::Conv2d: return {in.attr.get<ir::Conv2dAttr>(), a, b, in.shape};
+    case Op::Conv2dGradInput: return {in.attr.get<ir::Conv2dGradAttr>().conv, in.shape, b, a};
+    default: return {in.attr.get<ir::Conv2dGradAttr>().conv, a, in.shape, b};
+  }
+}
+
+bool converts(const ir::Program& p, const ir::Instr& in, const ir::Target& target) {
+  if (!is_conv(in.op) || !((target.channels_last_convs >> static_cast<int>(in.dtype)) & 1) ||
+      in.shape.size() != 4)
+    return false;
+  if (!target.channels_last_conv) return true;
+  const ConvShapes s = conv_shapes(p, in);
+  return target.channels_last_conv(in.dtype, s.attr, s.input, s.weight, s.output);
 }
 
 class Rewriter {
@@ -60,7 +80,7 @@ class Rewriter {
       if (in.op == Op::Reshape && in.shape.size() == 4 &&
           in.shape == old_.slot_type(in.args[0]).shape && lives_last(in.args[0])) {
         v.last = values_[in.args[0]].last;  // an alias (simplify.h) of a channels-last value
-      } else if (converts(in, target)) {
+      } else if (converts(old_, in, target)) {
         v = conv(in);
       } else if (in.shape.size() == 4 && is_elementwise(in.op) && any_lives_last(in)) {
         ir::Instr copy = in;
@@ -199,6 +219,8 @@ class Rewriter {
     }
     copy.args = {channels_last(in.args[0]),
                  grad_weight ? channels_last(in.args[1]) : channels_first(in.args[1])};
+    for (std::size_t i = 2; i < in.args.size(); ++i)  // an epilogue's bias [O], in no layout
+      copy.args.push_back(channels_first(in.args[i]));
     Value v;
     if (grad_weight) {
       v.first = emit(std::move(copy));
@@ -217,7 +239,7 @@ class Rewriter {
 }  // namespace
 
 ir::Program assign_channels_last(ir::Program p, const ir::Target& target) {
-  if (!std::ranges::any_of(p.instrs, [&](const ir::Instr& in) { return converts(in, target); }))
+  if (!std::ranges::any_of(p.instrs, [&](const ir::Instr& in) { return converts(p, in, target); }))
     return p;
   return Rewriter(p).run(target);
 }

@@ -4,6 +4,7 @@
 // fixed (compiler/pipeline.cpp).
 #pragma once
 
+#include "ir/attr.h"
 #include "ir/op.h"
 
 #include <loom/dtype.h>
@@ -29,6 +30,11 @@ struct Target {
   // A bit per DType (1 << int(dtype)): convs of that dtype run on channels-last activations,
   // and the layout spreads to their neighbours (compiler/channels_last.h).
   uint8_t channels_last_convs = 0;
+  // Where set, which of those convs do: asked with a conv's dtype, its forward attribute and
+  // its forward shapes (input [N,C,H,W], weight [O,C/g,kh,kw], output [N,O,Ho,Wo]), the same
+  // question for all three passes of one conv, so they agree. Unset: all of them.
+  bool (*channels_last_conv)(DType dtype, const Conv2dAttr& attr, const Shape& input,
+                             const Shape& weight, const Shape& output) = nullptr;
 
   bool runs(Op op, DType dtype) const {
     return (dtypes[static_cast<int>(op)] >> static_cast<int>(dtype)) & 1;

@@ -29,10 +29,21 @@ int count(const Program& p, Op op) {
   return n;
 }
 
+// Every conv of dtype t channels-last (no choice by geometry).
 ir::Target channels_last_target(DType t) {
   ir::Target target = runtime::backend(Device{}).target();
   target.channels_last_convs = static_cast<uint8_t>(1u << static_cast<int>(t));
+  target.channels_last_conv = nullptr;
   return target;
+}
+
+// Whether a conv instruction runs channels-last; the input channels of its weight.
+bool is_channels_last(const ir::Instr& in) {
+  return in.op == Op::Conv2d ? in.attr.get<ir::Conv2dAttr>().channels_last
+                             : in.attr.get<ir::Conv2dGradAttr>().conv.channels_last;
+}
+int64_t weight_inputs(const Program& p, const ir::Instr& in) {
+  return in.op == Op::Conv2dGradWeight ? in.shape[1] : p.slot_type(in.args[1]).shape[1];
 }
 
 // The batch norm of a ResNet block, in its primitive ops: statistics over (N, H, W).
@@ -131,6 +142,85 @@ TEST(ChannelsLast, AnInputWhoseTransposeHasItsShapeIsStillTransposed) {
   const Program p =
       compiler::compile(test::graph_of(y), channels_last_target(DType::Float32));
   EXPECT_EQ(count(p, Op::Permute), 2) << ir::to_text(p);  // the input in, the result out
+}
+
+// Target::channels_last_conv picks convs by geometry: here only the one reading 8 channels.
+// Its three passes follow it, the other conv's three stay [N,C,H,W], and transposes join the
+// two.
+TEST(ChannelsLast, TheTargetChoosesByConvAndAConvsPassesAgree) {
+  test::fresh_engine();
+  auto x = ramp({2, 8, 6, 6}, 0.05);
+  auto w1 = ramp({16, 8, 3, 3}, 0.31).requires_grad_();
+  auto w2 = ramp({16, 16, 3, 3}, 0.17).requires_grad_();
+  Conv2dParams same;
+  same.padding = {1, 1};
+  auto y = conv2d(relu(conv2d(x, w1, {}, same)), w2, {}, same);
+  (y * y).sum().backward();
+  const ir::Graph g = ir::build_graph({w1.grad().impl()->pending(), w2.grad().impl()->pending()});
+  ir::Target target = channels_last_target(DType::Float32);
+  target.channels_last_conv = [](DType, const ir::Conv2dAttr&, const Shape&, const Shape& weight,
+                                 const Shape&) { return weight[1] == 8; };
+  const Program p = compiler::compile(g, target);
+  int last = 0, first = 0;
+  for (const auto& in : p.instrs) {
+    if (in.op != Op::Conv2d && in.op != Op::Conv2dGradInput && in.op != Op::Conv2dGradWeight)
+      continue;
+    EXPECT_EQ(is_channels_last(in), weight_inputs(p, in) == 8) << ir::to_text(p);
+    ++(is_channels_last(in) ? last : first);
+  }
+  EXPECT_EQ(last, 2) << "the first conv's forward and weight gradient\n" << ir::to_text(p);
+  EXPECT_EQ(first, 3) << "the second conv's three passes\n" << ir::to_text(p);
+  EXPECT_GE(count(p, Op::Permute), 2) << ir::to_text(p);
+}
+
+// The CPU's own choice (cpu_backend.cpp) on a stem that runs channels-last feeding a 64-channel
+// conv on 16x16 planes that loom's Winograd keeps [N,C,H,W]: the mixed program's loss and
+// gradients in float32 agree with float64's, where no conv changes layout.
+TEST(ChannelsLast, MixedLayoutsMatchFloat64) {
+  const char* setting = std::getenv("LOOM_CONV_LAYOUT");
+  if (setting && std::string(setting) != "auto") GTEST_SKIP() << "LOOM_CONV_LAYOUT sets every conv";
+  test::fresh_engine();
+  Conv2dParams same;
+  same.padding = {1, 1};
+  struct Result {
+    std::vector<double> loss, g1, g2;
+  };
+  auto run = [&](DType dtype, Program* program) {
+    auto x = ramp({2, 3, 16, 16}, 0.05).to(dtype);
+    auto w1 = (ramp({64, 3, 3, 3}, 0.31) * 0.3).to(dtype).requires_grad_();
+    auto w2 = (ramp({64, 64, 3, 3}, 0.17) * 0.05).to(dtype).requires_grad_();
+    auto h = conv2d(x, w1, {}, same);
+    auto m = mean(h, {0, 2, 3}, true);
+    auto d = h - m;
+    auto n = d * rsqrt(mean(d * d, {0, 2, 3}, true) + 1e-5);
+    auto y = conv2d(relu(n), w2, {}, same);
+    auto loss = (y * y).mean();
+    loss.backward();
+    if (program)
+      *program = test::compile_for_cpu(ir::build_graph(
+          {loss.impl()->pending(), w1.grad().impl()->pending(), w2.grad().impl()->pending()}));
+    return Result{loss.to(DType::Float64).to_vector<double>(),
+                  w1.grad().to(DType::Float64).to_vector<double>(),
+                  w2.grad().to(DType::Float64).to_vector<double>()};
+  };
+  Program p;
+  const Result got = run(DType::Float32, &p);
+  const Result want = run(DType::Float64, nullptr);
+  int last = 0, first = 0;
+  for (const auto& in : p.instrs)
+    if (in.op == Op::Conv2d) ++(is_channels_last(in) ? last : first);
+  ASSERT_EQ(last, 1) << "the stem\n" << ir::to_text(p);
+  ASSERT_EQ(first, 1) << "the 64-channel conv\n" << ir::to_text(p);
+  auto expect_close = [](const std::vector<double>& a, const std::vector<double>& b, const char* what) {
+    ASSERT_EQ(a.size(), b.size()) << what;
+    double scale = 0;
+    for (double v : b) scale = std::max(scale, std::abs(v));
+    for (std::size_t i = 0; i < a.size(); ++i)
+      ASSERT_NEAR(a[i], b[i], 1e-4 * scale) << what << " " << i;
+  };
+  expect_close(got.loss, want.loss, "loss");
+  expect_close(got.g1, want.g1, "grad w1");
+  expect_close(got.g2, want.g2, "grad w2");
 }
 
 }  // namespace

@@ -171,10 +171,18 @@ void check_conv(const Shape& sx, const Shape& sw, Conv2dParams o_) {
   auto b = ramp_tensor<T>({sw[0]}, 0.7);
   Program p;
   auto [got, want] = compiled_and_eager<T>([&] { return relu(conv2d(x, w, b, o_)); }, &p);
-  EXPECT_EQ(p.instrs.size(), 1u) << ir::to_text(p);
+  // One instruction, and where the layout pass put the conv channels-last (cpu_backend.cpp's
+  // choice; the FuseEpilogue.Nchw run keeps them all [N,C,H,W]), the transposes of its input
+  // and result around it.
+  const auto permutes = static_cast<std::size_t>(std::ranges::count_if(
+      p.instrs, [](const ir::Instr& in) { return in.op == ir::Op::Permute; }));
+  EXPECT_EQ(p.instrs.size() - permutes, 1u) << ir::to_text(p);
   if (const auto* in = folded(p)) {
     EXPECT_EQ(in->op, ir::Op::Conv2d);
     EXPECT_EQ(in->epilogue.activation, ir::Op::Relu);
+    EXPECT_EQ(permutes, in->attr.get<ir::Conv2dAttr>().channels_last ? 2u : 0u) << ir::to_text(p);
+    if (std::getenv("LOOM_CONV_LAYOUT") && std::string(std::getenv("LOOM_CONV_LAYOUT")) == "nchw")
+      EXPECT_FALSE(in->attr.get<ir::Conv2dAttr>().channels_last);
   }
   EXPECT_EQ(got, want);
   // The conv by its definition (groups 1, dilation 1 here).

@@ -3,6 +3,7 @@
 #include "runtime/cpu/cpu_backend.h"
 
 #include "runtime/cpu/allocator.h"
+#include "runtime/cpu/conv/conv_algorithm.h"
 #include "runtime/device_queue.h"
 #include "runtime/donation.h"
 #include "runtime/cpu/heap_count.h"
@@ -128,22 +129,58 @@ int run_program(const CpuExecutable& exe, const BufferList& inputs, const Buffer
   return donated;
 }
 
-// The dtypes whose convs run on channels-last activations (compiler/channels_last.h).
-// LOOM_CONV_LAYOUT: "auto" (the default) bfloat16 where it runs natively, on oneDNN's direct
-// kernels, which otherwise reorder each operand in and out at every call (ONEDNN_VERBOSE: 46
-// of 256 ms of a ResNet-20 step); float32 stays [N,C,H,W], where loom's kernels beat oneDNN's
-// channels-last ones in sum (ResNet-20's convs: 171 ms per step in loom_bench's profile,
-// against 198 ms summed from kernel_bench's channels-last rows, oneDNN 2.6's channels-last
-// input gradient being slow). "nchw": none. "channels_last": float32 and
-// bfloat16, all on oneDNN.
+// LOOM_CONV_LAYOUT, read once.
+const std::string& conv_layout_setting() {
+  static const std::string layout = [] {
+    const char* v = std::getenv("LOOM_CONV_LAYOUT");
+    std::string l = v ? v : "auto";
+    if (l != "auto" && l != "nchw" && l != "channels_last")
+      throw Error("LOOM_CONV_LAYOUT: expected auto, nchw or channels_last, got '" + l + "'");
+    return l;
+  }();
+  return layout;
+}
+
+// Which convs run on channels-last activations (compiler/channels_last.h). LOOM_CONV_LAYOUT:
+//   "auto" (the default): bfloat16 ones where oneDNN runs them natively (its direct kernels
+//     take nhwc as it is and would otherwise reorder each operand in and out at every call:
+//     46 of 256 ms of a ResNet-20 step); float32 ones except those float32_channels_last
+//     keeps [N,C,H,W];
+//   "nchw": none; "channels_last": all float32 and bfloat16 ones, on oneDNN.
 uint8_t channels_last_convs() {
   constexpr auto bit = [](DType t) { return static_cast<uint8_t>(1u << static_cast<int>(t)); };
-  const char* v = std::getenv("LOOM_CONV_LAYOUT");
-  const std::string layout = v ? v : "auto";
-  if (layout == "auto") return onednn::native_bfloat16() ? bit(DType::BFloat16) : 0;
+  const std::string layout = conv_layout_setting();
+  if (layout == "auto")
+    return static_cast<uint8_t>(bit(DType::Float32) |
+                                (onednn::native_bfloat16() ? bit(DType::BFloat16) : 0));
   if (layout == "nchw") return 0;
-  if (layout == "channels_last") return bit(DType::Float32) | bit(DType::BFloat16);
-  throw Error("LOOM_CONV_LAYOUT: expected auto, nchw or channels_last, got '" + layout + "'");
+  return bit(DType::Float32) | bit(DType::BFloat16);
+}
+
+// Under "auto", a float32 conv stays [N,C,H,W] where loom runs it by Winograd (conv_algorithm.h:
+// 3x3, stride 1, 64 channels or more on both sides) on output planes of 16x16 or more, and
+// everywhere when LOOM_CONV forces one of loom's own algorithms; every other float32 conv goes
+// channels-last, on oneDNN. kernel_bench (2026-11-24, the 2-core development machine,
+// BM_Conv2d* against BM_OneDnnConv2d*/layout 2, float32, forward + input gradient + weight
+// gradient, ms): oneDNN channels-last wins at ResNet-20's 16- and 32-channel stages (9.35
+// against 11.51 and 9.06 against 11.66 per stride-1 conv), at every strided conv and 1x1
+// projection and both stems (0.55 to 0.93 of loom's time) and on ResNet-18's 4x4 planes (32.1 against 40.2),
+// where oneDNN's blocked kernels ran; loom's Winograd wins at ResNet-18's 32x32 and 16x16
+// planes (26.1 against 36.2, 24.8 against 32.3) and is about even at 8x8 (ResNet-20's
+// 64-channel stage 7.6 against 8.0, ResNet-18's 256-channel one 28.4 against 30.0), where
+// staying in one layout saves the transposes between them. Whole steps (loom_bench captured,
+// three alternations, ms): ResNet-20 b128 200 / 196 / 203 all channels-last, 233 / 251 / 218
+// all [N,C,H,W]; ResNet-18 b32 474 / 481 / 476 with this rule, 483 / 479 / 495 all [N,C,H,W],
+// 543 / 546 / 537 all channels-last.
+constexpr int64_t kWinogradKeepsPlane = 16 * 16;
+
+bool float32_channels_last(DType dtype, const ir::Conv2dAttr& attr, const Shape& input,
+                           const Shape& weight, const Shape& output) {
+  if (dtype != DType::Float32 || conv_layout_setting() != "auto") return true;
+  if (own_algorithm_forced()) return false;
+  const ConvGeometry g = conv_geometry(attr, input, weight, output);
+  return g.oh * g.ow < kWinogradKeepsPlane ||
+         conv_algorithm(g, ConvPass::kForward, DType::Float32) != ConvAlgorithm::kWinograd;
 }
 
 // The CPU runs every op at every dtype and takes every rewrite. Convolutions and matmuls run
@@ -160,6 +197,7 @@ ir::Target cpu_target() {
   t.fuse_epilogue = t.fuse_elementwise = t.fuse_reduce_prologue = true;
   t.fold_transpose = t.plan_memory = true;
   t.channels_last_convs = channels_last_convs();
+  t.channels_last_conv = float32_channels_last;
   return t;
 }
 

@@ -288,16 +288,24 @@ void conv_epilogue(const TensorView& out, const T* bias, ir::Op act) {
 // that oneDNN did not take runs after, as conv_epilogue.
 void conv2d_dispatch(const ir::Attr& attr, const TensorView& x, const TensorView& w,
                      const TensorView& out, const TensorView* bias, ir::Op act) {
-  if (attr.get<ir::Conv2dAttr>().channels_last) {  // never with an epilogue
-    conv2d_channels_last(ConvPass::kForward, attr.get<ir::Conv2dAttr>(), x, w, out);
+  const float* pb = bias ? bias->as<const float>() : nullptr;
+  const bool post_ops = act == ir::Op::Relu || act == ir::Op::Count_;  // what oneDNN takes
+  if (attr.get<ir::Conv2dAttr>().channels_last) {  // [N,Ho,Wo,O]: the bias runs along rows
+    conv2d_channels_last(ConvPass::kForward, attr.get<ir::Conv2dAttr>(), x, w, out,
+                         post_ops ? pb : nullptr, act == ir::Op::Relu);
+    if (!post_ops) {
+      const int64_t channels = out.shape[3], rows = out.numel() / std::max<int64_t>(1, channels);
+      const int64_t grain = std::max<int64_t>(1, kGrainElementwise / std::max<int64_t>(1, channels));
+      parallel_range(rows, grain, [&](int64_t s, int64_t e) {
+        apply_epilogue(out.as<float>() + s * channels, e - s, channels, channels, pb, 0, 1, act);
+      });
+    }
     return;
   }
   const ConvGeometry g = conv_geometry(attr.get<ir::Conv2dAttr>(), x.shape, w.shape, out.shape);
   if (out.numel() == 0) return;
   if (out.dtype != DType::Float64 &&
       conv_algorithm(g, ConvPass::kForward, out.dtype) == ConvAlgorithm::kOneDnn) {
-    const float* pb = bias ? bias->as<const float>() : nullptr;
-    const bool post_ops = act == ir::Op::Relu || act == ir::Op::Count_;  // what oneDNN takes
     const auto layout = onednn::conv_layout(g, ConvPass::kForward, out.dtype);
     onednn::conv2d(ConvPass::kForward, g, out.dtype, layout, x.data, w.data, out.data,
                    post_ops ? onednn::Epilogue{pb, act == ir::Op::Relu} : onednn::Epilogue{});

@@ -231,7 +231,8 @@ TensorView channels_first_copy(const TensorView& v) {
 // use_deterministic_algorithms (oneDNN's splits its sum by the thread count) copies its
 // operands to [N,C,H,W] for loom's kernels.
 void conv2d_channels_last(ConvPass pass, const ir::Conv2dAttr& attr, const TensorView& a,
-                          const TensorView& b, const TensorView& out) {
+                          const TensorView& b, const TensorView& out, const float* bias,
+                          bool relu) {
   if (out.numel() == 0) return;
   if (a.dtype != DType::Float32 && a.dtype != DType::BFloat16)
     throw Error(std::string("conv2d: channels-last activations in float32 or bfloat16 only, got ") +
@@ -264,7 +265,8 @@ void conv2d_channels_last(ConvPass pass, const ir::Conv2dAttr& attr, const Tenso
     std::memset(out.data, 0, static_cast<std::size_t>(out.numel()) * dtype_size(out.dtype));
     return;
   }
-  onednn::conv2d(pass, g, out.dtype, onednn::Layout::kChannelsLast, a.data, b.data, out.data);
+  onednn::conv2d(pass, g, out.dtype, onednn::Layout::kChannelsLast, a.data, b.data, out.data,
+                 {bias, relu});
 }
 
 // Both gradients: oneDNN where conv_algorithm picks it, loom's kernels otherwise (bfloat16

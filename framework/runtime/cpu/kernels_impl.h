@@ -239,9 +239,11 @@ void avg_pool2d_kernel(const ir::Attr& attr, const TensorView& x, const TensorVi
 // kernels_grad.cpp
 enum class ConvPass;  // conv/conv_common.h
 // A conv pass over channels-last activations (Conv2dAttr::channels_last; onednn.h's
-// kChannelsLast): a, b, out in the roles of onednn::conv2d.
+// kChannelsLast): a, b, out in the roles of onednn::conv2d. The forward adds the float32
+// `bias` per output channel and applies relu where asked, as oneDNN post-ops.
 void conv2d_channels_last(ConvPass pass, const ir::Conv2dAttr& attr, const TensorView& a,
-                          const TensorView& b, const TensorView& out);
+                          const TensorView& b, const TensorView& out,
+                          const float* bias = nullptr, bool relu = false);
 void conv2d_grad_input_kernel(const ir::Attr& attr, const TensorView& grad_out,
                               const TensorView& w, const TensorView& out);
 void conv2d_grad_weight_kernel(const ir::Attr& attr, const TensorView& x,

@@ -126,6 +126,11 @@ bool direct_chosen(const ConvGeometry& g, ConvPass pass) {
   return direct_wins(g, pass);
 }
 
+bool own_algorithm_forced() {
+  const Forced forced = forced_choice();
+  return forced != Forced::kNone && forced != Forced::kOneDnn;
+}
+
 ConvAlgorithm conv_algorithm(const ConvGeometry& g, ConvPass pass, DType dtype) {
   const Forced forced = forced_choice();
   // oneDNN's weight gradient splits its sum over images by the thread count.

@@ -35,4 +35,8 @@ ConvAlgorithm own_conv_algorithm(const ConvGeometry& g, ConvPass pass);
 // im2col + GEMM at this shape, or LOOM_CONV=direct forces them (LOOM_CONV=gemm forbids them).
 bool direct_chosen(const ConvGeometry& g, ConvPass pass);
 
+// Whether LOOM_CONV forces one of loom's own algorithms (direct, gemm or winograd): then the
+// CPU's layout choice (cpu_backend.cpp) keeps float32 convs [N,C,H,W], where they run.
+bool own_algorithm_forced();
+
 }  // namespace loom::runtime
