@@ -163,15 +163,15 @@ uint8_t channels_last_convs() {
 // channels-last, on oneDNN. kernel_bench (2026-11-24, the 2-core development machine,
 // BM_Conv2d* against BM_OneDnnConv2d*/layout 2, float32, forward + input gradient + weight
 // gradient, ms): oneDNN channels-last wins at ResNet-20's 16- and 32-channel stages (9.35
-// against 11.51 and 9.06 against 11.66 per stride-1 conv), at every strided conv and 1x1
-// projection and both stems (0.55 to 0.93 of loom's time) and on ResNet-18's 4x4 planes (32.1 against 40.2),
-// where oneDNN's blocked kernels ran; loom's Winograd wins at ResNet-18's 32x32 and 16x16
-// planes (26.1 against 36.2, 24.8 against 32.3) and is about even at 8x8 (ResNet-20's
+// against 11.51 and 9.06 against 11.66 per stride-1 conv), at every strided conv, 1x1
+// projection and stem (0.55 to 0.93 of loom's time) and at ResNet-18's 4x4 planes (32.1
+// against 40.2, where oneDNN's blocked kernels ran); loom's Winograd wins at ResNet-18's 32x32
+// and 16x16 planes (26.1 against 36.2, 24.8 against 32.3) and is about even at 8x8 (ResNet-20's
 // 64-channel stage 7.6 against 8.0, ResNet-18's 256-channel one 28.4 against 30.0), where
-// staying in one layout saves the transposes between them. Whole steps (loom_bench captured,
-// three alternations, ms): ResNet-20 b128 200 / 196 / 203 all channels-last, 233 / 251 / 218
-// all [N,C,H,W]; ResNet-18 b32 474 / 481 / 476 with this rule, 483 / 479 / 495 all [N,C,H,W],
-// 543 / 546 / 537 all channels-last.
+// staying in the neighbours' layout saves transposes. Whole steps, loom_bench captured,
+// LOOM_CONV_LAYOUT=auto against nchw alternated, ms: ResNet-20 b128 201 / 188 / 206 / 211
+// against 230 / 218 / 235 / 233; ResNet-18 b32 503 / 490 / 477 against 486 / 483 / 484 (all
+// channels-last, in an earlier run: 543 / 546 / 537).
 constexpr int64_t kWinogradKeepsPlane = 16 * 16;
 
 bool float32_channels_last(DType dtype, const ir::Conv2dAttr& attr, const Shape& input,
