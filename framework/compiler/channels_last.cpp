@@ -47,11 +47,10 @@ struct ConvShapes {
 ConvShapes conv_shapes(const ir::Program& p, const ir::Instr& in) {
   const Shape a = p.slot_type(in.args[0]).shape;
   const Shape b = p.slot_type(in.args[1]).shape;
-  switch (in.op) {
-    case Op::Conv2d: return {in.attr.get<ir::Conv2dAttr>(), a, b, in.shape};
-    case Op::Conv2dGradInput: return {in.attr.get<ir::Conv2dGradAttr>().conv, in.shape, b, a};
-    default: return {in.attr.get<ir::Conv2dGradAttr>().conv, a, in.shape, b};
-  }
+  if (in.op == Op::Conv2d) return {in.attr.get<ir::Conv2dAttr>(), a, b, in.shape};
+  const ir::Conv2dAttr& conv = in.attr.get<ir::Conv2dGradAttr>().conv;
+  if (in.op == Op::Conv2dGradInput) return {conv, in.shape, b, a};  // (grad_y, w) -> x
+  return {conv, a, in.shape, b};                                    // (x, grad_y) -> w
 }
 
 bool converts(const ir::Program& p, const ir::Instr& in, const ir::Target& target) {

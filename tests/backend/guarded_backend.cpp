@@ -47,6 +47,19 @@ struct Block {
   std::size_t bytes;
   Device device;
 
+  // A new block of `bytes` (`what` names them in the out-of-memory error), its guards set and
+  // its bytes poisoned.
+  static Block make(std::size_t bytes, Device device, const char* what) {
+    auto* base = static_cast<unsigned char*>(std::malloc(bytes + 2 * kGuard));
+    if (!base)
+      throw Error("guarded: out of memory allocating " + std::to_string(bytes) + " " + what);
+    Block b{base, bytes, device};
+    std::memset(base, kGuardByte, kGuard);
+    std::memset(b.data(), kPoison, bytes);
+    std::memset(b.data() + bytes, kGuardByte, kGuard);
+    return b;
+  }
+
   unsigned char* data() const { return base + kGuard; }
   // Reports an overwritten guard once: the guard is restored after it is reported.
   void check_guards(const char* when) const {
@@ -92,12 +105,7 @@ class Quarantine {
 class HostBlocks : public std::enable_shared_from_this<HostBlocks> {
  public:
   std::shared_ptr<void> allocate(std::size_t bytes, Device device) {
-    auto* base = static_cast<unsigned char*>(std::malloc(bytes + 2 * kGuard));
-    if (!base) throw Error("guarded: out of memory allocating " + std::to_string(bytes) + " host bytes");
-    Block b{base, bytes, device};
-    std::memset(base, kGuardByte, kGuard);
-    std::memset(b.data(), kPoison, bytes);
-    std::memset(b.data() + bytes, kGuardByte, kGuard);
+    const Block b = Block::make(bytes, device, "host bytes");
     {
       std::lock_guard lock(mutex_);
       alive_.emplace(b.data(), b);
@@ -188,12 +196,7 @@ class GuardedBackend final : public runtime::Backend {
   }
 
   std::shared_ptr<runtime::Storage> alloc(std::size_t bytes) override {
-    auto* base = static_cast<unsigned char*>(std::malloc(bytes + 2 * kGuard));
-    if (!base) throw Error("guarded: out of memory allocating " + std::to_string(bytes) + " bytes");
-    Block b{base, bytes, device_};
-    std::memset(base, kGuardByte, kGuard);
-    std::memset(b.data(), kPoison, bytes);
-    std::memset(b.data() + bytes, kGuardByte, kGuard);
+    const Block b = Block::make(bytes, device_, "bytes");
     metrics::increment("AllocatorSystemAlloc", device_);
     return std::make_shared<GuardedStorage>(b, quarantine_);
   }
