@@ -6,6 +6,7 @@
 #include "compiler/fuse_epilogue.h"
 #include "compiler/fuse_elementwise.h"
 #include "compiler/fuse_reduce.h"
+#include "compiler/gather_first.h"
 #include "compiler/lower.h"
 #include "compiler/memory_plan.h"
 #include "compiler/simplify.h"
@@ -31,10 +32,12 @@ void check_supported(const ir::Program& p, const ir::Target& target) {
 }  // namespace
 
 // The pass order, stated here once: lower, widen_bfloat16, move_casts_across_movement,
-// check_supported, simplify, fuse_epilogue, assign_channels_last, fuse_elementwise,
-// fuse_reduce_prologue, fold_transpose, eliminate_dead_code, plan_memory.
-// A target skips the rewrites it does not take; lowering, the check, simplification and dead
-// code elimination always run, and so does widening, which is a no-op without bfloat16.
+// check_supported, simplify, gather_before_elementwise, eliminate_dead_code, fuse_epilogue,
+// assign_channels_last, fuse_elementwise, fuse_reduce_prologue, fold_transpose,
+// eliminate_dead_code, plan_memory.
+// A target skips the rewrites it does not take; lowering, the check, simplification, gathering
+// first and dead code elimination always run, and so does widening, which is a no-op without
+// bfloat16.
 ir::Program compile(const ir::Graph& graph, const ir::Target& target) {
   static const bool dump = std::getenv("LOOM_DUMP_PASSES") != nullptr;
   auto after = [&](const char* pass, const ir::Program& p) {
@@ -50,6 +53,11 @@ ir::Program compile(const ir::Graph& graph, const ir::Target& target) {
   check_supported(p, target);
   p = simplify(std::move(p));
   after("simplify", p);
+  p = gather_before_elementwise(std::move(p), target);
+  after("gather_before_elementwise", p);
+  // The rewrites so far leave what they replaced in place: removed now, an instruction nobody
+  // reads does not keep the fusions below from taking its operand in (fuse_elementwise.h).
+  p = eliminate_dead_code(std::move(p));
   if (target.fuse_epilogue) {
     p = fuse_epilogue(std::move(p));
     after("fuse_epilogue", p);

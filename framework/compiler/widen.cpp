@@ -114,10 +114,11 @@ ir::Program move_casts_across_movement(ir::Program p, const ir::Target& target) 
       slot_map[n_in + i] = emit(cast(emit(std::move(move)), wide, shape));
       continue;
     }
-    // A rounding to bfloat16 of a permuted float: round the source, then permute.
-    if (in.op == ir::Op::Cast && in.dtype == DType::BFloat16 && in.args[0] >= n_in &&
-        out[static_cast<std::size_t>(in.args[0] - n_in)].op == ir::Op::Permute &&
-        target.runs(ir::Op::Permute, DType::BFloat16)) {
+    // A rounding to bfloat16 of a permuted or reshaped float: round the source, then move.
+    const ir::Op moved = in.op == ir::Op::Cast && in.dtype == DType::BFloat16 && in.args[0] >= n_in
+                             ? out[static_cast<std::size_t>(in.args[0] - n_in)].op
+                             : ir::Op::Cast;
+    if ((moved == ir::Op::Permute || moved == ir::Op::Reshape) && target.runs(moved, DType::BFloat16)) {
       ir::Instr move = out[static_cast<std::size_t>(in.args[0] - n_in)];
       const int source = move.args[0];
       move.args[0] = emit(cast(source, DType::BFloat16, type_of(source).shape));

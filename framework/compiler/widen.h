@@ -29,11 +29,14 @@ ir::Program widen_bfloat16(ir::Program p, const ir::Target& target);
 //   Under autocast, a matmul's bfloat16 output reshaped and transposed into attention heads so
 //   reaches the next matmul without a float32 copy (the cast cancels against the rounding back
 //   to bfloat16, simplify.h).
-// - A rounding to bfloat16 of a Permute's result rises above the Permute:
+// - A rounding to bfloat16 of a Permute's or Reshape's result rises above it:
 //     %2 = Permute f32 (%1); %3 = Cast bf16 (%2)  →  %a = Cast bf16 (%1); %3 = Permute bf16 (%a)
 //   Under autocast, a Linear layer's float32 master weight, transposed and rounded, is so
 //   rounded in its own layout, and the transpose folds into the matmul (fold_transpose.h); the
-//   same for k^T in attention, whose rounding fuses into the rotary embedding before it.
+//   same for k^T in attention, whose rounding fuses into the rotary embedding before it. A
+//   rounding after a Reshape joins the fusion that computes the float value (a decoder's
+//   logits gradient, [B*S, V] reshaped to [B, S, V] for the head's matmuls), which then stores
+//   bfloat16 instead of a float32 copy read once more.
 // Exact (the rounding of each element does not depend on where it is moved). The original
 // cast or permute stays for its other readers; dead_code.cpp removes it when there are none.
 ir::Program move_casts_across_movement(ir::Program p, const ir::Target& target);

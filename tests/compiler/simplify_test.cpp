@@ -3,6 +3,8 @@
 #include "compiler/pipeline.h"
 #include "test_util.h"
 
+#include <loom/bfloat16.h>
+
 #include <cmath>
 #include <limits>
 
@@ -129,6 +131,29 @@ TEST(Simplify, AWideningCastSinksBelowMovementAndCancelsAgainstTheRoundingBack) 
     if (in.op != ir::Op::Permute) continue;
     EXPECT_EQ(in.dtype, DType::BFloat16) << ir::to_text(q);
   }
+}
+
+// A rounding to bfloat16 after a reshape rises above it (move_casts_across_movement): the
+// fusion computing the float value stores it rounded, and no float32 copy is written and read
+// back (a decoder's logits gradient, [B*S, V] reshaped to [B, S, V] for the head's matmuls).
+TEST(Simplify, ARoundingRisesAboveAReshapeIntoTheFusionBeforeIt) {
+  test::fresh_engine();
+  std::vector<float> v(6 * 8);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::sin(static_cast<float>(i) * 0.9f) * 7.0f;
+  auto x = from_vector(v, {6, 8});
+  auto y = reshape(x * 3.0, {2, 3, 8}).to(DType::BFloat16);
+  auto p = test::compile_for_cpu(test::graph_of(y));
+  int fused = 0;
+  for (const auto& in : p.instrs) {
+    if (!in.fusion) continue;
+    ++fused;
+    EXPECT_EQ(in.dtype, DType::BFloat16) << "no float32 result is stored\n" << ir::to_text(p);
+  }
+  EXPECT_EQ(fused, 1) << ir::to_text(p);
+  EXPECT_EQ(y.shape(), (Shape{2, 3, 8}));
+  auto got = y.to(DType::Float32).to_vector<float>();
+  ASSERT_EQ(got.size(), v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) EXPECT_EQ(got[i], round_to_bfloat16(v[i] * 3.0f)) << i;
 }
 
 }  // namespace

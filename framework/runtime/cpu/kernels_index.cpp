@@ -21,11 +21,15 @@ namespace {
               std::to_string(size));
 }
 
-// A serial scan: cheap next to the kernel, and it reports the first bad index, whatever the
-// thread count.
+// A serial scan: cheap next to the kernel (a branch-free pass the compiler vectorises; a
+// negative index reads as a huge unsigned one), and it reports the first bad index, whatever
+// the thread count.
 void check_indices(const char* op, const TensorView& index, std::size_t dim, int64_t size) {
   const int64_t* p = index.as<const int64_t>();
   const int64_t n = index.numel();
+  bool bad = false;
+  for (int64_t i = 0; i < n; ++i) bad |= static_cast<uint64_t>(p[i]) >= static_cast<uint64_t>(size);
+  if (!bad) return;
   for (int64_t i = 0; i < n; ++i)
     if (p[i] < 0 || p[i] >= size) index_error(op, p[i], dim, size);
 }
@@ -86,15 +90,17 @@ void gather_typed(const IndexLayout& l, const U* px, const int64_t* idx, U* po) 
 
 template <class T>
 void scatter_add_typed(const IndexLayout& l, const int64_t* idx, const T* src, T* po) {
-  // A task owns one outer position and a block of inner positions, all along dim.
-  constexpr int64_t kBlock = 1024;
-  const int64_t blocks = (l.inner + kBlock - 1) / kBlock;
+  // A task owns one outer position and a block of inner positions, all along dim, so each
+  // element of the result is summed by one task in index order. With one outer position (an
+  // embedding's gradient: rows of 512 or so) the blocks are narrower, so every thread has one.
+  const int64_t block = l.outer >= 16 ? 1024 : 128;
+  const int64_t blocks = (l.inner + block - 1) / block;
   const int64_t grain =
-      std::max<int64_t>(1, kGrainElementwise / std::max<int64_t>(l.len * kBlock, 1));
+      std::max<int64_t>(1, kGrainElementwise / std::max<int64_t>(l.len * block, 1));
   parallel_range(l.outer * blocks, grain, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
-      const int64_t o = t / blocks, q0 = (t % blocks) * kBlock;
-      const int64_t q1 = std::min(l.inner, q0 + kBlock);
+      const int64_t o = t / blocks, q0 = (t % blocks) * block;
+      const int64_t q1 = std::min(l.inner, q0 + block);
       T* base = po + outer_offset(l, o);
       for (int64_t i = 0; i < l.len; ++i) {
         const int64_t at = (o * l.len + i) * l.inner;
@@ -145,8 +151,14 @@ void scatter_add_kernel(const ir::Attr& attr, const TensorView& self, const Tens
                         const TensorView& src, const TensorView& out) {
   auto dim = static_cast<std::size_t>(attr.get<ir::DimAttr>().dim);
   check_indices("scatter_add", index, dim, self.shape[dim]);
-  if (out.data != self.data)
-    std::memcpy(out.data, self.data, out.numel() * dtype_size(out.dtype));
+  if (out.data != self.data) {  // the copy of self, split among the threads
+    const int64_t bytes = out.numel() * static_cast<int64_t>(dtype_size(out.dtype));
+    const auto* from = static_cast<const unsigned char*>(self.data);
+    auto* to = static_cast<unsigned char*>(out.data);
+    parallel_range(bytes, kGrainElementwise * 4, [&](int64_t b, int64_t e) {
+      std::memcpy(to + b, from + b, static_cast<std::size_t>(e - b));
+    });
+  }
   if (index.numel() == 0) return;
   IndexLayout l = index_layout(self.shape, index.shape, dim);
   visit_numeric("scatter_add", out.dtype, [&](auto tag) {

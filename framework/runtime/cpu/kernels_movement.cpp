@@ -73,6 +73,19 @@ void transpose_copy(const U* src, U* dst, const CopyPlan& p) {
   });
 }
 
+// n elements, s read every ss and t written every ds: a memcpy when both are contiguous, a fill
+// when one value is broadcast over a contiguous run.
+template <class U>
+void copy_run(const U* s, U* t, int64_t n, int64_t ss, int64_t ds) {
+  if (ss == 1 && ds == 1) {
+    std::memcpy(t, s, n * sizeof(U));
+  } else if (ss == 0 && ds == 1) {
+    std::fill(t, t + n, *s);
+  } else {
+    for (int64_t i = 0; i < n; ++i) t[i * ds] = s[i * ss];
+  }
+}
+
 template <class U>
 void strided_copy_typed(const U* src, U* dst, const CopyPlan& p) {
   std::size_t rank = p.shape.size();
@@ -80,11 +93,18 @@ void strided_copy_typed(const U* src, U* dst, const CopyPlan& p) {
     *dst = *src;
     return;
   }
-  if (rank >= 2 && p.src_strides[rank - 2] == 1 && p.src_strides[rank - 1] != 1 &&
+  // (A zero inner stride is a broadcast of each source element along the row, not a transpose.)
+  if (rank >= 2 && p.src_strides[rank - 2] == 1 && p.src_strides[rank - 1] > 1 &&
       p.dst_strides[rank - 1] == 1)
     return transpose_copy(src, dst, p);
   const int64_t inner = p.shape.back();
   const int64_t ss = p.src_strides.back(), ds = p.dst_strides.back();
+  if (rank == 1) {  // one run (a whole copy, or a scalar broadcast): split among the threads
+    parallel_range(inner, kGrainElementwise, [&](int64_t begin, int64_t end) {
+      copy_run(src + begin * ss, dst + begin * ds, end - begin, ss, ds);
+    });
+    return;
+  }
   const int64_t rows = dims_product(p.shape, 0, rank - 1);
   const int64_t grain = std::max<int64_t>(1, kGrainElementwise / inner);
   parallel_range(rows, grain, [&](int64_t begin, int64_t end) {
@@ -98,13 +118,7 @@ void strided_copy_typed(const U* src, U* dst, const CopyPlan& p) {
       dof += idx[d] * p.dst_strides[d];
     }
     for (int64_t row = begin; row < end; ++row) {
-      const U* s = src + so;
-      U* t = dst + dof;
-      if (ss == 1 && ds == 1) {
-        std::memcpy(t, s, inner * sizeof(U));
-      } else {
-        for (int64_t i = 0; i < inner; ++i) t[i * ds] = s[i * ss];
-      }
+      copy_run(src + so, dst + dof, inner, ss, ds);
       for (int64_t d = static_cast<int64_t>(rank) - 2; d >= 0; --d) {
         so += p.src_strides[d];
         dof += p.dst_strides[d];
