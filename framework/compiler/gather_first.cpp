@@ -31,7 +31,9 @@ class GatherFirst {
     for (std::size_t i = 0; i < old.size(); ++i) {
       ir::Instr in = std::move(old[i]);
       for (auto& a : in.args) a = slot_map[a];
-      slot_map[static_cast<std::size_t>(n_in_) + i] = in.op == Op::Gather ? gather(std::move(in)) : emit(std::move(in));
+      const bool picks = in.op == Op::Gather;
+      slot_map[static_cast<std::size_t>(n_in_) + i] =
+          picks ? gather(std::move(in)) : emit(std::move(in));
     }
     for (auto& o : p_.outputs) o = slot_map[o];
   }
@@ -96,7 +98,8 @@ class GatherFirst {
       result = emit(std::move(copy));
     } else {
       const DType dtype = p_.slot_type(slot).dtype;
-      result = emit({Op::Gather, dtype, k.to, ir::DimAttr{static_cast<int64_t>(k.dim)}, {slot, k.index}});
+      const ir::DimAttr along{static_cast<int64_t>(k.dim)};
+      result = emit({Op::Gather, dtype, k.to, along, {slot, k.index}});
     }
     picked[slot] = result;
     return result;

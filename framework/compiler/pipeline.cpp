@@ -58,6 +58,7 @@ ir::Program compile(const ir::Graph& graph, const ir::Target& target) {
   // The rewrites so far leave what they replaced in place: removed now, an instruction nobody
   // reads does not keep the fusions below from taking its operand in (fuse_elementwise.h).
   p = eliminate_dead_code(std::move(p));
+  after("eliminate_dead_code", p);
   if (target.fuse_epilogue) {
     p = fuse_epilogue(std::move(p));
     after("fuse_epilogue", p);

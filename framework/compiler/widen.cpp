@@ -118,7 +118,8 @@ ir::Program move_casts_across_movement(ir::Program p, const ir::Target& target) 
     const ir::Op moved = in.op == ir::Op::Cast && in.dtype == DType::BFloat16 && in.args[0] >= n_in
                              ? out[static_cast<std::size_t>(in.args[0] - n_in)].op
                              : ir::Op::Cast;
-    if ((moved == ir::Op::Permute || moved == ir::Op::Reshape) && target.runs(moved, DType::BFloat16)) {
+    if ((moved == ir::Op::Permute || moved == ir::Op::Reshape) &&
+        target.runs(moved, DType::BFloat16)) {
       ir::Instr move = out[static_cast<std::size_t>(in.args[0] - n_in)];
       const int source = move.args[0];
       move.args[0] = emit(cast(source, DType::BFloat16, type_of(source).shape));
