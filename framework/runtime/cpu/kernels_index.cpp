@@ -91,8 +91,9 @@ void gather_typed(const IndexLayout& l, const U* px, const int64_t* idx, U* po) 
 template <class T>
 void scatter_add_typed(const IndexLayout& l, const int64_t* idx, const T* src, T* po) {
   // A task owns one outer position and a block of inner positions, all along dim, so each
-  // element of the result is summed by one task in index order. With one outer position (an
-  // embedding's gradient: rows of 512 or so) the blocks are narrower, so every thread has one.
+  // element of the result is summed by one task in index order. With few outer positions (an
+  // embedding's gradient has one, over rows of 512 or so) the blocks are narrower, so that every
+  // thread has some.
   const int64_t block = l.outer >= 16 ? 1024 : 128;
   const int64_t blocks = (l.inner + block - 1) / block;
   const int64_t grain =
