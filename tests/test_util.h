@@ -42,6 +42,13 @@ inline int count_ops(const ir::Graph& g, ir::Op op) {
   return n;
 }
 
+// How many of a compiled program's instructions run `op`.
+inline int count_instrs(const ir::Program& p, ir::Op op) {
+  int n = 0;
+  for (const auto& in : p.instrs) n += in.op == op;
+  return n;
+}
+
 // Runs `fn` and returns the loom::Error message it throws (fails the test if none).
 template <class Fn>
 std::string error_of(Fn fn) {

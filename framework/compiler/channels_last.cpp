@@ -29,11 +29,6 @@ bool permute_is_reshape(const Shape& s, const std::array<int64_t, 4>& perm) {
   return true;
 }
 
-bool is_elementwise(Op op) {
-  const auto g = ir::op_info(op).group;
-  return g == ir::OpGroup::Unary || g == ir::OpGroup::Binary || g == ir::OpGroup::Ternary;
-}
-
 bool is_conv(Op op) {
   return op == Op::Conv2d || op == Op::Conv2dGradInput || op == Op::Conv2dGradWeight;
 }
@@ -81,7 +76,7 @@ class Rewriter {
         v.last = values_[in.args[0]].last;  // an alias (simplify.h) of a channels-last value
       } else if (converts(old_, in, target)) {
         v = conv(in);
-      } else if (in.shape.size() == 4 && is_elementwise(in.op) && any_lives_last(in)) {
+      } else if (in.shape.size() == 4 && ir::is_elementwise(in.op) && any_lives_last(in)) {
         ir::Instr copy = in;
         for (int& a : copy.args) a = channels_last(a);
         copy.shape = permuted(in.shape, kToChannelsLast);
@@ -159,7 +154,7 @@ class Rewriter {
   }
 
   bool rebuildable(const ir::Instr& in, bool to_last) const {
-    if (!is_elementwise(in.op)) return false;
+    if (!ir::is_elementwise(in.op)) return false;
     for (int a : in.args)
       if (old_.slot_type(a).shape != in.shape || !cheap(a, to_last)) return false;
     return true;

@@ -29,11 +29,6 @@ constexpr int kMaxRecomputeSteps = 8;
 // stays in cache while a fusion reads it: price_recompute counts it as free.
 constexpr int64_t kCachedBroadcast = 64;
 
-bool is_elementwise(Op op) {
-  auto g = ir::op_info(op).group;
-  return g == OpGroup::Unary || g == OpGroup::Binary || g == OpGroup::Ternary;
-}
-
 bool is_float(DType t) { return t == DType::Float32 || t == DType::Float64; }
 
 // Whether every value of dtype `src` survives conversion to `compute` unchanged, so tests and
@@ -118,7 +113,7 @@ class Fuser {
 
   // The compute type of a fusion headed by `in`, if it can head one.
   std::optional<DType> root_compute(const ir::Instr& in) const {
-    if (!is_elementwise(in.op)) return std::nullopt;
+    if (!ir::is_elementwise(in.op)) return std::nullopt;
     if (is_float(in.dtype)) return in.dtype;
     if (rounds_to_bfloat16(in, p_)) return p_.slot_type(in.args[0]).dtype;
     if (in.dtype == DType::Bool && tests_operands(in.op)) {
@@ -136,7 +131,7 @@ class Fuser {
   }
 
   bool fits(const ir::Instr& in, DType compute) const {
-    if (!is_elementwise(in.op)) return false;
+    if (!ir::is_elementwise(in.op)) return false;
     if (rounds_to_bfloat16(in, p_)) return p_.slot_type(in.args[0]).dtype == compute;
     if (in.dtype != compute && in.dtype != DType::Bool) return false;
     bool converts_to_compute = in.op == Op::Cast && in.dtype == compute;
@@ -159,7 +154,7 @@ class Fuser {
     std::vector<int> steps(n, 0);
     for (int i = 0; i < n; ++i) {
       const ir::Instr& in = p_.instrs[i];
-      if (!is_elementwise(in.op) || !cheap_op(in.op)) continue;
+      if (!ir::is_elementwise(in.op) || !cheap_op(in.op)) continue;
       double b = 0;
       int k = 1;
       for (auto a : in.args) {

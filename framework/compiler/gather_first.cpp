@@ -12,11 +12,6 @@ using ir::Op;
 // handful of ops (log_softmax's subtraction and the widening of the logits).
 constexpr int kMaxPicked = 32;
 
-bool is_elementwise(Op op) {
-  const auto g = ir::op_info(op).group;
-  return g == ir::OpGroup::Unary || g == ir::OpGroup::Binary || g == ir::OpGroup::Ternary;
-}
-
 class GatherFirst {
  public:
   GatherFirst(ir::Program& p, const ir::Target& target)
@@ -71,7 +66,7 @@ class GatherFirst {
     if (--budget < 0) return false;
     const ir::Instr* src = producer(slot);
     if (src && src->op == Op::Expand) return spreads_over_pick(p_.slot_type(src->args[0]).shape, k);
-    if (src && is_elementwise(src->op)) {
+    if (src && ir::is_elementwise(src->op)) {
       for (auto a : src->args)
         if (!can_pick(a, k, budget)) return false;
       return true;
@@ -90,7 +85,7 @@ class GatherFirst {
       result = p_.slot_type(source).shape == k.to
                    ? source
                    : emit({Op::Expand, dtype, k.to, ir::ShapeAttr{k.to}, {source}});
-    } else if (src && is_elementwise(src->op)) {
+    } else if (src && ir::is_elementwise(src->op)) {
       ir::Instr copy = *src;
       copy.shape = k.to;
       copy.fusion = nullptr;
@@ -115,7 +110,7 @@ class GatherFirst {
     for (std::size_t d = 0; rows_match && d < k.to.size(); ++d)
       rows_match = d == k.dim || k.from[d] == k.to[d];
     int budget = kMaxPicked;
-    if (!src || !is_elementwise(src->op) || !rows_match || !can_pick(value, k, budget))
+    if (!src || !ir::is_elementwise(src->op) || !rows_match || !can_pick(value, k, budget))
       return emit(std::move(in));
     std::map<int, int> picked;
     return pick(value, k, picked);

@@ -85,5 +85,11 @@ struct OpInfo {
 
 const OpInfo& op_info(Op op);
 inline const char* op_name(Op op) { return op_info(op).name; }
+// Unary, binary and ternary (Where) ops: each result element from the operands' elements at
+// the same position.
+inline bool is_elementwise(Op op) {
+  const auto g = op_info(op).group;
+  return g == OpGroup::Unary || g == OpGroup::Binary || g == OpGroup::Ternary;
+}
 
 }  // namespace loom::ir

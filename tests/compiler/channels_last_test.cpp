@@ -23,12 +23,6 @@ Tensor ramp(const Shape& s, double scale) {
   return from_vector(v, s);
 }
 
-int count(const Program& p, Op op) {
-  int n = 0;
-  for (const auto& in : p.instrs) n += in.op == op;
-  return n;
-}
-
 // Every conv of dtype t channels-last (no choice by geometry).
 ir::Target channels_last_target(DType t) {
   ir::Target target = runtime::backend(Device{}).target();
@@ -103,8 +97,8 @@ TEST(ChannelsLast, ABlocksChainsFollowTheConvsWithoutTransposes) {
   }
   EXPECT_EQ(convs, 2 + 1 + 2) << "two forwards, one input gradient, two weight gradients";
   // The one transpose: the block's input, read by the first conv and by the residual add.
-  EXPECT_EQ(count(p, Op::Permute), 1) << ir::to_text(p);
-  EXPECT_EQ(count(plain, Op::Permute), 0) << ir::to_text(plain);
+  EXPECT_EQ(test::count_instrs(p, Op::Permute), 1) << ir::to_text(p);
+  EXPECT_EQ(test::count_instrs(plain, Op::Permute), 0) << ir::to_text(plain);
   // The statistics reduce over (N, H, W) of [N,H,W,C]: axes 0, 1, 2.
   int channel_sums = 0;
   for (const auto& in : p.instrs)
@@ -141,7 +135,7 @@ TEST(ChannelsLast, AnInputWhoseTransposeHasItsShapeIsStillTransposed) {
   auto y = conv2d(x, w, {}, same);
   const Program p =
       compiler::compile(test::graph_of(y), channels_last_target(DType::Float32));
-  EXPECT_EQ(count(p, Op::Permute), 2) << ir::to_text(p);  // the input in, the result out
+  EXPECT_EQ(test::count_instrs(p, Op::Permute), 2) << ir::to_text(p);  // the input in, the result out
 }
 
 // Target::channels_last_conv picks convs by geometry: here only the one reading 8 channels.
@@ -170,7 +164,7 @@ TEST(ChannelsLast, TheTargetChoosesByConvAndAConvsPassesAgree) {
   }
   EXPECT_EQ(last, 2) << "the first conv's forward and weight gradient\n" << ir::to_text(p);
   EXPECT_EQ(first, 3) << "the second conv's three passes\n" << ir::to_text(p);
-  EXPECT_GE(count(p, Op::Permute), 2) << ir::to_text(p);
+  EXPECT_GE(test::count_instrs(p, Op::Permute), 2) << ir::to_text(p);
 }
 
 // The CPU's own choice (cpu_backend.cpp) on a stem that runs channels-last feeding a 64-channel

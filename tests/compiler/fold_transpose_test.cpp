@@ -19,12 +19,6 @@ std::vector<float> ramp(int64_t n, float scale) {
   return v;
 }
 
-int count(const Program& p, ir::Op op) {
-  int n = 0;
-  for (const auto& in : p.instrs) n += in.op == op;
-  return n;
-}
-
 // a [.., m, k] and b stored as [.., n, k]: a @ b^T, and (a^T)^T @ b^T with both folded.
 void check(const Shape& batch, int64_t m, int64_t k, int64_t n) {
   test::fresh_engine();
@@ -39,8 +33,8 @@ void check(const Shape& batch, int64_t m, int64_t k, int64_t n) {
   auto y2 = matmul(transpose(at, -1, -2), transpose(b, -1, -2));
   auto p1 = test::compile_for_cpu(test::graph_of(y1));
   auto p2 = test::compile_for_cpu(test::graph_of(y2));
-  EXPECT_EQ(count(p1, ir::Op::Permute), 0) << ir::to_text(p1);
-  EXPECT_EQ(count(p2, ir::Op::Permute), 0) << ir::to_text(p2);
+  EXPECT_EQ(test::count_instrs(p1, ir::Op::Permute), 0) << ir::to_text(p1);
+  EXPECT_EQ(test::count_instrs(p2, ir::Op::Permute), 0) << ir::to_text(p2);
   auto got1 = y1.to_vector<float>(), got2 = y2.to_vector<float>();
   std::vector<float> want1, want2;
   {
@@ -72,7 +66,7 @@ TEST(FoldTranspose, APermuteOfBatchDimensionsStaysStored) {
   auto b = from_vector(ramp(3 * 2 * 5 * 6, 0.2f), {3, 2, 5, 6});
   auto y = matmul(a, b.permute({1, 0, 2, 3}));
   auto p = test::compile_for_cpu(test::graph_of(y));
-  EXPECT_EQ(count(p, ir::Op::Permute), 1) << ir::to_text(p);
+  EXPECT_EQ(test::count_instrs(p, ir::Op::Permute), 1) << ir::to_text(p);
   std::vector<float> want;
   auto got = y.to_vector<float>();
   {
@@ -117,8 +111,8 @@ void check_transposed_product(const Shape& batch, int64_t m, int64_t k, int64_t 
   auto y = transpose(matmul(a, b), -1, -2);
   auto p = test::compile_for_cpu(test::graph_of(y));
   if (native_bfloat16_matmul()) {
-    EXPECT_EQ(count(p, ir::Op::Permute), 0) << ir::to_text(p);
-    ASSERT_EQ(count(p, ir::Op::Matmul), 1) << ir::to_text(p);
+    EXPECT_EQ(test::count_instrs(p, ir::Op::Permute), 0) << ir::to_text(p);
+    ASSERT_EQ(test::count_instrs(p, ir::Op::Matmul), 1) << ir::to_text(p);
     for (const auto& in : p.instrs)
       if (in.op == ir::Op::Matmul) {
         EXPECT_TRUE(in.attr.get<ir::MatmulAttr>().transpose_a) << ir::to_text(p);
@@ -156,11 +150,11 @@ TEST(FoldTranspose, AProductReadElsewhereOrInFloat32KeepsItsTranspose) {
   auto shared = matmul(ab, bb);
   auto p = test::compile_for_cpu(
       ir::build_graph({transpose(shared, 0, 1).impl()->pending(), (shared * 2.0).impl()->pending()}));
-  EXPECT_EQ(count(p, ir::Op::Matmul), 1) << ir::to_text(p);
-  EXPECT_EQ(count(p, ir::Op::Permute), 1) << ir::to_text(p);
+  EXPECT_EQ(test::count_instrs(p, ir::Op::Matmul), 1) << ir::to_text(p);
+  EXPECT_EQ(test::count_instrs(p, ir::Op::Permute), 1) << ir::to_text(p);
   auto y = transpose(matmul(a, b), 0, 1);
   auto q = test::compile_for_cpu(test::graph_of(y));
-  EXPECT_EQ(count(q, ir::Op::Permute), 1) << ir::to_text(q);
+  EXPECT_EQ(test::count_instrs(q, ir::Op::Permute), 1) << ir::to_text(q);
   const auto got = y.to_vector<float>();
   std::vector<float> want;
   {
@@ -182,7 +176,7 @@ TEST(FoldTranspose, ARoundedTransposedWeightIsRoundedInPlaceAndReadTransposed) {
   auto y = matmul(x.to(DType::BFloat16), transpose(w, 0, 1).to(DType::BFloat16));
   auto p = test::compile_for_cpu(test::graph_of(y));
   if (native_bfloat16_matmul()) {
-    EXPECT_EQ(count(p, ir::Op::Permute), 0) << ir::to_text(p);
+    EXPECT_EQ(test::count_instrs(p, ir::Op::Permute), 0) << ir::to_text(p);
     for (const auto& in : p.instrs)
       if (in.op == ir::Op::Matmul) {
         EXPECT_FALSE(in.attr.get<ir::MatmulAttr>().transpose_a) << ir::to_text(p);
@@ -219,9 +213,9 @@ TEST(FoldTranspose, AnAutocastLinearsStepHasNoTranspose) {
   }
   auto p = test::compile_for_cpu(ir::build_graph({w.grad().impl()->pending()}));
   if (native_bfloat16_matmul()) {
-    EXPECT_EQ(count(p, ir::Op::Permute), 0) << ir::to_text(p);
+    EXPECT_EQ(test::count_instrs(p, ir::Op::Permute), 0) << ir::to_text(p);
   }
-  EXPECT_EQ(count(p, ir::Op::Matmul), 2) << ir::to_text(p);
+  EXPECT_EQ(test::count_instrs(p, ir::Op::Matmul), 2) << ir::to_text(p);
   // d/dw sum((x w^T)^2) = 2 (x w^T)^T x, from the bfloat16 roundings.
   auto xr = x.to(DType::BFloat16).to(DType::Float32).to_vector<float>();
   auto wr = w.detach().to(DType::BFloat16).to(DType::Float32).to_vector<float>();

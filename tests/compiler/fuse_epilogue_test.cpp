@@ -26,12 +26,6 @@ Tensor ramp_tensor(const Shape& s, double scale) {
   return from_vector(ramp<T>(shape_numel(s), scale), s);
 }
 
-int count(const Program& p, ir::Op op) {
-  int n = 0;
-  for (const auto& in : p.instrs) n += in.op == op;
-  return n;
-}
-
 // The one instruction that carries an epilogue (fails the test unless there is exactly one).
 const ir::Instr* folded(const Program& p) {
   const ir::Instr* found = nullptr;
@@ -92,8 +86,8 @@ void check_linear(const Shape& batch, int64_t m, int64_t k, int64_t n, ir::Op ac
   };
   Program p;
   auto [got, want] = compiled_and_eager<T>(f, &p);
-  EXPECT_EQ(count(p, ir::Op::Matmul), 1) << ir::to_text(p);
-  EXPECT_EQ(count(p, ir::Op::Add), 0) << ir::to_text(p);
+  EXPECT_EQ(test::count_instrs(p, ir::Op::Matmul), 1) << ir::to_text(p);
+  EXPECT_EQ(test::count_instrs(p, ir::Op::Add), 0) << ir::to_text(p);
   EXPECT_EQ(p.instrs.size(), batch.empty() ? 1u : 2u) << ir::to_text(p);  // + x's reshape
   if (const auto* in = folded(p)) {
     EXPECT_EQ(in->op, ir::Op::Matmul);
@@ -259,7 +253,7 @@ TEST(FuseEpilogue, AProductThatIsAnOutputStaysStored) {
   auto y = relu(mm + b);
   auto p = test::compile_for_cpu(ir::build_graph({mm.impl()->pending(), y.impl()->pending()}));
   for (const auto& in : p.instrs) EXPECT_FALSE(in.epilogue.active()) << ir::to_text(p);
-  EXPECT_EQ(count(p, ir::Op::Matmul), 1);
+  EXPECT_EQ(test::count_instrs(p, ir::Op::Matmul), 1);
 }
 
 TEST(FuseEpilogue, ASumWithAnotherReaderKeepsItsActivationApart) {

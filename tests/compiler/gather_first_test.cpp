@@ -31,12 +31,6 @@ bool gathers_read_stored_values(const Program& p) {
   return true;
 }
 
-int count(const Program& p, ir::Op op) {
-  int n = 0;
-  for (const auto& in : p.instrs) n += in.op == op;
-  return n;
-}
-
 void expect_same_bits(const Tensor& a, const Tensor& b) {
   const auto x = a.to_vector<float>(), y = b.to_vector<float>();
   ASSERT_EQ(x.size(), y.size());
@@ -56,7 +50,7 @@ TEST(GatherFirst, CrossEntropyPicksTheTargetsWithoutComputingLogSoftmaxWhole) {
   auto f = [&] { return nn::functional::cross_entropy(logits, target); };
   Tensor loss = f();
   const Program p = test::compile_for_cpu(test::graph_of(loss));
-  EXPECT_EQ(count(p, ir::Op::Gather), 1) << ir::to_text(p);
+  EXPECT_EQ(test::count_instrs(p, ir::Op::Gather), 1) << ir::to_text(p);
   EXPECT_TRUE(gathers_read_stored_values(p)) << ir::to_text(p);
   Tensor eager;
   {
@@ -87,9 +81,12 @@ TEST(GatherFirst, AutocastLogitsArePickedAsBFloat16) {
   };
   Tensor loss = f();
   const Program p = test::compile_for_cpu(test::graph_of(loss));
-  ASSERT_EQ(count(p, ir::Op::Gather), 1) << ir::to_text(p);
-  for (const auto& in : p.instrs)
-    if (in.op == ir::Op::Gather) EXPECT_EQ(in.dtype, DType::BFloat16) << ir::to_text(p);
+  ASSERT_EQ(test::count_instrs(p, ir::Op::Gather), 1) << ir::to_text(p);
+  for (const auto& in : p.instrs) {
+    if (in.op == ir::Op::Gather) {
+      EXPECT_EQ(in.dtype, DType::BFloat16) << ir::to_text(p);
+    }
+  }
   EXPECT_TRUE(gathers_read_stored_values(p)) << ir::to_text(p);
   Tensor eager;
   {

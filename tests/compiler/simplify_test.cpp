@@ -13,12 +13,6 @@ namespace {
 
 using ir::Program;
 
-int count(const Program& p, ir::Op op) {
-  int n = 0;
-  for (const auto& in : p.instrs) n += in.op == op;
-  return n;
-}
-
 std::vector<float> specials() {
   return {-0.0f, 0.0f, 1.5f, -2.25f, std::numeric_limits<float>::infinity(),
           std::numeric_limits<float>::quiet_NaN(), 3e-39f, -7.0f};
@@ -44,7 +38,7 @@ TEST(Simplify, TransposedTwiceIsReadAsStored) {
   auto x = from_vector(std::vector<float>{1, -1, 0.5, 2, 0, 3}, {3, 2});
   auto y = matmul(transpose(transpose(w, 0, 1), 0, 1), x);
   auto p = test::compile_for_cpu(test::graph_of(y));
-  EXPECT_EQ(count(p, ir::Op::Permute), 0) << ir::to_text(p);
+  EXPECT_EQ(test::count_instrs(p, ir::Op::Permute), 0) << ir::to_text(p);
   EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{2, 12, 6.5, 24}));
 }
 
@@ -55,7 +49,7 @@ TEST(Simplify, ComposedPermutesBecomeOne) {
   auto x = from_vector(v, {2, 3, 4});
   auto f = [](const Tensor& t) { return t.permute({1, 2, 0}).permute({2, 0, 1}).permute({0, 2, 1}); };
   auto p = test::compile_for_cpu(test::graph_of(f(x)));
-  EXPECT_EQ(count(p, ir::Op::Permute), 1) << ir::to_text(p);
+  EXPECT_EQ(test::count_instrs(p, ir::Op::Permute), 1) << ir::to_text(p);
   // The three permutes compose to out[a][b][c] = x[c][a][b]... worked out on the host:
   // permute({1,2,0}) gives [3,4,2] with y[i][j][k] = x[k][i][j]; permute({2,0,1}) of that
   // gives z[k][i][j] = y[i][j][k] = x[k][i][j] (shape [2,3,4]); permute({0,2,1}) gives
@@ -105,11 +99,11 @@ TEST(Simplify, AWideningCastSinksBelowMovementAndCancelsAgainstTheRoundingBack) 
   auto heads = permute(reshape(x.to(DType::Float32), {4, 6, 2, 4}), {0, 2, 1, 3});
   auto y = heads.to(DType::BFloat16);
   auto p = test::compile_for_cpu(test::graph_of(y));
-  EXPECT_EQ(count(p, ir::Op::Cast), 0) << ir::to_text(p);
+  EXPECT_EQ(test::count_instrs(p, ir::Op::Cast), 0) << ir::to_text(p);
   int fused = 0;
   for (const auto& in : p.instrs) fused += in.fusion != nullptr;
   EXPECT_EQ(fused, 0) << ir::to_text(p);
-  ASSERT_EQ(count(p, ir::Op::Permute), 1) << ir::to_text(p);
+  ASSERT_EQ(test::count_instrs(p, ir::Op::Permute), 1) << ir::to_text(p);
   for (const auto& in : p.instrs) {
     if (in.op != ir::Op::Permute) continue;
     EXPECT_EQ(in.dtype, DType::BFloat16) << ir::to_text(p);

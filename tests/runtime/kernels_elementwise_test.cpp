@@ -23,11 +23,8 @@ using ir::Op;
 
 constexpr int64_t kN = 1500;  // several blocks and a ragged tail
 
-bool is_elementwise(Op op) {
-  auto g = ir::op_info(op).group;
-  return (g == ir::OpGroup::Unary || g == ir::OpGroup::Binary || g == ir::OpGroup::Ternary) &&
-         op != Op::Cast;  // cast_kernel converts between dtypes; a fusion's Cast is a copy
-}
+// The elementwise ops but Cast: cast_kernel converts between dtypes; a fusion's Cast is a copy.
+bool same_dtype_elementwise(Op op) { return ir::is_elementwise(op) && op != Op::Cast; }
 
 template <class T>
 std::vector<T> operand(std::mt19937_64& rng) {
@@ -96,7 +93,7 @@ TEST(ElementwiseKernels, AloneAndFusedAgreeBitForBit) {
   int ops = 0;
   for (int i = 0; i < ir::kOpCount; ++i) {
     const auto op = static_cast<Op>(i);
-    if (!is_elementwise(op)) continue;
+    if (!same_dtype_elementwise(op)) continue;
     check_op<float>(op, DType::Float32);
     check_op<double>(op, DType::Float64);
     ++ops;
