@@ -25,6 +25,19 @@ constexpr std::size_t kMaxMembers = 48;
 // element.
 constexpr int kMaxRecomputeSteps = 8;
 
+// The most distinct steps a value recomputed because its readers already load what it is
+// computed from (Fuser::shares_loads) may take, with those of the values it is computed from.
+constexpr int kMaxSharedRecomputeSteps = 16;
+
+// What computing one elementwise step costs, in bytes of memory traffic per element: the
+// fused code runs a chain of compares and selects at about a step per cycle per vector, so a
+// step costs about what moving half a byte per element through memory does.
+constexpr double kStepBytes = 0.5;
+
+// The most whole tensors (not broadcasts) a fusion may load once a value shared with its
+// readers' loads is computed in it: each is a stream through memory.
+constexpr int kMaxSharedStreams = 6;
+
 // A broadcast operand whose source has at most 1/kCachedBroadcast of the result's elements
 // stays in cache while a fusion reads it: price_recompute counts it as free.
 constexpr int64_t kCachedBroadcast = 64;
@@ -85,6 +98,15 @@ bool cheap_op(Op op) {
       return false;
   }
 }
+
+// Values a fusion loads from memory: (slot, bytes per element of the fusion's result).
+using Loads = std::vector<std::pair<int, double>>;
+
+// How a value is computed inside a fusion (Fuser::make_recipe).
+struct Recipe {
+  Loads loads;
+  std::vector<int> steps;  // the instructions computed, the value's own included
+};
 
 class Fuser {
  public:
@@ -150,6 +172,7 @@ class Fuser {
   void price_recompute() {
     const auto n = static_cast<int>(p_.instrs.size());
     recompute_.assign(n, false);
+    recipe_.assign(n, std::nullopt);
     std::vector<double> bytes(n, 0);  // per element, read from memory to compute it again
     std::vector<int> steps(n, 0);
     for (int i = 0; i < n; ++i) {
@@ -181,6 +204,124 @@ class Fuser {
       steps[i] = k;
       recompute_[i] = k <= kMaxRecomputeSteps && b <= static_cast<double>(dtype_size(in.dtype));
     }
+    for (int i = 0; i < n; ++i) recipe_[i] = make_recipe(i);
+  }
+
+  // What loading operand `a` of an instruction of `shape` from memory costs: nothing for a
+  // constant, the source of a broadcast over its share of the elements (nothing when it stays
+  // in cache), otherwise the operand's bytes per element. Appended to `out` by slot.
+  void add_load(int a, const Shape& shape, Loads& out) const {
+    if (constant_of(a)) return;
+    const ir::Instr* src = producer(a);
+    if (src && src->op == Op::Expand) {
+      const auto s = p_.slot_type(src->args[0]);
+      const auto n_src = shape_numel(s.shape), n_out = std::max<int64_t>(1, shape_numel(shape));
+      if (n_src * kCachedBroadcast <= n_out) return;
+      add_to(out, src->args[0],
+             static_cast<double>(dtype_size(s.dtype)) * static_cast<double>(n_src) /
+                 static_cast<double>(n_out));
+      return;
+    }
+    add_to(out, a, static_cast<double>(dtype_size(p_.slot_type(a).dtype)));
+  }
+
+  static void add_to(Loads& out, int slot, double bytes) {
+    for (const auto& l : out)
+      if (l.first == slot) return;
+    out.emplace_back(slot, bytes);
+  }
+
+  static double bytes_of(const Loads& loads) {
+    double b = 0;
+    for (const auto& l : loads) b += l.second;
+    return b;
+  }
+
+  // Bytes per element of `loads` not among `have`.
+  static double missing(const Loads& loads, const Loads& have) {
+    double b = 0;
+    for (const auto& l : loads)
+      if (std::none_of(have.begin(), have.end(), [&](const auto& h) { return h.first == l.first; }))
+        b += l.second;
+    return b;
+  }
+
+  // How instruction i is computed from memory inside a fusion: the cheap elementwise steps
+  // (cheap_op) it takes and the values they load. An operand computed by cheap steps of the
+  // same shape is computed along with it where it would be anyway (it has no other reader, or
+  // is recomputed in every reader): a ReLU's gradient mask over a BatchNorm's output is then
+  // priced as the BatchNorm's input, which the mask's readers load already. An operand read by
+  // others counts as loaded, so a residual chain is not priced as recomputed from every block
+  // before it. None for other instructions; past kMaxSharedRecomputeSteps, operands are
+  // loaded.
+  std::optional<Recipe> make_recipe(int i) const {
+    const ir::Instr& in = p_.instrs[i];
+    if (!ir::is_elementwise(in.op) || !cheap_op(in.op)) return std::nullopt;
+    Recipe r{{}, {i}};
+    for (auto a : in.args) {
+      const Recipe* sub = a >= n_in_ && recipe_[a - n_in_] ? &*recipe_[a - n_in_] : nullptr;
+      if (sub && p_.slot_type(a).shape == in.shape) {
+        Recipe with = r;
+        for (const auto& l : sub->loads) add_to(with.loads, l.first, l.second);
+        for (int s : sub->steps)
+          if (std::find(with.steps.begin(), with.steps.end(), s) == with.steps.end())
+            with.steps.push_back(s);
+        const bool fused_anyway = readers_[a].size() == 1 || recompute_[a - n_in_];
+        if (fused_anyway && static_cast<int>(with.steps.size()) <= kMaxSharedRecomputeSteps) {
+          r = std::move(with);
+          continue;
+        }
+      }
+      add_load(a, in.shape, r.loads);
+    }
+    return r;
+  }
+
+  // What group g loads from memory once its fusion is built: the operands of its members
+  // that are not members, with a value recomputed in every reader counted as what it is
+  // computed from (it joins g when visited).
+  Loads group_loads(int g) const {
+    Loads out;
+    const auto& members = groups_[g].members;
+    for (int m : members)
+      for (auto a : p_.instrs[m].args) {
+        if (a >= n_in_ && std::find(members.begin(), members.end(), a - n_in_) != members.end())
+          continue;
+        const Recipe* sub = a >= n_in_ && recipe_[a - n_in_] ? &*recipe_[a - n_in_] : nullptr;
+        if (sub && recompute_[a - n_in_]) {
+          for (const auto& l : sub->loads) add_to(out, l.first, l.second);
+        } else {
+          add_load(a, p_.instrs[m].shape, out);
+        }
+      }
+    return out;
+  }
+
+  // Whether instruction i, read by the fusions `gs` (and, if `other`, by something that is not
+  // a fusion), is better computed in each of them than stored once, counting bytes moved per
+  // element and kStepBytes per step computed. Computing it in every reader costs its steps
+  // there and the bytes of what it is computed from that the reader does not load already;
+  // storing it costs one computation (unless `other` needs it stored anyway), its store and
+  // one load per reader. A BatchNorm's float32 input gradient, read by its sum and by the
+  // rounding for the conv, is recomputed from the bfloat16 values those already load; the
+  // ReLU's bool mask, a byte to load and six steps to compute, is stored.
+  bool shares_loads(int i, const std::vector<int>& gs, bool other) const {
+    const auto& r = recipe_[i];
+    if (!r || gs.size() + (other ? 1 : 0) < 2) return false;
+    const double size = static_cast<double>(dtype_size(p_.instrs[i].dtype));
+    const double compute = kStepBytes * static_cast<double>(r->steps.size());
+    double recompute = 0;
+    for (int g : gs) {
+      Loads loads = group_loads(g);
+      recompute += compute + missing(r->loads, loads);
+      for (const auto& l : r->loads) add_to(loads, l.first, l.second);
+      const auto streams = std::count_if(loads.begin(), loads.end(),
+                                         [](const auto& l) { return l.second >= 1; });
+      if (streams > kMaxSharedStreams) return false;
+    }
+    const double stored =
+        size * static_cast<double>(gs.size()) + (other ? 0 : size + bytes_of(r->loads) + compute);
+    return recompute < stored;
   }
 
   bool can_join(int i, int g) const {
@@ -210,7 +351,8 @@ class Fuser {
         if (!can_join(i, g)) return false;
       return true;
     };
-    const bool join = !gs.empty() && fits_all() && ((gs.size() == 1 && !other) || recompute_[i]);
+    const bool join = !gs.empty() && fits_all() &&
+                      ((gs.size() == 1 && !other) || recompute_[i] || shares_loads(i, gs, other));
     if (join)
       for (int g : gs) {
         groups_of_[i].push_back(g);
@@ -399,6 +541,7 @@ class Fuser {
   std::vector<std::vector<int>> groups_of_;  // per instruction: the fusions computing it
   std::vector<bool> plain_;      // per instruction: also emitted as itself, unfused
   std::vector<bool> recompute_;  // per instruction: cheap to compute in each reader's fusion
+  std::vector<std::optional<Recipe>> recipe_;  // per instruction: see make_recipe
   std::vector<Group> groups_;
 };
 

@@ -19,8 +19,12 @@
 // BatchNorm's centring and normalising over a bfloat16 conv output, which then never goes to
 // memory in float32. Such a producer is still stored where something else reads it (an
 // instruction that is not a fusion, or the caller); a reduction reading it takes it as its
-// prologue (fuse_reduce.h). Any other producer read by several instructions, or that is a
-// program output, heads a fusion of its own and is computed once.
+// prologue (fuse_reduce.h). A producer of cheap steps that fails that test is still computed
+// in each reader where that moves fewer bytes in all than storing it and loading it back: its
+// readers already load most of what it is computed from (a BatchNorm's float32 input
+// gradient, read by its sum and by the rounding for the conv, both of which load the bfloat16
+// conv output and gradient it is computed from). Any other producer read by several
+// instructions, or that is a program output, heads a fusion of its own and is computed once.
 //
 // Assumes: instructions in topological order; elementwise operands have the result's shape.
 #pragma once

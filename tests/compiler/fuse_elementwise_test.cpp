@@ -172,8 +172,9 @@ TEST(FuseElementwise, ABatchNormsScaleAndShiftAreRecomputedInEachReader) {
   EXPECT_EQ(mask.to_vector<float>(), e_mask);
 }
 
-// Computing a value again must not read more memory than loading it: a sum of two float32
-// tensors read by two chains is stored once (8 bytes an element to compute, 4 to load).
+// A value is stored when computing it in each reader moves more bytes than storing it once: a
+// sum of two float32 tensors read by three chains (8 bytes an element in each reader, against
+// 8 to compute it once, 4 to store it and 4 per reader to load it).
 TEST(FuseElementwise, AValueDearerToComputeThanToLoadIsStored) {
   test::fresh_engine();
   auto x = from_vector(values(1000), {1000});
@@ -182,15 +183,66 @@ TEST(FuseElementwise, AValueDearerToComputeThanToLoadIsStored) {
   auto t = x + y;
   auto a = t * 3.0;
   auto b = t - 1.0;
-  auto p = test::compile_for_cpu(ir::build_graph({a.impl()->pending(), b.impl()->pending()}));
+  auto c = relu(t);
+  auto p = test::compile_for_cpu(
+      ir::build_graph({a.impl()->pending(), b.impl()->pending(), c.impl()->pending()}));
   int fused = 0, adds = 0;
   for (const auto& in : p.instrs) {
     if (!in.fusion) continue;  // the scalar seen as [1] (no copy)
     ++fused;
     for (const auto& st : in.fusion->steps) adds += st.op == ir::Op::Add;
   }
-  EXPECT_EQ(fused, 3) << ir::to_text(p);
+  EXPECT_EQ(fused, 4) << ir::to_text(p);
   EXPECT_EQ(adds, 1) << "x + y runs once\n" << ir::to_text(p);
+}
+
+// A BatchNorm's float32 input gradient over bfloat16 operands, read by its sum and by the
+// rounding for the conv: too dear to compute again on its own (a bool mask and two bfloat16
+// tensors are 5 bytes an element, its result 4), but computing it in both readers moves fewer
+// bytes than storing it and loading it twice, so no float32 tensor is stored. The ReLU's mask
+// it reads, computed from x, is read by a third chain too: a byte to load against six steps
+// to compute, it is stored. Every result keeps its bits.
+TEST(FuseElementwise, ABatchNormsInputGradientIsComputedInItsSumAndItsRounding) {
+  test::fresh_engine();
+  const int64_t n = 512, c = 16;
+  auto x = from_vector(values(n * c), {n, c}).to(DType::BFloat16);
+  auto g = from_vector(values(n * c, 0.21f), {n, c}).to(DType::BFloat16);
+  auto mean = from_vector(values(c, 0.3f), {1, c});
+  auto scale = from_vector(values(c, 0.7f), {1, c});
+  auto shift = from_vector(values(c, 0.9f), {1, c});
+  auto k = from_vector(values(c, 1.3f), {1, c});
+  mark_step();
+  auto trace = [&] {
+    auto xf = x.to(DType::Float32);
+    auto mask = gt(relu((xf - mean) * scale + shift), zeros({})).to(DType::Float32);
+    auto dc = g.to(DType::Float32) * mask * scale + (xf - mean) * k;
+    auto s = (-dc).sum({0}, true);
+    auto dx = (dc + s * (1.0 / static_cast<double>(n))).to(DType::BFloat16);
+    auto sg = (g.to(DType::Float32) * mask).sum({0}, true);
+    return std::vector<Tensor>{dx, s, sg};
+  };
+  auto got = trace();
+  auto p = test::compile_for_cpu(ir::build_graph(
+      {got[0].impl()->pending(), got[1].impl()->pending(), got[2].impl()->pending()}));
+  int masks = 0;
+  for (const auto& in : p.instrs) {
+    if (in.op == ir::Op::Reshape || shape_numel(in.shape) != n * c) continue;
+    EXPECT_NE(in.dtype, DType::Float32) << "no float32 tensor is stored\n" << ir::to_text(p);
+    masks += in.dtype == DType::Bool;
+  }
+  EXPECT_EQ(masks, 1) << "the mask is stored once\n" << ir::to_text(p);
+  for (const auto& in : p.instrs) {
+    if (in.op != ir::Op::Sum) continue;
+    EXPECT_TRUE(in.fusion) << "each sum computes its operand\n" << ir::to_text(p);
+  }
+  mark_step();
+  std::vector<std::vector<float>> want;
+  {
+    EagerModeGuard eager(true);
+    for (const auto& t : trace()) want.push_back(t.to(DType::Float32).to_vector<float>());
+  }
+  for (std::size_t i = 0; i < got.size(); ++i)
+    EXPECT_EQ(got[i].to(DType::Float32).to_vector<float>(), want[i]) << "result " << i;
 }
 
 TEST(FuseElementwise, ComparisonsWhereAndCastsInFloat64) {

@@ -1,7 +1,7 @@
 // The fusions' machine code (fused_jit.h) gives the block evaluator's bits, on every instruction
 // set this CPU has (AVX2, AVX-512): random chains of the steps it takes, over operands read in
-// place (float32, and bfloat16 widened by the code), as per-channel splats (planes longer and
-// shorter than the splat threshold), as scalars and converted from bool, with NaN, infinities,
+// place (float32; bfloat16 and bool widened by the code), as per-channel splats (planes longer
+// and shorter than the splat threshold), as scalars and converted from bool, with NaN, infinities,
 // signed zeros, ties and bfloat16 rounding ties among the values, and results of every length
 // (full vectors and tails), stored directly, converted (bool, bfloat16), narrowed to bfloat16 by
 // the code itself, or over an operand.
@@ -173,9 +173,11 @@ TEST(FusedCode, GivesTheEvaluatorsBitsOnRandomChains) {
         EXPECT_EQ(code != nullptr, per_element.back()) << "plane " << plane << ": " << c.text;
         if (!code) continue;
         ++compiled;
-        // AVX-512 code widens the bfloat16 operand itself; AVX2 code reads it converted.
+        // AVX-512 code widens the bfloat16 operand and converts the bool mask itself; AVX2
+        // code reads them converted.
         const bool in_place = code->loads()[5] == FusedCode::Load::BFloat16Elements;
         EXPECT_EQ(in_place, isa == FusedIsa::Avx512);
+        EXPECT_EQ(code->loads()[4] == FusedCode::Load::BoolElements, isa == FusedIsa::Avx512);
         widened += in_place;
         for (DType out_dtype : {DType::Float32, DType::Bool, DType::BFloat16}) {
           const auto want = run(c, out_dtype, nullptr, false);

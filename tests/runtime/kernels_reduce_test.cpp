@@ -1,11 +1,13 @@
 // Reductions to few outputs over much data (BatchNorm's per-channel statistics), which read
 // their operand in fixed chunks: values against a double reference, a fused prologue against
 // the same reduction of a stored operand (bit for bit), a bfloat16 operand read through its
-// widening cast, and NaN in amax; row maxima (a softmax's) against the sequential fold.
+// widening cast, and NaN in amax; row maxima (a softmax's) against the sequential fold; a
+// channels-last pool's prologue against the stored operand.
 #include "test_util.h"
 
 #include <tbb/global_control.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -56,6 +58,36 @@ TEST(ReduceInChunks, AFusedPrologueGivesTheBitsOfAStoredOperand) {
     stored = ((x - mean) * (x - mean)).sum({0, 2, 3}).to_vector<float>();
   }
   EXPECT_EQ(fused, stored);
+}
+
+// A global average pool over a channels-last [N, H, W, C] whose operand is a fused prologue
+// (relu of a residual sum): each image's rows are read through the piece reader, and the
+// result has the bits of the same mean over the stored operand. Also with more channels than
+// that path takes (the row-by-row loop) and with sums.
+TEST(KeptInnerReductions, APoolsProloguePerImageGivesTheBitsOfAStoredOperand) {
+  test::fresh_engine();
+  for (int64_t c : {16, 64, 300}) {
+    const int64_t n = 6, h = 7, w = 9;
+    auto a = from_vector(activations(n, c, h * w), {n, h, w, c});
+    auto bv = activations(n, c, h * w);
+    std::reverse(bv.begin(), bv.end());
+    auto b = from_vector(bv, {n, h, w, c});
+    auto pooled = relu(a + b).mean({1, 2});
+    auto summed = relu(a - b).sum({1, 2}, true);
+    auto p = test::compile_for_cpu(
+        ir::build_graph({pooled.impl()->pending(), summed.impl()->pending()}));
+    int prologues = 0;
+    for (const auto& in : p.instrs) prologues += (in.op == ir::Op::Mean || in.op == ir::Op::Sum) && in.fusion;
+    EXPECT_EQ(prologues, 2) << "both reductions evaluate their operand\n" << ir::to_text(p);
+    std::vector<float> want_pooled, want_summed;
+    {
+      EagerModeGuard eager{true};  // every op alone: the reductions read stored operands
+      want_pooled = relu(a + b).mean({1, 2}).to_vector<float>();
+      want_summed = relu(a - b).sum({1, 2}, true).to_vector<float>();
+    }
+    EXPECT_EQ(pooled.to_vector<float>(), want_pooled) << c << " channels";
+    EXPECT_EQ(summed.to_vector<float>(), want_summed) << c << " channels";
+  }
 }
 
 TEST(ReduceInChunks, AmaxPropagatesNaN) {

@@ -321,6 +321,10 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
         if (masked) vpmovzxwd(y | k1 | T_z, ptr[p + rax * 2]);
         else vpmovzxwd(y, ptr[p + rax * 2]);
         vpslld(y, y, 16);
+      } else if (loads_[u] == Load::BoolElements) {  // AVX-512 only: bytes 0 or 1 to floats
+        if (masked) vpmovzxbd(y | k1 | T_z, ptr[p + rax]);
+        else vpmovzxbd(y, ptr[p + rax]);
+        vcvtdq2ps(y, y);
       } else if (wide_) {
         if (masked) vmovups(y | k1 | T_z, ptr[p + rax * 4]);
         else vmovups(y, ptr[p + rax * 4]);
@@ -567,7 +571,8 @@ std::unique_ptr<const FusedCode> FusedCode::compile(const ir::Fusion& f, const s
   for (int k = 0; k < n_loads; ++k) {
     before.push_back(reads[k] == Load::Splat);
     // Under AVX2 the evaluator converts bfloat16 operands into its registers.
-    if (reads[k] == Load::BFloat16Elements && isa != FusedIsa::Avx512) reads[k] = Load::Elements;
+    const bool in_place = reads[k] == Load::BFloat16Elements || reads[k] == Load::BoolElements;
+    if (in_place && isa != FusedIsa::Avx512) reads[k] = Load::Elements;
   }
   for (const auto& s : f.steps) {
     bool splats = true;

@@ -50,6 +50,7 @@ class FusedCode {
     Elements,          // float32 elements (in place, or converted into a register first)
     Splat,             // one value (the evaluator's splat)
     BFloat16Elements,  // bfloat16 elements, in place (AVX-512 only: Elements under AVX2)
+    BoolElements,      // bool elements (bytes 0 or 1), in place (AVX-512 only, as above)
   };
 
   // The code for float32 fusion `f` over loads read as `loads` says, writing its result in
@@ -66,8 +67,8 @@ class FusedCode {
   // value (a splat load, or a step on splats only). The code reads these and the other loads
   // and computes the remaining steps.
   const std::vector<bool>& before() const { return before_; }
-  // How each load is read (compile's `loads`, with BFloat16Elements only where the code takes
-  // them).
+  // How each load is read (compile's `loads`, with BFloat16Elements and BoolElements only
+  // where the code takes them).
   const std::vector<Load>& loads() const { return loads_; }
   FusedIsa isa() const { return isa_; }
   // Whether run_narrow writes bfloat16.
@@ -75,7 +76,7 @@ class FusedCode {
 
   // out[0, n) = the fusion's last value over one sub-block, as float32. values[v], for each
   // value v that before() marks or that is a load, points at its one value (a splat) or at its n
-  // elements (bfloat16 ones where loads() says so).
+  // elements (bfloat16 or bool ones where loads() says so).
   void run(const void* const* values, float* out, int64_t n) const { fn_(values, out, n); }
   // The same, stored as bfloat16 (narrows() only).
   void run_narrow(const void* const* values, void* out, int64_t n) const { narrow_(values, out, n); }

@@ -290,7 +290,8 @@ class BlockEvaluator {
 
   // Whether the code reads load k as bfloat16 in place (load_all then leaves it unconverted).
   bool reads_in_place(int k) const {
-    return code_ && code_->loads()[k] == FusedCode::Load::BFloat16Elements;
+    return code_ && (code_->loads()[k] == FusedCode::Load::BFloat16Elements ||
+                     code_->loads()[k] == FusedCode::Load::BoolElements);
   }
 
   // Converts the loads the code would have read in place, for the steps (the code did not run).
@@ -298,9 +299,11 @@ class BlockEvaluator {
     for (int k = 0; k < n_loads_; ++k) {
       if (!in_place_[k]) continue;
       assert(n <= kFusedBlock && "fused kernel: a long sub-block without its code");
-      const bfloat16* p = in_[f_.loads[k].arg].template as<const bfloat16>() + pos;
       T* r = reg(k);
-      for (int64_t i = 0; i < n; ++i) r[i] = static_cast<T>(p[i]);
+      visit_storage(f_.loads[k].dtype, [&](auto tag) {
+        const auto* p = in_[f_.loads[k].arg].template as<const typename decltype(tag)::type>() + pos;
+        for (int64_t i = 0; i < n; ++i) r[i] = static_cast<T>(p[i]);
+      });
       value_[k] = {r, false};
     }
   }
@@ -371,8 +374,8 @@ class BlockEvaluator {
       const TensorView& src = in_[l.arg];
       Cursor& c = cursor_[k];
       in_place_[k] = nullptr;
-      if (reads_in_place(k)) {  // bfloat16, read by the code (or converted if it does not run)
-        in_place_[k] = src.as<const bfloat16>() + pos;
+      if (reads_in_place(k)) {  // bfloat16 or bool, read by the code (or converted if it does not run)
+        in_place_[k] = static_cast<const char*>(src.data) + pos * dtype_size(l.dtype);
         value_[k] = {nullptr, false};
       } else if (f_.register_of[k] < 0) {  // contiguous, of the compute type: read in place
         value_[k] = {src.as<const T>() + pos, false};
@@ -428,8 +431,8 @@ class BlockEvaluator {
   Cursor* cursor_;     // per load: where the current sub-block starts in the operand
   const T** pattern_;  // per load: one period of a pattern load, written out; or nullptr
   int64_t* period_;    // per load: its period when it has a pattern
-  const void** in_place_;  // per load: its bfloat16 elements over the sub-block, when the code
-                           // reads them itself (reads_in_place); or nullptr
+  const void** in_place_;  // per load: its bfloat16 or bool elements over the sub-block, when
+                           // the code reads them itself (reads_in_place); or nullptr
 };
 
 // Elements [at, at + n) of a fusion's or op's result, computed in T, stored into `out`: the
@@ -538,7 +541,7 @@ std::unique_ptr<const FusedCode> compile_fused_code(const ir::Fusion& fusion, DT
   if (!isa && !fused_jit_available()) return nullptr;
   // A load is a splat over a sub-block where load_all reads it as one: a broadcast whose runs
   // are long enough to cut sub-blocks at (kMinRun), or one value throughout. A contiguous
-  // bfloat16 operand is read in place by code that takes bfloat16.
+  // bfloat16 or bool operand is read in place by code that takes it.
   std::vector<FusedCode::Load> loads;
   for (const auto& l : fusion.loads) {
     using Load = FusedCode::Load;
@@ -546,6 +549,8 @@ std::unique_ptr<const FusedCode> compile_fused_code(const ir::Fusion& fusion, DT
       loads.push_back(Load::Splat);
     else if (is_flat(l) && l.dtype == DType::BFloat16)
       loads.push_back(Load::BFloat16Elements);
+    else if (is_flat(l) && l.dtype == DType::Bool)
+      loads.push_back(Load::BoolElements);
     else
       loads.push_back(Load::Elements);
   }

@@ -549,6 +549,33 @@ void reduce_typed(const Operand<T>& x, const Shape& shape, const std::vector<int
     return;
   }
 
+  // Kept innermost, each prefix's reduced rows one contiguous span (a global average pool over
+  // a channels-last [N, H, W, C]) and the operand a prologue: a task reads a prefix's rows in
+  // order through a PieceReader, so the prologue is evaluated over many rows at once rather
+  // than row by row. Each output folds its rows in the same order as the loop below.
+  const bool rows_contiguous =
+      red.size() == 1 && red[0].stride == inner &&
+      (kept.empty() || (kept.size() == 1 && kept[0].stride == n_red * inner));
+  if (x.prologue && rows_contiguous && inner <= kBlock) {
+    const int64_t prefixes = n_out / inner;
+    const int64_t span = n_red * inner;
+    const int64_t grain = std::max<int64_t>(1, kGrainElementwise / std::max<int64_t>(span, 1));
+    parallel_range(prefixes, grain, [&](int64_t b, int64_t e) {
+      std::array<Acc, kBlock> acc;
+      for (int64_t prefix = b; prefix < e; ++prefix) {
+        PieceReader<T> reader(x, (prefix + 1) * span);
+        std::fill(acc.begin(), acc.begin() + inner, R::init());
+        for (int64_t r = 0; r < n_red; ++r) {
+          const T* row = reader.window(prefix * span + r * inner, inner);
+          for (int64_t k = 0; k < inner; ++k) R::fold(acc[k], row[k]);
+        }
+        T* dst = po + prefix * inner;
+        for (int64_t k = 0; k < inner; ++k) dst[k] = R::finish(acc[k], n_red);
+      }
+    });
+    return;
+  }
+
   // Kept innermost: output o = prefix * inner + k; a task folds a block of k for one prefix.
   const int64_t blocks = (inner + kBlock - 1) / kBlock;
   const int64_t tasks = (n_out / inner) * blocks;
