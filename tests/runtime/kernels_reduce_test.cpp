@@ -77,7 +77,8 @@ TEST(KeptInnerReductions, APoolsProloguePerImageGivesTheBitsOfAStoredOperand) {
     auto p = test::compile_for_cpu(
         ir::build_graph({pooled.impl()->pending(), summed.impl()->pending()}));
     int prologues = 0;
-    for (const auto& in : p.instrs) prologues += (in.op == ir::Op::Mean || in.op == ir::Op::Sum) && in.fusion;
+    for (const auto& in : p.instrs)
+      prologues += (in.op == ir::Op::Mean || in.op == ir::Op::Sum) && in.fusion;
     EXPECT_EQ(prologues, 2) << "both reductions evaluate their operand\n" << ir::to_text(p);
     std::vector<float> want_pooled, want_summed;
     {

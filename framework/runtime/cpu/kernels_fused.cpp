@@ -288,7 +288,8 @@ class BlockEvaluator {
     }
   }
 
-  // Whether the code reads load k as bfloat16 in place (load_all then leaves it unconverted).
+  // Whether the code reads load k (bfloat16 or bool) in place (load_all then leaves it
+  // unconverted).
   bool reads_in_place(int k) const {
     return code_ && (code_->loads()[k] == FusedCode::Load::BFloat16Elements ||
                      code_->loads()[k] == FusedCode::Load::BoolElements);
@@ -301,7 +302,8 @@ class BlockEvaluator {
       assert(n <= kFusedBlock && "fused kernel: a long sub-block without its code");
       T* r = reg(k);
       visit_storage(f_.loads[k].dtype, [&](auto tag) {
-        const auto* p = in_[f_.loads[k].arg].template as<const typename decltype(tag)::type>() + pos;
+        using S = typename decltype(tag)::type;
+        const S* p = in_[f_.loads[k].arg].template as<const S>() + pos;
         for (int64_t i = 0; i < n; ++i) r[i] = static_cast<T>(p[i]);
       });
       value_[k] = {r, false};
@@ -374,7 +376,7 @@ class BlockEvaluator {
       const TensorView& src = in_[l.arg];
       Cursor& c = cursor_[k];
       in_place_[k] = nullptr;
-      if (reads_in_place(k)) {  // bfloat16 or bool, read by the code (or converted if it does not run)
+      if (reads_in_place(k)) {  // read by the code (or converted if it does not run)
         in_place_[k] = static_cast<const char*>(src.data) + pos * dtype_size(l.dtype);
         value_[k] = {nullptr, false};
       } else if (f_.register_of[k] < 0) {  // contiguous, of the compute type: read in place
