@@ -181,23 +181,13 @@ class Fuser {
       double b = 0;
       int k = 1;
       for (auto a : in.args) {
-        if (constant_of(a)) continue;
-        const ir::Instr* src = producer(a);
-        const auto t = p_.slot_type(a);
-        if (src && src->op == Op::Expand) {
-          // A broadcast: its source, spread over the result; a small one (a per-channel scale,
-          // at most 1/kCachedBroadcast of the result) is read from cache, not memory, and
-          // costs nothing: a BatchNorm's scale and shift then recompute in every reader.
-          auto s = p_.slot_type(src->args[0]);
-          const auto n_src = shape_numel(s.shape), n_out = std::max<int64_t>(1, shape_numel(in.shape));
-          if (n_src * kCachedBroadcast > n_out)
-            b += static_cast<double>(dtype_size(s.dtype)) * static_cast<double>(n_src) /
-                 static_cast<double>(n_out);
-        } else if (src && recompute_[a - n_in_] && t.shape == in.shape) {
+        if (a >= n_in_ && recompute_[a - n_in_] && p_.slot_type(a).shape == in.shape) {
           b += bytes[a - n_in_];
           k += steps[a - n_in_];
         } else {
-          b += static_cast<double>(dtype_size(t.dtype));
+          Loads load;
+          add_load(a, in.shape, load);
+          b += bytes_of(load);
         }
       }
       bytes[i] = b;
@@ -208,8 +198,10 @@ class Fuser {
   }
 
   // What loading operand `a` of an instruction of `shape` from memory costs: nothing for a
-  // constant, the source of a broadcast over its share of the elements (nothing when it stays
-  // in cache), otherwise the operand's bytes per element. Appended to `out` by slot.
+  // constant, the source of a broadcast over its share of the elements, otherwise the
+  // operand's bytes per element. Appended to `out` by slot. A small broadcast (a per-channel
+  // scale, at most 1/kCachedBroadcast of the result) is read from cache, not memory, and costs
+  // nothing: a BatchNorm's scale and shift then recompute in every reader.
   void add_load(int a, const Shape& shape, Loads& out) const {
     if (constant_of(a)) return;
     const ir::Instr* src = producer(a);
