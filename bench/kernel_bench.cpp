@@ -3,7 +3,9 @@
 // for each distinct conv, in float32 and bfloat16 (Conv2d*/shape/dtype, dtype 0 float32, 1
 // bfloat16), oneDNN's passes in each of its layouts (OneDnnConv*/shape/layout/dtype, layout 0
 // loom's own NCHW, 1 blocked with reorders in and out, 2 channels-last activations taken as
-// they are; the label names oneDNN's kernel), and
+// they are; the label names oneDNN's kernel), the bfloat16 weight gradient of every 3x3 conv
+// on channels-last activations by oneDNN and by loom's vdpbf16ps kernel back to back
+// (Bf16WeightGrad/shape/kernel: 0 oneDNN, 1 loom), and
 // the decoder's matmuls next to raw Eigen GEMMs, and the steps' float32 sums (Reduce/case:
 // BatchNorm statistics NCHW and channels-last, the decoder's row sums; GB/s of the operand read
 // once). The kernels are called directly
@@ -31,6 +33,7 @@
 // does), to be run both ways; the context line OMP_WAIT_POLICY says which ran.
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/onednn.h"
+#include "runtime/cpu/conv/conv_weight_bf16.h"
 
 #include <loom/bfloat16.h>
 #include <loom/openmp.h>
@@ -213,6 +216,41 @@ void onednn_shapes(benchmark::internal::Benchmark* b, bool stems) {
 BENCHMARK(BM_OneDnnConv2d)->Apply([](auto* b) { onednn_shapes(b, true); });
 BENCHMARK(BM_OneDnnConv2dGradInput)->Apply([](auto* b) { onednn_shapes(b, false); });
 BENCHMARK(BM_OneDnnConv2dGradWeight)->Apply([](auto* b) { onednn_shapes(b, true); });
+
+// The bfloat16 weight gradient on channels-last activations (what a bfloat16 training step
+// runs): oneDNN's (kernel 0) against loom's on vdpbf16ps (1), shape by shape.
+void BM_Bf16WeightGrad(benchmark::State& state) {
+  namespace onednn = loom::runtime::onednn;
+  const ConvShape s = kShapes[state.range(0)];
+  const bool own = state.range(1) == 1;
+  const int64_t os = (s.size + 2 * s.pad - s.k) / s.stride + 1;
+  Buffer x({s.n, s.size, s.size, s.c}, DType::BFloat16), w({s.o, s.c, s.k, s.k}, DType::BFloat16);
+  Buffer y({s.n, os, os, s.o}, DType::BFloat16);
+  const loom::runtime::ConvGeometry g{s.n, s.c, s.size, s.size, s.o, s.k, s.k, os, os,
+                                      s.stride, s.stride, s.pad, s.pad, 1, 1, 1};
+  if (own && !loom::runtime::bf16_weight_grad_applies(g)) {
+    state.SkipWithError("loom's bfloat16 weight gradient does not apply (channels, or no AVX512_BF16)");
+    return;
+  }
+  using loom::runtime::ConvPass;
+  const auto* px = static_cast<const loom::bfloat16*>(x.ptr());
+  const auto* py = static_cast<const loom::bfloat16*>(y.ptr());
+  auto* pw = static_cast<loom::bfloat16*>(w.ptr());
+  for (auto _ : state) {
+    if (own) loom::runtime::conv2d_grad_weight_bf16(g, px, py, pw);
+    else onednn::conv2d(ConvPass::kGradWeight, g, DType::BFloat16, onednn::Layout::kChannelsLast,
+                        px, py, pw);
+  }
+  state.counters["GFLOPS"] =
+      benchmark::Counter(conv_flops(s) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  set_label(state, s, DType::BFloat16, own ? "loom vdpbf16ps" : "oneDNN channels-last");
+}
+BENCHMARK(BM_Bf16WeightGrad)->Apply([](auto* b) {
+  for (int64_t i = 0; i <= kLastShape; ++i)
+    if (kShapes[i].k == 3 && kShapes[i].c % 16 == 0)
+      for (int64_t own : {0, 1}) b->Args({i, own});
+  b->UseRealTime()->Unit(benchmark::kMillisecond);
+});
 
 // The reductions of a training step, float32 stored operands (no prologue): BatchNorm's
 // per-channel statistics at the ResNets' activation shapes, NCHW (runs of H*W reduced

@@ -23,6 +23,7 @@
 #include "runtime/cpu/conv/conv_algorithm.h"
 #include "runtime/cpu/conv/conv_common.h"
 #include "runtime/cpu/conv/conv_direct.h"
+#include "runtime/cpu/conv/conv_weight_bf16.h"
 #include "runtime/cpu/conv/conv_winograd.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/onednn.h"
@@ -239,6 +240,13 @@ void conv2d_channels_last(ConvPass pass, const ir::Conv2dAttr& attr, const Tenso
                 dtype_name(a.dtype));
   ir::Conv2dAttr first = attr;
   first.channels_last = false;
+  if (pass == ConvPass::kGradWeight && out.dtype == DType::BFloat16) {
+    const ConvGeometry g = conv_geometry(first, channels_first<ChannelsFirstX>(a.shape),
+                                         out.shape, channels_first<ChannelsFirstGrad>(b.shape));
+    if (bf16_weight_grad_chosen(g))
+      return conv2d_grad_weight_bf16(g, a.as<const bfloat16>(), b.as<const bfloat16>(),
+                                     out.as<bfloat16>());
+  }
   if (pass == ConvPass::kGradWeight && are_deterministic_algorithms_enabled()) {
     const TensorView x = channels_first_copy<ChannelsFirstX>(a);
     const TensorView grad = channels_first_copy<ChannelsFirstGrad>(b);

@@ -2,6 +2,7 @@
 #include "runtime/cpu/conv/conv_algorithm.h"
 
 #include "runtime/cpu/conv/conv_direct.h"
+#include "runtime/cpu/conv/conv_weight_bf16.h"
 #include "runtime/cpu/conv/conv_winograd.h"
 
 #include <loom/error.h>
@@ -124,6 +125,10 @@ bool direct_chosen(const ConvGeometry& g, ConvPass pass) {
     case Forced::kNone: break;
   }
   return direct_wins(g, pass);
+}
+
+bool bf16_weight_grad_chosen(const ConvGeometry& g) {
+  return forced_choice() != Forced::kOneDnn && bf16_weight_grad_applies(g);
 }
 
 bool own_algorithm_forced() {

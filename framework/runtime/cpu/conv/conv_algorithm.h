@@ -35,6 +35,11 @@ ConvAlgorithm own_conv_algorithm(const ConvGeometry& g, ConvPass pass);
 // im2col + GEMM at this shape, or LOOM_CONV=direct forces them (LOOM_CONV=gemm forbids them).
 bool direct_chosen(const ConvGeometry& g, ConvPass pass);
 
+// Whether loom's bfloat16 weight-gradient kernel (conv_weight_bf16.h) runs the channels-last
+// conv `g`: wherever it applies, unless LOOM_CONV=onednn forces oneDNN (for comparisons). It
+// splits its sums by the shape only, so deterministic algorithms keep it too.
+bool bf16_weight_grad_chosen(const ConvGeometry& g);
+
 // Whether LOOM_CONV forces one of loom's own algorithms (direct, gemm or winograd): then the
 // CPU's layout choice (cpu_backend.cpp) keeps float32 convs [N,C,H,W], where they run.
 bool own_algorithm_forced();
