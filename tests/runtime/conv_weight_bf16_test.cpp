@@ -132,8 +132,8 @@ TEST(Bf16WeightGrad, IndependentOfThreadCount) {
   }
 }
 
-// Where it applies: 3-wide kernels, channels by 16, no groups or dilation.
-TEST(Bf16WeightGrad, AppliesToTheResNetsThreeByThreeConvsOnly) {
+// Where it applies (3-wide kernels, channels by 16, no groups or dilation) and is chosen.
+TEST(Bf16WeightGrad, AppliesToThreeWideKernelsAndIsChosenWhereItWins) {
   SKIP_WITHOUT_KERNEL();
   EXPECT_TRUE(bf16_weight_grad_applies(geometry({128, 16, 32, 32, 16, 3, 1, 1, 1})));
   EXPECT_TRUE(bf16_weight_grad_applies(geometry({32, 256, 8, 8, 512, 3, 2, 1, 1})));
@@ -145,6 +145,15 @@ TEST(Bf16WeightGrad, AppliesToTheResNetsThreeByThreeConvsOnly) {
     change(other);
     EXPECT_FALSE(bf16_weight_grad_applies(other)) << name(other);
   }
+  // Chosen over oneDNN's where it wins: strided, or stride 1 up to 64 x 64 channels; and
+  // everywhere under deterministic algorithms.
+  const ConvGeometry wide = geometry({32, 128, 16, 16, 128, 3, 1, 1, 1});
+  EXPECT_TRUE(bf16_weight_grad_chosen(geometry({32, 64, 32, 32, 64, 3, 1, 1, 1})));
+  EXPECT_TRUE(bf16_weight_grad_chosen(geometry({32, 256, 8, 8, 512, 3, 2, 1, 1})));
+  EXPECT_FALSE(bf16_weight_grad_chosen(wide));
+  use_deterministic_algorithms(true);
+  EXPECT_TRUE(bf16_weight_grad_chosen(wide));
+  use_deterministic_algorithms(false);
 }
 
 // The channels-last conv kernel runs it for a bfloat16 weight gradient (the same bits), with

@@ -7,7 +7,9 @@
 //                  conv on conv2d_forward (which chooses among loom's own algorithms,
 //                  Winograd included); else per (image, group) cols = W_g^T * grad_out_g
 //                  (Eigen GEMM), then col2im.
-//   conv2d weight: float32 as own_conv_algorithm says: Winograd's adjoint (conv_winograd.h)
+//   conv2d weight: bfloat16 channels-last on loom's vdpbf16ps kernel where
+//                  bf16_weight_grad_chosen (conv/conv_weight_bf16.h); float32 as
+//                  own_conv_algorithm says: Winograd's adjoint (conv_winograd.h)
 //                  for 3x3 stride-1 convs with 64 channels and more, the direct kernels where
 //                  they win (narrow channels; strided convs by phases, conv_strided.cpp);
 //                  otherwise grad_W_g = the sum over images of (im2col(input)_g *
@@ -228,9 +230,10 @@ TensorView channels_first_copy(const TensorView& v) {
 
 }  // namespace
 
-// Channels-last activations go to oneDNN as they are. Only a weight gradient under
-// use_deterministic_algorithms (oneDNN's splits its sum by the thread count) copies its
-// operands to [N,C,H,W] for loom's kernels.
+// Channels-last activations go to oneDNN as they are, except a bfloat16 weight gradient that
+// loom's vdpbf16ps kernel takes (conv_weight_bf16.h, where bf16_weight_grad_chosen). Another
+// weight gradient under use_deterministic_algorithms (oneDNN's splits its sum by the thread
+// count) copies its operands to [N,C,H,W] for loom's kernels.
 void conv2d_channels_last(ConvPass pass, const ir::Conv2dAttr& attr, const TensorView& a,
                           const TensorView& b, const TensorView& out, const float* bias,
                           bool relu) {

@@ -127,8 +127,21 @@ bool direct_chosen(const ConvGeometry& g, ConvPass pass) {
   return direct_wins(g, pass);
 }
 
+// Where loom's bfloat16 weight gradient beats oneDNN's on channels-last activations
+// (kernel_bench's Bf16WeightGrad rows, both back to back, medians of 3, 2026-11-24, a shared
+// 2-core machine): oneDNN's time over loom's 1.3 (16 channels), 2.2 (16 to 32, stride 2), 1.3
+// (32), 2.5 (32 to 64, stride 2) and 1.3 (64) at ResNet-20's shapes, 1.19 (64 channels),
+// 1.15 (64 to 128, stride 2), 1.4 (128 to 256) and 1.55 (256 to 512) at ResNet-18's. At
+// stride 1 from 128 channels on oneDNN's runs near the peak and the two are even: 1.02 and
+// 0.97 (128 channels, two runs), 0.95 (256), 0.93 (512; oneDNN's own time varies by 30%
+// between runs there). Those stay on oneDNN, except under deterministic algorithms, where the
+// alternative is loom's float32 kernels on widened copies.
+constexpr int64_t kOwnMaxWeightChannels = 64 * 64;  // in x out channels at stride 1
+
 bool bf16_weight_grad_chosen(const ConvGeometry& g) {
-  return forced_choice() != Forced::kOneDnn && bf16_weight_grad_applies(g);
+  if (forced_choice() == Forced::kOneDnn || !bf16_weight_grad_applies(g)) return false;
+  return strided(g) || g.c * g.o <= kOwnMaxWeightChannels ||
+         are_deterministic_algorithms_enabled();
 }
 
 bool own_algorithm_forced() {

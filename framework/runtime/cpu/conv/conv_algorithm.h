@@ -36,8 +36,9 @@ ConvAlgorithm own_conv_algorithm(const ConvGeometry& g, ConvPass pass);
 bool direct_chosen(const ConvGeometry& g, ConvPass pass);
 
 // Whether loom's bfloat16 weight-gradient kernel (conv_weight_bf16.h) runs the channels-last
-// conv `g`: wherever it applies, unless LOOM_CONV=onednn forces oneDNN (for comparisons). It
-// splits its sums by the shape only, so deterministic algorithms keep it too.
+// conv `g`: where it applies and beats oneDNN's (strided convs, and stride-1 ones up to 64
+// channels on each side; everywhere it applies under deterministic algorithms, as it splits
+// its sums by the shape only), unless LOOM_CONV=onednn forces oneDNN.
 bool bf16_weight_grad_chosen(const ConvGeometry& g);
 
 // Whether LOOM_CONV forces one of loom's own algorithms (direct, gemm or winograd): then the
