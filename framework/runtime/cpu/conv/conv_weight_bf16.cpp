@@ -7,7 +7,7 @@
 // image pairs is interleaved into per-thread buffers (x padded with zeros, so no tap checks
 // bounds), then every register tile runs over the whole piece: 8 output channels x the 3
 // kernel columns of one kernel row x 16 input channels, 24 sums, 3 loads and 8 broadcasts per
-// 24 dot products. The sums are kept as [O][kh][kw][C] (vectors over C) and transposed to
+// 24 dot products. Each tile's sums are kept together (tile_offset), and transposed to
 // [O,C,kh,kw] when rounded.
 #include "runtime/cpu/conv/conv_weight_bf16.h"
 
@@ -26,9 +26,9 @@ namespace loom::runtime {
 #if defined(__AVX512BF16__) && defined(__AVX512BW__)
 namespace {
 
-constexpr int64_t kLanes = 16;  // float32 sums per vector: input channels
-constexpr int64_t kTileO = 8;   // output channels per register tile
-constexpr int64_t kTaps = 3;    // kernel columns per register tile: the kernel's width
+constexpr int64_t kLanes = 16;   // float32 sums per vector: input channels
+constexpr int64_t kTileO = 8;    // output channels per register tile
+constexpr int64_t kTaps = 3;     // kernel columns per register tile: the kernel's width
 constexpr int64_t kMaxRows = 7;  // kernel rows
 // Bytes one tile streams through per piece of image pairs: its block of 16 input channels and
 // of 8 output channels, kept in L2 (1 MiB per core on the development machine) while the

@@ -4,13 +4,14 @@
 //   if (bf16_weight_grad_applies(g)) conv2d_grad_weight_bf16(g, x, grad_out, grad_w);
 //
 // x is [N,H,W,C] and grad_out [N,Ho,Wo,O], both bfloat16; grad_w is [O,C,kh,kw] bfloat16, each
-// element a float32 sum rounded once. Why it exists: oneDNN 2.6's bfloat16 weight gradient runs
-// at 60-80% of the speed of its forward conv at the ResNet shapes (kernel_bench's
-// Bf16WeightGrad rows compare the two in one run). The sums run over image pairs, the pair
-// being what one vdpbf16ps multiplies, so no operand is transposed: each pair of images is
-// staged interleaved (pixel by pixel, channel by channel) in L2-sized pieces, with the padding
-// as zeros. The work is split by the shape only and partial sums are added in a fixed order,
-// so results do not depend on the thread count.
+// element a float32 sum rounded once. Why it exists: oneDNN 2.6's bfloat16 weight gradient
+// runs well below its forward conv's speed at ResNet-20's narrow channels and at strided convs;
+// this kernel is 1.15 to 2.5x faster there (kernel_bench's Bf16WeightGrad rows compare the two
+// in one run; conv_algorithm.cpp has the figures and the choice). The sums run over image
+// pairs, the pair being what one vdpbf16ps multiplies, so no operand is transposed: pieces of
+// image pairs are staged interleaved (pixel by pixel, in blocks of 16 channels), the padding as
+// zeros, in per-thread buffers. The work is split by the shape only and partial sums are added
+// in a fixed order, so results do not depend on the thread count.
 #pragma once
 
 #include "runtime/cpu/conv/conv_common.h"
