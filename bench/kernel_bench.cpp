@@ -229,7 +229,7 @@ void BM_Bf16WeightGrad(benchmark::State& state) {
   const loom::runtime::ConvGeometry g{s.n, s.c, s.size, s.size, s.o, s.k, s.k, os, os,
                                       s.stride, s.stride, s.pad, s.pad, 1, 1, 1};
   if (own && !loom::runtime::bf16_weight_grad_applies(g)) {
-    state.SkipWithError("loom's bfloat16 weight gradient does not apply (channels, or no AVX512_BF16)");
+    state.SkipWithError("loom's bfloat16 weight gradient does not apply here (no AVX512_BF16)");
     return;
   }
   using loom::runtime::ConvPass;

@@ -64,8 +64,9 @@ std::vector<double> reference(const ConvGeometry& g, const std::vector<bfloat16>
           for (int64_t j = 0; j < g.kw; ++j) {
             const int64_t iy = y * g.sh - g.ph + i, ix = xx * g.sw - g.pw + j;
             if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
-            const bfloat16* xp = &x[static_cast<std::size_t>(((n * g.h + iy) * g.w + ix) * g.c)];
-            const bfloat16* gp = &grad[static_cast<std::size_t>(((n * g.oh + y) * g.ow + xx) * g.o)];
+            const auto at = [](int64_t i) { return static_cast<std::size_t>(i); };
+            const bfloat16* xp = &x[at(((n * g.h + iy) * g.w + ix) * g.c)];
+            const bfloat16* gp = &grad[at(((n * g.oh + y) * g.ow + xx) * g.o)];
             for (int64_t o = 0; o < g.o; ++o)
               for (int64_t c = 0; c < g.c; ++c)
                 out[static_cast<std::size_t>(((o * g.c + c) * g.kh + i) * g.kw + j)] +=

@@ -186,9 +186,9 @@ void run_task(const ConvGeometry& g, const Plan& p, const bfloat16* x, const bfl
   // the tiles of the other output channels and kernel rows go over it again.
   const int64_t tile_bytes = (p.hp * p.wp * kLanes + g.oh * g.ow * kTileO) * 4;
   const int64_t step = std::clamp<int64_t>(kTileBytes / tile_bytes, 1, m1 - m0);
-  Piece piece{thread_scratch<uint32_t, StagedX>(static_cast<std::size_t>(step * p.hp * p.wp * g.c)),
-              thread_scratch<uint32_t, StagedGrad>(static_cast<std::size_t>(step * g.oh * g.ow * width)),
-              0, width};
+  const auto floats = [](int64_t n) { return static_cast<std::size_t>(n); };
+  Piece piece{thread_scratch<uint32_t, StagedX>(floats(step * p.hp * p.wp * g.c)),
+              thread_scratch<uint32_t, StagedGrad>(floats(step * g.oh * g.ow * width)), 0, width};
   for (int64_t m = m0; m < m1; m += step) {
     piece.np = std::min(step, m1 - m);
     stage_x(g, p, x, m, piece);
