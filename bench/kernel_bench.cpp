@@ -31,9 +31,9 @@
 // each oneDNN call on the cores TBB's next kernel wants. SharingConvThenTbb times that
 // alternation (a oneDNN conv, then a TBB elementwise pass over its output, as a training step
 // does), to be run both ways; the context line OMP_WAIT_POLICY says which ran.
+#include "runtime/cpu/conv/conv_weight_bf16.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/onednn.h"
-#include "runtime/cpu/conv/conv_weight_bf16.h"
 
 #include <loom/bfloat16.h>
 #include <loom/openmp.h>
