@@ -243,20 +243,6 @@ void conv2d_channels_last(ConvPass pass, const ir::Conv2dAttr& attr, const Tenso
                 dtype_name(a.dtype));
   ir::Conv2dAttr first = attr;
   first.channels_last = false;
-  if (pass == ConvPass::kGradWeight && out.dtype == DType::BFloat16) {
-    const ConvGeometry g = conv_geometry(first, channels_first<ChannelsFirstX>(a.shape),
-                                         out.shape, channels_first<ChannelsFirstGrad>(b.shape));
-    if (bf16_weight_grad_chosen(g))
-      return conv2d_grad_weight_bf16(g, a.as<const bfloat16>(), b.as<const bfloat16>(),
-                                     out.as<bfloat16>());
-  }
-  if (pass == ConvPass::kGradWeight && are_deterministic_algorithms_enabled()) {
-    const TensorView x = channels_first_copy<ChannelsFirstX>(a);
-    const TensorView grad = channels_first_copy<ChannelsFirstGrad>(b);
-    conv2d_grad_weight_kernel(ir::Conv2dGradAttr{first, {out.shape[2], out.shape[3]}}, x, grad,
-                              out);
-    return;
-  }
   ConvGeometry g;
   switch (pass) {
     case ConvPass::kForward:
@@ -274,6 +260,17 @@ void conv2d_channels_last(ConvPass pass, const ir::Conv2dAttr& attr, const Tenso
   }
   if (a.numel() == 0 || b.numel() == 0) {  // an empty sum
     std::memset(out.data, 0, static_cast<std::size_t>(out.numel()) * dtype_size(out.dtype));
+    return;
+  }
+  if (pass == ConvPass::kGradWeight && out.dtype == DType::BFloat16 &&
+      bf16_weight_grad_chosen(g))
+    return conv2d_grad_weight_bf16(g, a.as<const bfloat16>(), b.as<const bfloat16>(),
+                                   out.as<bfloat16>());
+  if (pass == ConvPass::kGradWeight && are_deterministic_algorithms_enabled()) {
+    const TensorView x = channels_first_copy<ChannelsFirstX>(a);
+    const TensorView grad = channels_first_copy<ChannelsFirstGrad>(b);
+    conv2d_grad_weight_kernel(ir::Conv2dGradAttr{first, {out.shape[2], out.shape[3]}}, x, grad,
+                              out);
     return;
   }
   onednn::conv2d(pass, g, out.dtype, onednn::Layout::kChannelsLast, a.data, b.data, out.data,
