@@ -52,7 +52,13 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
                 shape_str(x.shape()));
   auto mean = x.mean({0, 2, 3}, true);
   auto centered = x - mean;
-  auto var = (centered * centered).mean({0, 2, 3}, true);  // biased: normalisation uses it
+  // Biased: normalisation uses it. The variance reads the mean detached: the same value, and
+  // the same gradient, since the variance's derivative through the mean, -2 * mean(centered),
+  // is zero. Its backward then needs sum(g) and sum(g * centered), which do not depend on each
+  // other (one pass, compiler/stack_reductions.h), where the chain rule through the mean
+  // would sum the whole input gradient after the variance's coefficient.
+  auto centered_const_mean = x - mean.detach();
+  auto var = (centered_const_mean * centered_const_mean).mean({0, 2, 3}, true);
   {
     // PyTorch's rule: the running variance takes the unbiased batch variance.
     NoGradGuard no_grad;

@@ -10,6 +10,7 @@
 #include "compiler/lower.h"
 #include "compiler/memory_plan.h"
 #include "compiler/simplify.h"
+#include "compiler/stack_reductions.h"
 #include "compiler/widen.h"
 
 #include <loom/error.h>
@@ -33,8 +34,8 @@ void check_supported(const ir::Program& p, const ir::Target& target) {
 
 // The pass order, stated here once: lower, widen_bfloat16, move_casts_across_movement,
 // check_supported, simplify, gather_before_elementwise, eliminate_dead_code, fuse_epilogue,
-// assign_channels_last, fuse_elementwise, fuse_reduce_prologue, fold_transpose,
-// eliminate_dead_code, plan_memory.
+// assign_channels_last, fuse_elementwise, fuse_reduce_prologue, stack_reductions,
+// fold_transpose, eliminate_dead_code, plan_memory.
 // A target skips the rewrites it does not take; lowering, the check, simplification, gathering
 // first and dead code elimination always run, and so does widening, which is a no-op without
 // bfloat16.
@@ -74,6 +75,10 @@ ir::Program compile(const ir::Graph& graph, const ir::Target& target) {
   if (target.fuse_reduce_prologue) {
     p = fuse_reduce_prologue(std::move(p));
     after("fuse_reduce_prologue", p);
+  }
+  if (target.stack_reductions) {
+    p = stack_reductions(std::move(p), target);
+    after("stack_reductions", p);
   }
   if (target.fold_transpose) {
     p = fold_transpose(std::move(p));

@@ -53,6 +53,7 @@ std::string to_text(const Program& p) {
     os << ')';
     if (auto attr = attr_str(in.attr); !attr.empty()) os << " [" << attr << ']';
     if (in.fusion) write_fusion(os, *in.fusion);
+    for (const auto& f : in.stacked) write_fusion(os, *f);
     if (in.epilogue.active()) {
       os << " epilogue{";
       if (in.epilogue.bias >= 0) os << "bias $" << in.args[in.epilogue.bias];

@@ -67,6 +67,10 @@ struct Instr {
   // Set on an elementwise instruction: run this fusion instead (op is its last step's op).
   // Set on a reduction: the fusion computes the reduced operand (fuse_reduce.cpp).
   std::shared_ptr<const Fusion> fusion;
+  // Set on a Sum or Mean by stack_reductions.h: further prologues over the same args, reduced
+  // over the same axes in the same pass. The result is [1 + stacked.size(), reduced shape...]:
+  // `fusion`'s reduction first, then one per entry here.
+  std::vector<std::shared_ptr<const Fusion>> stacked;
   // For a result that leaves the program: input slots whose buffer may hold it instead of a
   // new allocation, best first, when at run time nothing else holds that buffer (a parameter
   // or optimizer state that the step overwrites). Each is no longer read once this

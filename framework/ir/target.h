@@ -12,6 +12,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace loom::ir {
 
@@ -26,6 +27,10 @@ struct Target {
   bool fuse_elementwise = false;   // elementwise chains as one kernel: fuse_elementwise.h
   bool fuse_reduce_prologue = false;  // a reduction over a fused operand: fuse_reduce.h
   bool fold_transpose = false;     // Matmul reading a transposed operand: fold_transpose.h
+  // Where set, sibling sums and means over one fused operand's shape run in one pass
+  // (compiler/stack_reductions.h) where this says the device's kernel reads them together:
+  // asked with the prologue's shape and the reduced axes.
+  bool (*stack_reductions)(const Shape& operand, const std::vector<int64_t>& axes) = nullptr;
   bool plan_memory = false;        // intermediates in one arena per program: memory_plan.h
   // A bit per DType (1 << int(dtype)): convs of that dtype run on channels-last activations,
   // and the layout spreads to their neighbours (compiler/channels_last.h).

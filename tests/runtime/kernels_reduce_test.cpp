@@ -3,6 +3,7 @@
 // the same reduction of a stored operand (bit for bit), a bfloat16 operand read through its
 // widening cast, and NaN in amax; row maxima (a softmax's) against the sequential fold; a
 // channels-last pool's prologue against the stored operand.
+#include "runtime/cpu/kernels_fused.h"
 #include "test_util.h"
 
 #include <tbb/global_control.h>
@@ -10,6 +11,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <vector>
 
 namespace loom {
 namespace {
@@ -364,6 +367,72 @@ TEST(ReduceRowsInChunks, FloatColumnSumsFoldGroupsOfEightRowsInTheDefinedOrder) 
       EXPECT_EQ(got[i], static_cast<float>(want[i])) << "c " << c << " channel " << ch;
       EXPECT_EQ(mean[i], static_cast<float>(want[i] / double(rows))) << "c " << c << " channel " << ch;
       EXPECT_EQ(doubled[i], static_cast<float>(want_doubled[i])) << "c " << c << " channel " << ch;
+    }
+  }
+}
+
+// A stacked sum (compiler/stack_reductions.h) over two fused prologues of three operands, x and
+// (x - c) * y: each row of its result has the bits of that prologue's sum alone, where the kernel
+// reads the prologues piece by piece together (rows of 16, reads_stacked) and where it runs
+// them one after another (rows of 12).
+TEST(StackedReduce, EachRowHasTheBitsOfItsReductionAlone) {
+  using ir::Op;
+  for (auto [width, rows] : {std::pair<int64_t, int64_t>{16, 5000}, {64, 512}, {64, 3000},
+                              {12, 5000}}) {
+    const int64_t n = rows * width;
+    std::vector<float> x(static_cast<std::size_t>(n)), y(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      x[i] = std::sin(static_cast<float>(i) * 0.003f) * 3.0f;
+      y[i] = std::cos(static_cast<float>(i) * 0.007f) + 0.25f;
+    }
+    const Shape shape{rows, width};
+    std::vector<float> c(static_cast<std::size_t>(width));
+    for (std::size_t i = 0; i < c.size(); ++i) c[i] = 0.5f + static_cast<float>(i) * 0.25f;
+    const std::vector<runtime::TensorView> in{{x.data(), DType::Float32, shape},
+                                              {y.data(), DType::Float32, shape},
+                                              {c.data(), DType::Float32, {width}}};
+    // x alone, or (x - c) * y with c one value per column (a per-channel operand).
+    auto prologue = [&](bool product) {
+      ir::Fusion f;
+      f.compute = DType::Float32;
+      f.shape = shape;
+      f.loads = {{0, DType::Float32, {n}, {1}}, {1, DType::Float32, {n}, {1}},
+                 {2, DType::Float32, {rows, width}, {0, 1}}};
+      if (product) {
+        f.steps = {{Op::Sub, 0, 2, -1, 0, DType::Float32}, {Op::Mul, 3, 1, -1, 0, DType::Float32}};
+        f.num_registers = 3;
+        f.register_of = {-1, -1, 0, 1, 2};
+      } else {
+        f.steps = {{Op::Cast, 0, -1, -1, 0, DType::Float32}};
+        f.num_registers = 2;
+        f.register_of = {-1, -1, 0, 1};
+      }
+      return f;
+    };
+    const ir::Fusion a = prologue(false), b = prologue(true);
+    const ir::Attr axes = ir::AxesAttr{{0}};
+    EXPECT_EQ(runtime::reads_stacked(shape, {0}), width != 12) << width;
+
+    // With the prologues' machine code (where the CPU has an instruction set for it) and
+    // without.
+    const auto code_a = runtime::compile_fused_code(a, DType::Float32);
+    const auto code_b = runtime::compile_fused_code(b, DType::Float32);
+    for (bool machine_code : {true, false}) {
+    std::vector<float> together(static_cast<std::size_t>(2 * width));
+    const ir::Fusion* prologues[] = {&a, &b};
+    const runtime::FusedCode* codes[] = {machine_code ? code_a.get() : nullptr,
+                                         machine_code ? code_b.get() : nullptr};
+    runtime::stacked_reduce_kernel(Op::Sum, axes, prologues, codes, in,
+                                   {together.data(), DType::Float32, {2, width}});
+    for (int k = 0; k < 2; ++k) {
+      std::vector<float> alone(static_cast<std::size_t>(width));
+      runtime::fused_reduce_kernel(Op::Sum, axes, k == 0 ? a : b, in,
+                                   {alone.data(), DType::Float32, {width}}, codes[k]);
+      EXPECT_EQ(std::vector<float>(together.begin() + k * width,
+                                   together.begin() + (k + 1) * width),
+                alone)
+          << rows << " rows of " << width << ", prologue " << k << ", code " << machine_code;
+    }
     }
   }
 }

@@ -46,11 +46,21 @@ class CpuExecutable final : public Executable {
       out_views[i] = {nullptr, in.dtype, in.shape};
     }
     fused_code.resize(program.instrs.size());
+    stacks.resize(program.instrs.size());
     for (std::size_t i = 0; i < program.instrs.size(); ++i) {
       const auto& in = program.instrs[i];
       if (in.fusion && !in.epilogue.active()) {
         const bool reduces = ir::op_info(in.op).group == ir::OpGroup::Reduce;
         fused_code[i] = compile_fused_code(*in.fusion, reduces ? in.fusion->compute : in.dtype);
+      }
+      if (in.stacked.empty()) continue;
+      Stack& stack = stacks[i];
+      stack.prologues.push_back(in.fusion.get());
+      stack.codes.push_back(fused_code[i].get());
+      for (const auto& f : in.stacked) {
+        stack.owned.push_back(compile_fused_code(*f, f->compute));
+        stack.prologues.push_back(f.get());
+        stack.codes.push_back(stack.owned.back().get());
       }
     }
   }
@@ -58,6 +68,13 @@ class CpuExecutable final : public Executable {
   // Per instruction: its fusion's (or its reduction's prologue's) machine code (fused_jit.h),
   // or nullptr.
   std::vector<std::unique_ptr<const FusedCode>> fused_code;
+  // Per instruction: a stacked reduction's prologues and their code, `fusion`'s first.
+  struct Stack {
+    std::vector<const ir::Fusion*> prologues;
+    std::vector<const FusedCode*> codes;
+    std::vector<std::unique_ptr<const FusedCode>> owned;  // the code of `stacked`
+  };
+  std::vector<Stack> stacks;
   // Run state, touched only by the device thread. The kernels' views (dtype and shape) are
   // made once here; a run only points them at this run's buffers, so it copies no shapes.
   mutable std::shared_ptr<Storage> arena;
@@ -114,6 +131,9 @@ int run_program(const CpuExecutable& exe, const BufferList& inputs, const Buffer
       epilogue_kernel(in.op, in.attr, in.epilogue, views, out);
     else if (!in.fusion)
       run_kernel(in.op, in.attr, views, out);
+    else if (!in.stacked.empty())
+      stacked_reduce_kernel(in.op, in.attr, exe.stacks[i].prologues, exe.stacks[i].codes, views,
+                            out);
     else if (ir::op_info(in.op).group == ir::OpGroup::Reduce)
       fused_reduce_kernel(in.op, in.attr, *in.fusion, views, out, exe.fused_code[i].get());
     else
@@ -183,6 +203,19 @@ bool float32_channels_last(DType dtype, const ir::Conv2dAttr& attr, const Shape&
          conv_algorithm(g, ConvPass::kForward, DType::Float32) != ConvAlgorithm::kWinograd;
 }
 
+// LOOM_STACK_REDUCTIONS, read once: 0 keeps sibling sums apart (compiler/stack_reductions.h),
+// to compare; 1 (the default) stacks them.
+bool stack_reductions_setting() {
+  static const bool on = [] {
+    const char* v = std::getenv("LOOM_STACK_REDUCTIONS");
+    const std::string s = v ? v : "1";
+    if (s != "0" && s != "1")
+      throw Error("LOOM_STACK_REDUCTIONS: expected 0 or 1, got '" + s + "'");
+    return s == "1";
+  }();
+  return on;
+}
+
 // The CPU runs every op at every dtype and takes every rewrite. Convolutions and matmuls run
 // in bfloat16 (on oneDNN, accumulating in float32) where the processor has bfloat16
 // instructions; elsewhere the compiler widens them to float32 (compiler/widen.h).
@@ -196,6 +229,7 @@ ir::Target cpu_target() {
       t.run_bfloat16(op);
   t.fuse_epilogue = t.fuse_elementwise = t.fuse_reduce_prologue = true;
   t.fold_transpose = t.plan_memory = true;
+  t.stack_reductions = stack_reductions_setting() ? reads_stacked : nullptr;
   t.channels_last_convs = channels_last_convs();
   t.channels_last_conv = float32_channels_last;
   return t;

@@ -39,6 +39,19 @@ void fused_reduce_kernel(ir::Op op, const ir::Attr& attr, const ir::Fusion& prol
                          std::span<const TensorView> in, const TensorView& out,
                          const FusedCode* code = nullptr);
 
+// Sums or means of several prologues over the same operands `in`, reduced over the same axes
+// (compiler/stack_reductions.h): out is [prologues.size(), reduced shape...], row j the
+// reduction of prologues[j] (its code codes[j], or nullptr), each the bits it has alone.
+void stacked_reduce_kernel(ir::Op op, const ir::Attr& attr,
+                           std::span<const ir::Fusion* const> prologues,
+                           std::span<const FusedCode* const> codes,
+                           std::span<const TensorView> in, const TensorView& out);
+
+// Whether stacked_reduce_kernel reads its prologues together, piece by piece, when they have
+// this shape and are reduced over these axes (column sums over channels-last rows of 8, 16, 32
+// or 64): the CPU target's Target::stack_reductions.
+bool reads_stacked(const Shape& shape, const std::vector<int64_t>& axes);
+
 // Elements [begin, begin + len) of a fusion's result, in its compute type T (float or
 // double), written to dst: for kernels that take a fused prologue (reductions).
 template <class T>

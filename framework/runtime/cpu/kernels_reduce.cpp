@@ -17,6 +17,7 @@
 #include <cassert>
 #include <cmath>
 #include <limits>
+#include <span>
 #include <type_traits>
 #include <vector>
 
@@ -434,15 +435,51 @@ void fold_fixed_rows(PieceReader<T>& reader, int64_t at, int64_t end, typename R
   for (int j = 0; j < W; ++j) part[j] = acc[j];
 }
 
+// The row widths that fold_fixed_rows takes.
+constexpr bool fixed_rows(int64_t inner) {
+  return inner == 8 || inner == 16 || inner == 32 || inner == 64;
+}
+
 template <class T, class R>
-void reduce_rows_in_chunks(const Operand<T>& x, int64_t rows, int64_t inner, T* po) {
+void fold_fixed_rows(PieceReader<T>& reader, int64_t inner, int64_t at, int64_t end,
+                     typename R::Acc* part) {
+  switch (inner) {
+    case 8: return fold_fixed_rows<T, R, 8>(reader, at, end, part);
+    case 16: return fold_fixed_rows<T, R, 16>(reader, at, end, part);
+    case 32: return fold_fixed_rows<T, R, 32>(reader, at, end, part);
+    case 64: return fold_fixed_rows<T, R, 64>(reader, at, end, part);
+    default: assert(false && "fold_fixed_rows: not a fixed row width");
+  }
+}
+
+// `xs` holds one operand, or (a stacked sum, compiler/stack_reductions.h) several of one
+// shape, whose results go one after another to po. Several operands take fixed_rows widths:
+// a chunk then goes piece by piece, each operand's prologue evaluated over the piece in turn,
+// so what they load in common is read from memory once and from cache after. A piece is whole
+// windows and groups of rows, so each operand folds exactly as it does alone.
+template <class T, class R>
+void reduce_rows_in_chunks(std::span<const Operand<T>> xs, int64_t rows, int64_t inner, T* po) {
   using Acc = typename R::Acc;
   const int64_t rows_per_chunk = std::max<int64_t>(1, kChunkElems / inner);
   const int64_t chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
-  fold_in_chunks<T, R>(chunks, inner, rows, po, [&](int64_t c, Acc* part) {
+  const auto k = static_cast<int64_t>(xs.size());
+  assert((k == 1 || fixed_rows(inner)) && "reduce: operands stacked at a width not taken");
+  fold_in_chunks<T, R>(chunks, k * inner, rows, po, [&](int64_t c, Acc* part) {
     const int64_t end = std::min(rows, (c + 1) * rows_per_chunk) * inner;
-    PieceReader<T> reader(x, end);
     const int64_t begin = c * rows_per_chunk * inner;
+    if (k > 1) {
+      static_assert(kPiece % (kGroupRows * 64) == 0 && kPiece % kRun == 0);
+      for (int64_t at = begin; at < end; at += kPiece) {
+        const int64_t stop = std::min(end, at + kPiece);
+        for (int64_t j = 0; j < k; ++j) {
+          PieceReader<T> reader(xs[j], stop);
+          fold_fixed_rows<T, R>(reader, inner, at, stop, part + j * inner);
+        }
+      }
+      return;
+    }
+    const Operand<T>& x = xs[0];
+    PieceReader<T> reader(x, end);
     switch (inner) {  // the channel counts of convolutional networks
       case 8: return fold_fixed_rows<T, R, 8>(reader, begin, end, part);
       case 16: return fold_fixed_rows<T, R, 16>(reader, begin, end, part);
@@ -466,13 +503,16 @@ void reduce_rows_in_chunks(const Operand<T>& x, int64_t rows, int64_t inner, T* 
   });
 }
 
-template <class T, class R>
-void reduce_typed(const Operand<T>& x, const Shape& shape, const std::vector<int64_t>& axes,
-                  const TensorView& out) {
-  using Acc = typename R::Acc;
-  T* po = out.as<T>();
+// A reduction's operand after simplifying: size-1 dimensions dropped and neighbours with the
+// same reduced/kept status merged, the innermost dimension apart.
+struct Layout {
+  bool inner_reduced = true;
+  int64_t inner = 1;  // the innermost dimension's size
+  Dims kept, red;     // the outer dimensions, split by status
+  int64_t n_red = 1;  // elements folded into each output
+};
 
-  // Simplify: drop size-1 dims, merge neighbours with the same reduced/kept status.
+Layout layout_of(const Shape& shape, const std::vector<int64_t>& axes) {
   auto strides = contiguous_strides(shape);
   Dims dims;
   SmallVector<bool, 8> reduced;
@@ -487,16 +527,36 @@ void reduce_typed(const Operand<T>& x, const Shape& shape, const std::vector<int
       reduced.push_back(r);
     }
   }
-  const bool inner_reduced = dims.empty() || reduced.back();
-  const int64_t inner = dims.empty() ? 1 : dims.back().size;
+  Layout l;
+  l.inner_reduced = dims.empty() || reduced.back();
+  l.inner = dims.empty() ? 1 : dims.back().size;
   if (!dims.empty()) {
     dims.pop_back();
     reduced.pop_back();
   }
-  Dims kept, red;  // the outer dims, split by status
-  for (std::size_t d = 0; d < dims.size(); ++d) (reduced[d] ? red : kept).push_back(dims[d]);
+  for (std::size_t d = 0; d < dims.size(); ++d) (reduced[d] ? l.red : l.kept).push_back(dims[d]);
+  l.n_red = count_of(l.red) * (l.inner_reduced ? l.inner : 1);
+  return l;
+}
+
+// Few outputs, kept innermost, over many contiguous rows of them (reduce_rows_in_chunks).
+bool rows_in_chunks(const Layout& l) {
+  return !l.inner_reduced && l.kept.empty() && l.red.size() == 1 && l.red[0].stride == l.inner &&
+         l.inner <= kFewOutputs && l.n_red * l.inner >= kChunkElems;
+}
+
+template <class T, class R>
+void reduce_typed(const Operand<T>& x, const Shape& shape, const std::vector<int64_t>& axes,
+                  const TensorView& out) {
+  using Acc = typename R::Acc;
+  T* po = out.as<T>();
+  const Layout layout = layout_of(shape, axes);
+  const bool inner_reduced = layout.inner_reduced;
+  const int64_t inner = layout.inner;
+  const Dims& kept = layout.kept;
+  const Dims& red = layout.red;
   const int64_t n_out = out.numel();
-  const int64_t n_red = count_of(red) * (inner_reduced ? inner : 1);
+  const int64_t n_red = layout.n_red;
   if (n_out == 0) return;
 
   if (inner_reduced && n_out <= kFewOutputs && n_red >= kChunkElems &&
@@ -543,9 +603,8 @@ void reduce_typed(const Operand<T>& x, const Shape& shape, const std::vector<int
     return;
   }
 
-  if (kept.empty() && red.size() == 1 && red[0].stride == inner && inner <= kFewOutputs &&
-      n_red * inner >= kChunkElems) {
-    reduce_rows_in_chunks<T, R>(x, n_red, inner, po);
+  if (rows_in_chunks(layout)) {
+    reduce_rows_in_chunks<T, R>(std::span(&x, 1), n_red, inner, po);
     return;
   }
 
@@ -688,6 +747,44 @@ void fused_reduce_kernel(Op op, const ir::Attr& attr, const ir::Fusion& prologue
                          std::span<const TensorView> in, const TensorView& out,
                          const FusedCode* code) {
   reduce_operand(op, attr, prologue.compute, prologue.shape, nullptr, &prologue, in, out, code);
+}
+
+bool reads_stacked(const Shape& shape, const std::vector<int64_t>& axes) {
+  const Layout l = layout_of(shape, axes);
+  return rows_in_chunks(l) && fixed_rows(l.inner);
+}
+
+void stacked_reduce_kernel(Op op, const ir::Attr& attr,
+                           std::span<const ir::Fusion* const> prologues,
+                           std::span<const FusedCode* const> codes,
+                           std::span<const TensorView> in, const TensorView& out) {
+  assert(!prologues.empty() && codes.size() == prologues.size());
+  const ir::Fusion& first = *prologues[0];
+  const auto& axes = attr.get<ir::AxesAttr>().axes;
+  const auto k = static_cast<int64_t>(prologues.size());
+  auto run = [&](auto tag, auto reducer) {
+    using T = typename decltype(tag)::type;
+    using R = typename decltype(reducer)::type;
+    std::vector<Operand<T>> xs;
+    for (int64_t j = 0; j < k; ++j)
+      xs.push_back({nullptr, prologues[j], in, codes[j]});
+    const Layout l = layout_of(first.shape, axes);
+    if (rows_in_chunks(l) && fixed_rows(l.inner) && out.numel() > 0) {
+      reduce_rows_in_chunks<T, R>(std::span<const Operand<T>>(xs), l.n_red, l.inner, out.as<T>());
+      return;
+    }
+    // Elsewhere one after another, each into its row of the result.
+    const Shape row(out.shape.begin() + 1, out.shape.end());
+    const int64_t n = shape_numel(row);
+    for (int64_t j = 0; j < k; ++j)
+      reduce_typed<T, R>(xs[j], first.shape, axes, {out.as<T>() + j * n, out.dtype, row});
+  };
+  visit_float(ir::op_name(op), first.compute, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (op == Op::Sum) run(tag, TypeTag<SumOp<T>>{});
+    else if (op == Op::Mean) run(tag, TypeTag<MeanOp<T>>{});
+    else LOOM_UNREACHABLE("stacked_reduce_kernel: only sums and means are stacked");
+  });
 }
 
 void argmax_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& out) {
