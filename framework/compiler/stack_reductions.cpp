@@ -94,8 +94,10 @@ ir::Program stack_reductions(ir::Program p, const ir::Target& target) {
 
   // Per slot, the value it reshapes (itself where it is no Reshape).
   std::vector<int> root(p.num_slots());
-  for (int s = 0; s < p.num_slots(); ++s)
-    root[s] = s >= n_in && p.instrs[s - n_in].op == Op::Reshape ? root[p.instrs[s - n_in].args[0]] : s;
+  for (int s = 0; s < p.num_slots(); ++s) {
+    const bool reshape = s >= n_in && p.instrs[s - n_in].op == Op::Reshape;
+    root[s] = reshape ? root[p.instrs[s - n_in].args[0]] : s;
+  }
 
   // Groups, in program order: an instruction joins the latest group it may, else starts one.
   std::vector<Group> groups;

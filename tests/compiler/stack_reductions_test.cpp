@@ -81,17 +81,19 @@ TEST(StackReductions, ASumThatReadsAnotherStaysApart) {
 TEST(StackReductions, OnlyLayoutsTheKernelReadsTogetherAndOneKindOfReduction) {
   test::fresh_engine();
   auto g = rows(32, 16, 16, 16, 0.013f);
+  auto stacked = [](const Tensor& a, const Tensor& b) {
+    return reductions(compiled({a, b})).stacked;
+  };
   // Row sums (the reduced dimension innermost) and a width the kernel does not take.
-  EXPECT_EQ(reductions(compiled({(g * 2.0).sum({3}), (g * 3.0).sum({3})})).stacked, 0);
+  EXPECT_EQ(stacked((g * 2.0).sum({3}), (g * 3.0).sum({3})), 0);
   auto odd = rows(64, 16, 16, 12, 0.019f);
-  EXPECT_EQ(reductions(compiled({(odd * 2.0).sum(kRowsAxes), (odd * 3.0).sum(kRowsAxes)})).stacked,
-            0);
+  EXPECT_EQ(stacked((odd * 2.0).sum(kRowsAxes), (odd * 3.0).sum(kRowsAxes)), 0);
   // A sum and a mean stay apart; two means stack.
-  EXPECT_EQ(reductions(compiled({(g * 2.0).sum(kRowsAxes), (g * 3.0).mean(kRowsAxes)})).stacked, 0);
-  EXPECT_EQ(reductions(compiled({(g * 2.0).mean(kRowsAxes), (g * 3.0).mean(kRowsAxes)})).stacked, 1);
+  EXPECT_EQ(stacked((g * 2.0).sum(kRowsAxes), (g * 3.0).mean(kRowsAxes)), 0);
+  EXPECT_EQ(stacked((g * 2.0).mean(kRowsAxes), (g * 3.0).mean(kRowsAxes)), 1);
   // Sums that share no whole-size operand stay apart.
   auto h = rows(32, 16, 16, 16, 0.023f);
-  EXPECT_EQ(reductions(compiled({(g * 2.0).sum(kRowsAxes), (h * 3.0).sum(kRowsAxes)})).stacked, 0);
+  EXPECT_EQ(stacked((g * 2.0).sum(kRowsAxes), (h * 3.0).sum(kRowsAxes)), 0);
 }
 
 TEST(StackReductions, AtMostFourPerPass) {

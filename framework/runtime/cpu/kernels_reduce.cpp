@@ -435,7 +435,7 @@ void fold_fixed_rows(PieceReader<T>& reader, int64_t at, int64_t end, typename R
   for (int j = 0; j < W; ++j) part[j] = acc[j];
 }
 
-// The row widths that fold_fixed_rows takes.
+// The row widths that fold_fixed_rows takes: the channel counts of convolutional networks.
 constexpr bool fixed_rows(int64_t inner) {
   return inner == 8 || inner == 16 || inner == 32 || inner == 64;
 }
@@ -448,7 +448,7 @@ void fold_fixed_rows(PieceReader<T>& reader, int64_t inner, int64_t at, int64_t 
     case 16: return fold_fixed_rows<T, R, 16>(reader, at, end, part);
     case 32: return fold_fixed_rows<T, R, 32>(reader, at, end, part);
     case 64: return fold_fixed_rows<T, R, 64>(reader, at, end, part);
-    default: assert(false && "fold_fixed_rows: not a fixed row width");
+    default: LOOM_UNREACHABLE("fold_fixed_rows: not a fixed row width");
   }
 }
 
@@ -478,15 +478,8 @@ void reduce_rows_in_chunks(std::span<const Operand<T>> xs, int64_t rows, int64_t
       }
       return;
     }
-    const Operand<T>& x = xs[0];
-    PieceReader<T> reader(x, end);
-    switch (inner) {  // the channel counts of convolutional networks
-      case 8: return fold_fixed_rows<T, R, 8>(reader, begin, end, part);
-      case 16: return fold_fixed_rows<T, R, 16>(reader, begin, end, part);
-      case 32: return fold_fixed_rows<T, R, 32>(reader, begin, end, part);
-      case 64: return fold_fixed_rows<T, R, 64>(reader, begin, end, part);
-      default: break;
-    }
+    PieceReader<T> reader(xs[0], end);
+    if (fixed_rows(inner)) return fold_fixed_rows<T, R>(reader, inner, begin, end, part);
     int64_t k = 0;  // the output of the element at `at`
     for (int64_t at = begin; at < end;) {
       const int64_t len = std::min(kRun, end - at);
@@ -765,12 +758,12 @@ void stacked_reduce_kernel(Op op, const ir::Attr& attr,
   auto run = [&](auto tag, auto reducer) {
     using T = typename decltype(tag)::type;
     using R = typename decltype(reducer)::type;
-    std::vector<Operand<T>> xs;
-    for (int64_t j = 0; j < k; ++j)
-      xs.push_back({nullptr, prologues[j], in, codes[j]});
+    SmallVector<Operand<T>, 4> xs;  // no allocation in a steady step
+    for (int64_t j = 0; j < k; ++j) xs.push_back({nullptr, prologues[j], in, codes[j]});
     const Layout l = layout_of(first.shape, axes);
     if (rows_in_chunks(l) && fixed_rows(l.inner) && out.numel() > 0) {
-      reduce_rows_in_chunks<T, R>(std::span<const Operand<T>>(xs), l.n_red, l.inner, out.as<T>());
+      reduce_rows_in_chunks<T, R>(std::span<const Operand<T>>(xs.begin(), xs.end()), l.n_red,
+                                  l.inner, out.as<T>());
       return;
     }
     // Elsewhere one after another, each into its row of the result.
