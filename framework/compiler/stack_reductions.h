@@ -1,7 +1,8 @@
 // Sibling reductions in one pass.
 //
-// Sums (or means) that reduce fused prologues of one shape over the same axes, where neither
-// depends on the other and they read a whole-size operand in common, become one instruction:
+// Sums (or means) that reduce operands of one shape over the same axes (fused prologues, or a
+// stored float tensor read through a copy step), where none depends on another and they read a
+// whole-size operand in common, become one instruction:
 // a Sum or Mean whose `fusion` and `stacked` prologues are reduced side by side, result
 // [k, reduced shape...], followed per original by a Slice of its row and a Reshape back to
 // its shape. A BatchNorm backward's sum(g) and sum(g * centered) read the gradient and the

@@ -27,7 +27,7 @@ struct Target {
   bool fuse_elementwise = false;   // elementwise chains as one kernel: fuse_elementwise.h
   bool fuse_reduce_prologue = false;  // a reduction over a fused operand: fuse_reduce.h
   bool fold_transpose = false;     // Matmul reading a transposed operand: fold_transpose.h
-  // Where set, sibling sums and means over one fused operand's shape run in one pass
+  // Where set, sibling sums and means over operands of one shape run in one pass
   // (compiler/stack_reductions.h) where this says the device's kernel reads them together:
   // asked with the prologue's shape and the reduced axes.
   bool (*stack_reductions)(const Shape& operand, const std::vector<int64_t>& axes) = nullptr;

@@ -742,9 +742,11 @@ void fused_reduce_kernel(Op op, const ir::Attr& attr, const ir::Fusion& prologue
   reduce_operand(op, attr, prologue.compute, prologue.shape, nullptr, &prologue, in, out, code);
 }
 
+// Where reduce_rows_in_chunks takes several operands together.
+bool stacks(const Layout& l) { return rows_in_chunks(l) && fixed_rows(l.inner); }
+
 bool reads_stacked(const Shape& shape, const std::vector<int64_t>& axes) {
-  const Layout l = layout_of(shape, axes);
-  return rows_in_chunks(l) && fixed_rows(l.inner);
+  return stacks(layout_of(shape, axes));
 }
 
 void stacked_reduce_kernel(Op op, const ir::Attr& attr,
@@ -761,7 +763,7 @@ void stacked_reduce_kernel(Op op, const ir::Attr& attr,
     SmallVector<Operand<T>, 4> xs;  // no allocation in a steady step
     for (int64_t j = 0; j < k; ++j) xs.push_back({nullptr, prologues[j], in, codes[j]});
     const Layout l = layout_of(first.shape, axes);
-    if (rows_in_chunks(l) && fixed_rows(l.inner) && out.numel() > 0) {
+    if (stacks(l) && out.numel() > 0) {
       reduce_rows_in_chunks<T, R>(std::span<const Operand<T>>(xs.begin(), xs.end()), l.n_red,
                                   l.inner, out.as<T>());
       return;
