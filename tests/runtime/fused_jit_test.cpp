@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -176,8 +177,8 @@ TEST(FusedCode, GivesTheEvaluatorsBitsOnRandomChains) {
         // AVX-512 code widens the bfloat16 operand and converts the bool mask itself; AVX2
         // code reads them converted.
         const bool in_place = code->loads()[5] == FusedCode::Load::BFloat16Elements;
-        EXPECT_EQ(in_place, isa == FusedIsa::Avx512);
-        EXPECT_EQ(code->loads()[4] == FusedCode::Load::BoolElements, isa == FusedIsa::Avx512);
+        EXPECT_EQ(in_place, is_avx512(isa));
+        EXPECT_EQ(code->loads()[4] == FusedCode::Load::BoolElements, is_avx512(isa));
         widened += in_place;
         for (DType out_dtype : {DType::Float32, DType::Bool, DType::BFloat16}) {
           const auto want = run(c, out_dtype, nullptr, false);
@@ -190,7 +191,7 @@ TEST(FusedCode, GivesTheEvaluatorsBitsOnRandomChains) {
         const Case r = rounded(c);
         const auto narrow = compile_fused_code(r.fusion, DType::BFloat16, isa);
         ASSERT_NE(narrow, nullptr) << r.text;
-        EXPECT_EQ(narrow->narrows(), isa == FusedIsa::Avx512);
+        EXPECT_EQ(narrow->narrows(), is_avx512(isa));
         narrowed += narrow->narrows();
         EXPECT_EQ(run(r, DType::BFloat16, nullptr, false), run(r, DType::BFloat16, narrow.get(), false))
             << "narrowed, plane " << plane << ": " << r.text;
@@ -198,7 +199,7 @@ TEST(FusedCode, GivesTheEvaluatorsBitsOnRandomChains) {
     }
     // Most chains read an operand element by element: the comparisons above ran the code.
     EXPECT_GT(compiled, cases / 2) << compiled << " of " << cases << " chains compiled";
-    if (isa == FusedIsa::Avx512) {
+    if (is_avx512(isa)) {
       EXPECT_EQ(narrowed, compiled);
       EXPECT_EQ(widened, compiled);
     }
@@ -264,7 +265,7 @@ TEST(FusedCode, EachStepGivesTheEvaluatorsBitsOnSpecialValues) {
           if (out == DType::BFloat16 && !rounds) continue;
           const auto code = compile_fused_code(f, out, isa);
           ASSERT_NE(code, nullptr) << what;
-          EXPECT_EQ(code->narrows(), out == DType::BFloat16 && isa == FusedIsa::Avx512) << what;
+          EXPECT_EQ(code->narrows(), out == DType::BFloat16 && is_avx512(isa)) << what;
           const auto size = static_cast<std::size_t>(n) * dtype_size(out);
           std::vector<unsigned char> want(size), got(size);
           fused_kernel(f, in, {want.data(), out, {n}});
@@ -280,12 +281,60 @@ TEST(FusedCode, EachStepGivesTheEvaluatorsBitsOnSpecialValues) {
   }
 }
 
+// Rounding to bfloat16 over a sweep of the float32 bit patterns, dense among the subnormals
+// (which the AVX512_BF16 conversion flushes, so their vectors take the integer rounding) and
+// around the smallest normal, with vectors of subnormals alone, mixed with other lanes and
+// without any: on every instruction set, rounded inside a chain (then scaled by 1) and stored as
+// bfloat16 by the code, the bits of bfloat16::round_bits.
+TEST(FusedCode, RoundsToBFloat16AsRoundBitsOverTheFloatRange) {
+  if (!fused_jit_available()) GTEST_SKIP() << "no fused machine code here (a CPU without AVX2, or LOOM_FUSED_JIT=0)";
+  std::vector<float> x;
+  for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 65537) x.push_back(std::bit_cast<float>(uint32_t(u)));
+  for (uint32_t sign : {0u, 0x80000000u})
+    for (uint32_t u = 0; u < 0x00900000u; u += 997) x.push_back(std::bit_cast<float>(sign | u));
+  const auto n = static_cast<int64_t>(x.size());
+  float one = 1.0f;
+  const std::vector<TensorView> in{{x.data(), DType::Float32, {n}}, {&one, DType::Float32, {1}}};
+  // The rounding, stored as bfloat16 (inside: false), or scaled by 1 after it (true).
+  auto fusion = [&](bool inside) {
+    ir::Fusion f;
+    f.compute = DType::Float32;
+    f.shape = {n};
+    f.loads = {{0, DType::Float32, {n}, {1}}, {1, DType::Float32, {n}, {0}}};
+    f.steps = {{Op::Cast, 0, -1, -1, 0, DType::BFloat16}};
+    if (inside) f.steps.push_back({Op::Mul, 2, 1, -1, 0, DType::Float32});
+    f.num_registers = static_cast<int>(f.loads.size() + f.steps.size());
+    for (int v = 0; v < f.num_registers; ++v) f.register_of.push_back(v == 0 ? -1 : v);
+    return f;
+  };
+  for (FusedIsa isa : fused_isas()) {
+    for (bool inside : {false, true}) {
+      const std::string what = std::string(fused_isa_name(isa)) + (inside ? ": inside a chain" : ": stored");
+      const ir::Fusion f = fusion(inside);
+      const DType out = inside ? DType::Float32 : DType::BFloat16;
+      const auto code = compile_fused_code(f, out, isa);
+      ASSERT_NE(code, nullptr) << what;
+      std::vector<uint32_t> got(static_cast<std::size_t>(n));
+      fused_kernel(f, in, {got.data(), out, {n}}, code.get());
+      int differ = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const uint32_t want = bfloat16::round_bits(x[i]);
+        const uint32_t have = inside ? got[i] >> 16 : reinterpret_cast<const uint16_t*>(got.data())[i];
+        if (have != want && ++differ <= 3)
+          ADD_FAILURE() << what << ": " << std::hex << std::bit_cast<uint32_t>(x[i]) << " gave " << have
+                        << ", not " << want;
+      }
+      EXPECT_EQ(differ, 0) << what;
+    }
+  }
+}
+
 // exp, sigmoid and silu on AVX-512: the code's polynomials give the evaluator's bits (Eigen's
 // pexp and logistic) over the whole float range, the clamps and cut-offs, special values and a
 // masked tail, alone, after a shift by a splat (softmax's exp(x - max)), from bfloat16
 // operands, and rounded to bfloat16.
 TEST(FusedCode, ExpAndLogisticGiveTheEvaluatorsBits) {
-  if (std::find(fused_isas().begin(), fused_isas().end(), FusedIsa::Avx512) == fused_isas().end())
+  if (std::none_of(fused_isas().begin(), fused_isas().end(), is_avx512))
     GTEST_SKIP() << "no AVX-512 fused code here: exp stays on the evaluator";
   std::vector<float> x{0.0f, -0.0f, 1.0f, -1.0f, 88.0f, 88.37f, 88.38f, 88.8f, 89.0f, -87.0f,
                        -88.37f, -88.38f, -100.0f, -104.0f, 1e-30f, -1e-30f, 1e-40f,
@@ -308,10 +357,12 @@ TEST(FusedCode, ExpAndLogisticGiveTheEvaluatorsBits) {
     std::string what;
     bool from_halves, shifted, rounded;
   };
+  for (FusedIsa isa : fused_isas())
   for (Op op : {Op::Exp, Op::Sigmoid, Op::Silu})
   for (Chain c : {Chain{"(x)", false, false, false}, Chain{"(x - m)", false, true, false},
                   Chain{"(bf16 x - m)", true, true, false}, Chain{"(x - m) to bf16", false, true, true}}) {
-    c.what = ir::op_name(op) + c.what;
+    if (!is_avx512(isa)) continue;
+    c.what = std::string(fused_isa_name(isa)) + ": " + ir::op_name(op) + c.what;
     ir::Fusion f;
     f.compute = DType::Float32;
     f.shape = {n};
@@ -327,7 +378,7 @@ TEST(FusedCode, ExpAndLogisticGiveTheEvaluatorsBits) {
     f.num_registers = static_cast<int>(f.loads.size() + f.steps.size());
     for (int v = 0; v < f.num_registers; ++v) f.register_of.push_back(v);
     const DType out = c.rounded ? DType::BFloat16 : DType::Float32;
-    const auto code = compile_fused_code(f, out, FusedIsa::Avx512);
+    const auto code = compile_fused_code(f, out, isa);
     ASSERT_NE(code, nullptr) << c.what;
     const std::vector<TensorView> in{c.from_halves ? hs : xs, ss};
     const auto size = static_cast<std::size_t>(n) * dtype_size(out);
@@ -399,7 +450,7 @@ TEST(FusedCode, TakesOnlyTheStepsItComputesExactly) {
   for (FusedIsa isa : fused_isas())
     for (Op op : {Op::Exp, Op::Sigmoid, Op::Silu})
       EXPECT_EQ(compile_fused_code(fusion(op), DType::Float32, isa) != nullptr,
-                isa == FusedIsa::Avx512)
+                is_avx512(isa))
           << fused_isa_name(isa) << " " << ir::op_name(op);
   // A float64 fusion is the evaluator's.
   ir::Fusion f64 = fusion(Op::Relu);

@@ -9,6 +9,8 @@
 //       last value stored to out + i (as float32, or its top halves as bfloat16)
 //   if n % L: the same body once more with masked loads and stores (masked lanes are never
 //       read or written, so nothing is touched beyond the operands)
+//   return; then the cold code of the roundings to bfloat16 (Avx512Bf16: a vector with a
+//       subnormal lane jumps there, is rounded with integer steps, and jumps back)
 //
 // Registers: rdi: the value pointers, rsi: out, rdx: n, rax: the index of the current element,
 // rcx: the end of the full vectors; up to 10 element loads get a register each (r8-r11, rbx,
@@ -33,6 +35,8 @@
 #include <cassert>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <stdexcept>
 
 namespace loom::runtime {
@@ -59,7 +63,7 @@ constexpr bool kEigenAvx512Exp = false;
 // before).
 bool takes(const ir::FusedStep& s, FusedIsa isa) {
   if (s.op == Op::Exp || s.op == Op::Sigmoid || s.op == Op::Silu)
-    return kEigenAvx512Exp && isa == FusedIsa::Avx512;
+    return kEigenAvx512Exp && is_avx512(isa);
   switch (s.op) {
     case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Maximum: case Op::Minimum:
     case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge: case Op::Where:
@@ -85,7 +89,8 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
   Generator(const ir::Fusion& f, const std::vector<bool>& before, const std::vector<Load>& loads,
             FusedIsa isa, DType out)
       : Xbyak::CodeGenerator(4096, Xbyak::AutoGrow), f_(f), before_(before), loads_(loads),
-        wide_(isa == FusedIsa::Avx512), lanes_(wide_ ? 16 : 8), value_regs_(wide_ ? 28 : 13),
+        wide_(is_avx512(isa)), bf16_(isa == FusedIsa::Avx512Bf16), lanes_(wide_ ? 16 : 8),
+        value_regs_(wide_ ? 28 : 13),
         narrow_out_(out == DType::BFloat16),
         n_loads_(static_cast<int>(f.loads.size())),
         n_values_(n_loads_ + static_cast<int>(f.steps.size())) {
@@ -179,6 +184,8 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
     vzeroupper();
     for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) pop(*it);
     ret();
+    // The roundings' subnormal lanes, out of the loop (round_to_bfloat16).
+    for (auto& cold : cold_) cold();
 
     // Constants, a vector each, then (AVX2) the tail masks (entry j: the first j lanes set).
     align(64);
@@ -380,8 +387,65 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
     return s.op == Op::Add || s.op == Op::Sub || s.op == Op::Mul || s.op == Op::Div;
   }
 
+  // d = a rounded to bfloat16 (bfloat16::round_bits: (u + 0x7fff + (u >> 16 & 1)) &
+  // 0xffff0000, and a NaN, its magnitude above infinity's bits, keeps its upper half with the
+  // quiet bit set), a float32 whose low half is zero; integer steps on s1 and s2.
+  void round_bits(const Xbyak::Xmm& d, const Xbyak::Xmm& a) {
+    const Xbyak::Xmm s1 = vec(wide_ ? 28 : 13), s2 = vec(wide_ ? 29 : 14);
+    vpsrld(s1, a, 16);
+    bits_and(s1, s1, int_one());
+    vpaddd(s1, s1, a);
+    vpaddd(s1, s1, round_half());
+    bits_and(s1, s1, high_half());
+    bits_and(s2, a, magnitude());
+    bits_or(d, a, quiet_bit());
+    bits_and(d, d, high_half());
+    if (wide_) {
+      vpcmpgtd(k2, s2, infinity_bits());
+      vpblendmd(d | k2, s1, d);
+    } else {
+      vpcmpgtd(s2, s2, infinity_bits());
+      vblendvps(d, s1, d, s2);
+    }
+  }
+
+  // The AVX512_BF16 rounding of a's 16 lanes into the words of `words` (a ymm): vcvtneps2bf16
+  // rounds as round_bits does except in subnormal lanes, which it flushes to zero. A vector
+  // with such a lane (rare: below 1.2e-38) jumps out of the loop to cold code that rounds as
+  // round_bits into d and narrows that into words, then comes back.
+  void convert_bf16(const Xbyak::Ymm& words, const Xbyak::Xmm& d, const Xbyak::Xmm& a) {
+    constexpr uint8_t kSubnormal = 0x20;  // vfpclassps: denormal, either sign
+    Xbyak::Label& cold = labels_.emplace_back();
+    Xbyak::Label& back = labels_.emplace_back();
+    vfpclassps(k2, a, kSubnormal);
+    kortestw(k2, k2);
+    jnz(cold, T_NEAR);
+    vcvtneps2bf16(words, a);
+    L(back);
+    cold_.push_back([this, words, d, a, &cold, &back] {
+      L(cold);
+      round_bits(d, a);
+      vpsrld(d, d, 16);
+      vpmovdw(words, d);
+      jmp(back, T_NEAR);
+    });
+  }
+
+  // d = a rounded to bfloat16, as round_bits; the AVX512_BF16 conversion where the code has it
+  // (full vectors only), widened back.
+  void round_to_bfloat16(const Xbyak::Xmm& d, const Xbyak::Xmm& a, bool masked) {
+    if (!bf16_ || masked) return round_bits(d, a);
+    const Xbyak::Ymm words(d.getIdx());
+    convert_bf16(words, d, a);
+    vpmovzxwd(d, words);
+    vpslld(d, d, 16);
+  }
+
   void body(bool masked) {
     const Xbyak::Xmm s1 = vec(wide_ ? 28 : 13), s2 = vec(wide_ ? 29 : 14);
+    // A bfloat16 result of full vectors, with AVX512_BF16: its rounding leaves the words in s2's
+    // ymm, stored as they are.
+    const bool stores_result_words = narrow_out_ && bf16_ && !masked;
     for (int v = n_loads_; v < n_values_; ++v) {
       if (before_[v]) continue;
       const auto& s = f_.steps[v - n_loads_];
@@ -402,6 +466,7 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
       const int r = allocate();
       register_of_[v] = r;
       const Xbyak::Xmm d = vec(r);
+      const bool stores_words = stores_result_words && v == n_values_ - 1;
       // Sets the mask select() reads to x predicate y.
       auto compare = [&](const Xbyak::Xmm& x, const Xbyak::Xmm& y, uint8_t predicate) {
         if (wide_) vcmpps(k2, x, y, predicate);
@@ -442,13 +507,9 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
         case Op::Abs:
           bits_and(d, a, magnitude());
           break;
-        case Op::Relu: {  // a < 0 ? 0 : a
-          const Xbyak::Xmm z = zero(s2);
-          compare(a, z, kLt);
-          if (wide_) select(d, z, a, s1);
-          else vandnps(d, s1, a);
+        case Op::Relu:  // a < 0 ? 0 : a; maxps returns its second operand for a NaN or two zeros
+          vmaxps(d, zero(s2), a);
           break;
-        }
         case Op::LogicalNot:
           set_if(d, a, zero(s2), kEq);
           break;
@@ -472,24 +533,10 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
         case Op::Cast:
           if (s.dtype == DType::Bool) {
             set_if(d, a, zero(s2), kNe);
+          } else if (s.dtype == DType::BFloat16 && stores_words) {  // the result, as words
+            convert_bf16(Xbyak::Ymm(s2.getIdx()), d, a);
           } else if (s.dtype == DType::BFloat16) {
-            // bfloat16::round_bits: (u + 0x7fff + (u >> 16 & 1)) & 0xffff0000, and a NaN
-            // (magnitude above infinity's bits) keeps its upper half with the quiet bit set.
-            vpsrld(s1, a, 16);
-            bits_and(s1, s1, int_one());
-            vpaddd(s1, s1, a);
-            vpaddd(s1, s1, round_half());
-            bits_and(s1, s1, high_half());
-            bits_and(s2, a, magnitude());
-            bits_or(d, a, quiet_bit());
-            bits_and(d, d, high_half());
-            if (wide_) {
-              vpcmpgtd(k2, s2, infinity_bits());
-              vpblendmd(d | k2, s1, d);
-            } else {
-              vpcmpgtd(s2, s2, infinity_bits());
-              vblendvps(d, s1, d, s2);
-            }
+            round_to_bfloat16(d, a, masked);
           } else if (d.getIdx() != a.getIdx()) {
             vmovaps(d, a);
           }
@@ -499,7 +546,9 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
       }
     }
     const Xbyak::Xmm result = vec(register_of_[n_values_ - 1]);
-    if (narrow_out_) {  // AVX-512 only (compile): the top half of each rounded float
+    if (stores_result_words) {
+      vmovdqu32(ptr[rsi + rax * 2], Xbyak::Ymm(s2.getIdx()));
+    } else if (narrow_out_) {  // AVX-512 only (compile): the top half of each rounded float
       vpsrld(s1, result, 16);
       if (masked) {
         vpmovdw(ptr[rsi + rax * 2] | k1, s1);
@@ -527,6 +576,7 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
   const std::vector<bool> before_;
   const std::vector<Load> loads_;
   const bool wide_;         // AVX-512: zmm registers, k masks
+  const bool bf16_;         // AVX512_BF16 roundings (convert_bf16)
   const int lanes_;         // floats per vector
   const int value_regs_;    // vector registers for values: 0 .. value_regs_ - 1
   const bool narrow_out_;   // the result is stored as bfloat16
@@ -539,6 +589,8 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
   std::array<bool, 28> free_{};
   std::vector<int> register_of_;  // per value: its vector register now, -1: none
   Xbyak::Label* consts_ = nullptr;
+  std::deque<Xbyak::Label> labels_;            // convert_bf16's, which cold_ refers to
+  std::vector<std::function<void()>> cold_;  // emitted after the function's ret
   Xbyak::Label masks_;
 };
 
@@ -550,9 +602,12 @@ const std::vector<FusedIsa>& fused_isas() {
     const Xbyak::util::Cpu cpu;
     if (!cpu.has(Xbyak::util::Cpu::tAVX2)) return v;
     v.push_back(FusedIsa::Avx2);
-    const bool avx2_only = env && std::strcmp(env, "avx2") == 0;
-    if (!avx2_only && cpu.has(Xbyak::util::Cpu::tAVX512F) && cpu.has(Xbyak::util::Cpu::tAVX512VL))
-      v.push_back(FusedIsa::Avx512);
+    using Cpu = Xbyak::util::Cpu;
+    if (env && std::strcmp(env, "avx2") == 0) return v;
+    if (!cpu.has(Cpu::tAVX512F) || !cpu.has(Cpu::tAVX512VL)) return v;
+    v.push_back(FusedIsa::Avx512);
+    if (env && std::strcmp(env, "avx512") == 0) return v;
+    if (cpu.has(Cpu::tAVX512_BF16) && cpu.has(Cpu::tAVX512DQ)) v.push_back(FusedIsa::Avx512Bf16);
     return v;
   }();
   return isas;
@@ -572,7 +627,7 @@ std::unique_ptr<const FusedCode> FusedCode::compile(const ir::Fusion& f, const s
     before.push_back(reads[k] == Load::Splat);
     // Under AVX2 the evaluator converts bfloat16 operands into its registers.
     const bool in_place = reads[k] == Load::BFloat16Elements || reads[k] == Load::BoolElements;
-    if (in_place && isa != FusedIsa::Avx512) reads[k] = Load::Elements;
+    if (in_place && !is_avx512(isa)) reads[k] = Load::Elements;
   }
   for (const auto& s : f.steps) {
     bool splats = true;
@@ -583,7 +638,7 @@ std::unique_ptr<const FusedCode> FusedCode::compile(const ir::Fusion& f, const s
   }
   if (before.back()) return nullptr;  // one value throughout: nothing per element
   const auto& last = f.steps.back();
-  const bool narrow = out == DType::BFloat16 && isa == FusedIsa::Avx512 && last.op == Op::Cast &&
+  const bool narrow = out == DType::BFloat16 && is_avx512(isa) && last.op == Op::Cast &&
                       last.dtype == DType::BFloat16;
   std::unique_ptr<FusedCode> code(new FusedCode());
   try {
@@ -622,7 +677,14 @@ std::unique_ptr<const FusedCode> FusedCode::compile(const ir::Fusion&, const std
 
 bool fused_jit_available() { return !fused_isas().empty(); }
 
-const char* fused_isa_name(FusedIsa isa) { return isa == FusedIsa::Avx512 ? "AVX-512" : "AVX2"; }
+const char* fused_isa_name(FusedIsa isa) {
+  switch (isa) {
+    case FusedIsa::Avx2: return "AVX2";
+    case FusedIsa::Avx512: return "AVX-512";
+    case FusedIsa::Avx512Bf16: return "AVX-512 with AVX512_BF16";
+  }
+  LOOM_UNREACHABLE("fused code: an instruction set without a name");
+}
 
 FusedCode::~FusedCode() = default;
 

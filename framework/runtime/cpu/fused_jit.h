@@ -15,11 +15,12 @@
 // splats (constants, per-channel values) are computed by the evaluator, once per sub-block,
 // and read by the code as one value each.
 //
-// With AVX-512 (F and VL) the code works on 16 lanes, and it also reads bfloat16 operands and writes a
-// bfloat16 result itself (a widening is a shift, the rounding step leaves a bfloat16 in the
-// top half of each float), so a channels-last bfloat16 batch norm reads and writes each
-// element once, with no conversion pass in between. With AVX2 (8 lanes) the evaluator converts
-// bfloat16 into its registers first and stores the result.
+// With AVX-512 (F and VL) the code works on 16 lanes, and it also reads bfloat16 operands and
+// writes a bfloat16 result itself (a widening is a shift; a rounding leaves a bfloat16 in the top
+// half of each float, and is one instruction where the CPU has AVX512_BF16), so a channels-last
+// bfloat16 batch norm reads and writes each element once, with no conversion pass in between.
+// With AVX2 (8 lanes) the evaluator converts bfloat16 into its registers first and stores the
+// result.
 #pragma once
 
 #include "ir/program.h"
@@ -30,14 +31,20 @@
 
 namespace loom::runtime {
 
-// The instruction sets the code is generated for.
-enum class FusedIsa { Avx2, Avx512 };
+// The instruction sets the code is generated for. Avx512Bf16 is AVX-512 that also rounds to
+// bfloat16 with the AVX512_BF16 conversion (vcvtneps2bf16, with AVX512_DQ's vfpclassps to find
+// the subnormal lanes it flushes, which take the integer rounding instead: the same bits).
+enum class FusedIsa { Avx2, Avx512, Avx512Bf16 };
+
+// Whether the code on isa works on 16 lanes with AVX-512 (reads bfloat16 and bool operands,
+// writes bfloat16 results itself).
+inline bool is_avx512(FusedIsa isa) { return isa != FusedIsa::Avx2; }
 
 const char* fused_isa_name(FusedIsa isa);
 
 // The instruction sets this CPU runs fused code in, the best last; empty: no code (a CPU without
-// AVX2, another architecture, or LOOM_FUSED_JIT=0). LOOM_FUSED_JIT=avx2 keeps AVX2 only (for
-// measurements). Read once.
+// AVX2, another architecture, or LOOM_FUSED_JIT=0). LOOM_FUSED_JIT=avx2 keeps AVX2 only, and
+// LOOM_FUSED_JIT=avx512 leaves out Avx512Bf16 (for measurements). Read once.
 const std::vector<FusedIsa>& fused_isas();
 
 // Whether there is any fused code here (fused_isas() is not empty).
