@@ -3,8 +3,8 @@
 // place (float32; bfloat16 and bool widened by the code), as per-channel splats (planes longer
 // and shorter than the splat threshold), as scalars and converted from bool, with NaN, infinities,
 // signed zeros, ties and bfloat16 rounding ties among the values, and results of every length
-// (full vectors and tails), stored directly, converted (bool, bfloat16), narrowed to bfloat16 by
-// the code itself, or over an operand.
+// (full vectors and tails), stored directly, converted (bool, bfloat16), narrowed to bfloat16 or
+// bool by the code itself, or over an operand.
 #include "ir/program.h"
 #include "loom/bfloat16.h"
 #include "runtime/cpu/fused_jit.h"
@@ -195,6 +195,12 @@ TEST(FusedCode, GivesTheEvaluatorsBitsOnRandomChains) {
         narrowed += narrow->narrows();
         EXPECT_EQ(run(r, DType::BFloat16, nullptr, false), run(r, DType::BFloat16, narrow.get(), false))
             << "narrowed, plane " << plane << ": " << r.text;
+        // Stored as bool: AVX-512 code writes the bytes itself.
+        const auto bytes = compile_fused_code(c.fusion, DType::Bool, isa);
+        ASSERT_NE(bytes, nullptr) << c.text;
+        EXPECT_EQ(bytes->narrows(), is_avx512(isa));
+        EXPECT_EQ(run(c, DType::Bool, nullptr, false), run(c, DType::Bool, bytes.get(), false))
+            << "as bool, plane " << plane << ": " << c.text;
       }
     }
     // Most chains read an operand element by element: the comparisons above ran the code.
@@ -208,7 +214,7 @@ TEST(FusedCode, GivesTheEvaluatorsBitsOnRandomChains) {
 
 // Each step the code takes, alone, on every pair of special values (and ordinary ones), over
 // a length with a tail, from float32 and from bfloat16 operands (the specials rounded): the same
-// bits as the evaluator; a rounding step stored as bfloat16 too.
+// bits as the evaluator; stored as bool, and a rounding step stored as bfloat16, too.
 TEST(FusedCode, EachStepGivesTheEvaluatorsBitsOnSpecialValues) {
   if (!fused_jit_available()) GTEST_SKIP() << "no fused machine code here (a CPU without AVX2, or LOOM_FUSED_JIT=0)";
   const float inf = std::numeric_limits<float>::infinity();
@@ -261,11 +267,11 @@ TEST(FusedCode, EachStepGivesTheEvaluatorsBitsOnSpecialValues) {
         const std::string what = std::string(fused_isa_name(isa)) + ": " + ir::op_name(step.op) + " to " +
                                  dtype_name(step.dtype) + " from " + dtype_name(operands);
         const bool rounds = step.op == Op::Cast && step.dtype == DType::BFloat16;
-        for (DType out : {DType::Float32, DType::BFloat16}) {
+        for (DType out : {DType::Float32, DType::BFloat16, DType::Bool}) {
           if (out == DType::BFloat16 && !rounds) continue;
           const auto code = compile_fused_code(f, out, isa);
           ASSERT_NE(code, nullptr) << what;
-          EXPECT_EQ(code->narrows(), out == DType::BFloat16 && is_avx512(isa)) << what;
+          EXPECT_EQ(code->narrows(), out != DType::Float32 && is_avx512(isa)) << what;
           const auto size = static_cast<std::size_t>(n) * dtype_size(out);
           std::vector<unsigned char> want(size), got(size);
           fused_kernel(f, in, {want.data(), out, {n}});

@@ -91,7 +91,7 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
       : Xbyak::CodeGenerator(4096, Xbyak::AutoGrow), f_(f), before_(before), loads_(loads),
         wide_(is_avx512(isa)), bf16_(isa == FusedIsa::Avx512Bf16), lanes_(wide_ ? 16 : 8),
         value_regs_(wide_ ? 28 : 13),
-        narrow_out_(out == DType::BFloat16),
+        narrow_out_(out == DType::BFloat16), bool_out_(out == DType::Bool),
         n_loads_(static_cast<int>(f.loads.size())),
         n_values_(n_loads_ + static_cast<int>(f.steps.size())) {
     plan();
@@ -548,6 +548,16 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
     const Xbyak::Xmm result = vec(register_of_[n_values_ - 1]);
     if (stores_result_words) {
       vmovdqu32(ptr[rsi + rax * 2], Xbyak::Ymm(s2.getIdx()));
+    } else if (bool_out_) {  // AVX-512 only (compile): a byte each, 1 where not 0 (NaN too)
+      vcmpps(k2, result, zero(s2), kNe);
+      vmovdqu32(s1 | k2 | T_z, int_one());
+      if (masked) {
+        vpmovdb(ptr[rsi + rax] | k1, s1);
+      } else {
+        const Xbyak::Xmm bytes(s2.getIdx());
+        vpmovdb(bytes, s1);
+        vmovdqu32(ptr[rsi + rax], bytes);
+      }
     } else if (narrow_out_) {  // AVX-512 only (compile): the top half of each rounded float
       vpsrld(s1, result, 16);
       if (masked) {
@@ -580,6 +590,7 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
   const int lanes_;         // floats per vector
   const int value_regs_;    // vector registers for values: 0 .. value_regs_ - 1
   const bool narrow_out_;   // the result is stored as bfloat16
+  const bool bool_out_;     // the result is stored as bool
   const int n_loads_, n_values_;
   std::vector<int> last_use_;
   std::vector<int> uses_;  // per value: the operands that read it, counted per step
@@ -638,14 +649,15 @@ std::unique_ptr<const FusedCode> FusedCode::compile(const ir::Fusion& f, const s
   }
   if (before.back()) return nullptr;  // one value throughout: nothing per element
   const auto& last = f.steps.back();
-  const bool narrow = out == DType::BFloat16 && is_avx512(isa) && last.op == Op::Cast &&
-                      last.dtype == DType::BFloat16;
+  const bool rounds_last = last.op == Op::Cast && last.dtype == DType::BFloat16;
+  const bool narrow =
+      is_avx512(isa) && (out == DType::Bool || (out == DType::BFloat16 && rounds_last));
   std::unique_ptr<FusedCode> code(new FusedCode());
   try {
     code->gen_ = std::make_unique<Generator>(f, before, reads, isa, DType::Float32);
     code->gen_->readyRE();
     if (narrow) {
-      code->narrow_gen_ = std::make_unique<Generator>(f, before, reads, isa, DType::BFloat16);
+      code->narrow_gen_ = std::make_unique<Generator>(f, before, reads, isa, out);
       code->narrow_gen_->readyRE();
     }
   } catch (const DoesNotFit&) {
@@ -654,7 +666,10 @@ std::unique_ptr<const FusedCode> FusedCode::compile(const ir::Fusion& f, const s
     return nullptr;
   }
   code->fn_ = code->gen_->getCode<Fn>();
-  if (narrow) code->narrow_ = code->narrow_gen_->getCode<Fn>();
+  if (narrow) {
+    code->narrow_ = code->narrow_gen_->getCode<Fn>();
+    code->narrow_dtype_ = out;
+  }
   code->before_ = std::move(before);
   code->loads_ = std::move(reads);
   code->isa_ = isa;

@@ -61,9 +61,10 @@ class FusedCode {
   };
 
   // The code for float32 fusion `f` over loads read as `loads` says, writing its result in
-  // `out` (Float32, or BFloat16 when the last step rounds to bfloat16; the code can then also
-  // write float32, see run); nullptr where it does not apply: another compute type, a step it
-  // does not take, more live values than registers, isa not in fused_isas().
+  // `out` (Float32; BFloat16 when the last step rounds to bfloat16, or Bool, both stored by the
+  // AVX-512 code itself, see run_narrow; the code also writes float32, see run); nullptr where
+  // it does not apply: another compute type, a step it does not take, more live values than
+  // registers, isa not in fused_isas().
   static std::unique_ptr<const FusedCode> compile(const ir::Fusion& f, const std::vector<Load>& loads,
                                                   DType out, FusedIsa isa);
   ~FusedCode();
@@ -78,14 +79,16 @@ class FusedCode {
   // where the code takes them).
   const std::vector<Load>& loads() const { return loads_; }
   FusedIsa isa() const { return isa_; }
-  // Whether run_narrow writes bfloat16.
+  // Whether run_narrow writes the result in narrow_dtype() (BFloat16 or Bool).
   bool narrows() const { return narrow_ != nullptr; }
+  DType narrow_dtype() const { return narrow_dtype_; }
 
   // out[0, n) = the fusion's last value over one sub-block, as float32. values[v], for each
   // value v that before() marks or that is a load, points at its one value (a splat) or at its n
   // elements (bfloat16 or bool ones where loads() says so).
   void run(const void* const* values, float* out, int64_t n) const { fn_(values, out, n); }
-  // The same, stored as bfloat16 (narrows() only).
+  // The same, stored as narrow_dtype() (narrows() only): bfloat16 (the rounded floats' top
+  // halves), or bool (1 where the value is not 0, NaN included, else 0).
   void run_narrow(const void* const* values, void* out, int64_t n) const { narrow_(values, out, n); }
 
  private:
@@ -98,6 +101,7 @@ class FusedCode {
   std::vector<bool> before_;
   std::vector<Load> loads_;
   FusedIsa isa_ = FusedIsa::Avx2;
+  DType narrow_dtype_ = DType::Float32;
 };
 
 }  // namespace loom::runtime

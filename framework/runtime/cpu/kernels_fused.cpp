@@ -173,17 +173,18 @@ void load_block(const FusedLoad& l, const S* src, Cursor& c, int64_t len, T* dst
 // evaluates (at most one set): `direct`, where the steps (their last one) and the code write it;
 // `code`, where only the code writes it (a result over an operand: the code reads each vector of
 // its operands before it writes it there, the steps' loops do not, run_fusion); `narrow`, where
-// only the code writes it, as bfloat16 (FusedCode::narrows). Where the steps run instead and
-// for none, eval's emit receives the result.
+// only the code writes it, as bfloat16 or bool (FusedCode::narrows; `width` bytes an element).
+// Where the steps run instead and for none, eval's emit receives the result.
 template <class T>
 struct Target {
   T* direct = nullptr;
   T* code = nullptr;
-  bfloat16* narrow = nullptr;
+  char* narrow = nullptr;
+  int64_t width = 0;
 
   Target at(int64_t offset) const {
     return {direct ? direct + offset : nullptr, code ? code + offset : nullptr,
-            narrow ? narrow + offset : nullptr};
+            narrow ? narrow + offset * width : nullptr, width};
   }
 };
 
@@ -489,7 +490,10 @@ void run_fusion(const Fusion& f, std::span<const TensorView> in, const TensorVie
   const bool overlaps = overlaps_operand(in, out);
   Target<T> to;
   if (out.dtype == f.compute) (overlaps ? to.code : to.direct) = out.as<T>();
-  if (code && code->narrows() && out.dtype == DType::BFloat16) to.narrow = out.as<bfloat16>();
+  if (code && code->narrows() && out.dtype == code->narrow_dtype()) {
+    to.narrow = static_cast<char*>(out.data);
+    to.width = static_cast<int64_t>(dtype_size(out.dtype));
+  }
   const int64_t blocks = (n + kFusedBlock - 1) / kFusedBlock;
   parallel_range(blocks, 8, [&](int64_t b0, int64_t b1) {
     BlockEvaluator<T> eval(f, in, code);
