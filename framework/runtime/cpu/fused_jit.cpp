@@ -6,7 +6,7 @@
 //   computed before (splats) into a vector register of its own
 //   for i in [0, n rounded down to L) step L:  each step on L lanes, operands loaded at their
 //       first use (a bfloat16 one widened by a shift), registers freed after their last; the
-//       last value stored to out + i (as float32, or its top halves as bfloat16)
+//       last value stored to out + i (as float32, its top halves as bfloat16, or bool bytes)
 //   if n % L: the same body once more with masked loads and stores (masked lanes are never
 //       read or written, so nothing is touched beyond the operands)
 //   return; then the cold code of the roundings to bfloat16 (Avx512Bf16: a vector with a

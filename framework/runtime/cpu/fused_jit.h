@@ -18,9 +18,9 @@
 // With AVX-512 (F and VL) the code works on 16 lanes, and it also reads bfloat16 operands and
 // writes a bfloat16 result itself (a widening is a shift; a rounding leaves a bfloat16 in the top
 // half of each float, and is one instruction where the CPU has AVX512_BF16), so a channels-last
-// bfloat16 batch norm reads and writes each element once, with no conversion pass in between.
-// With AVX2 (8 lanes) the evaluator converts bfloat16 into its registers first and stores the
-// result.
+// bfloat16 batch norm reads and writes each element once, with no conversion pass in between;
+// it writes a bool result (a mask) itself too. With AVX2 (8 lanes) the evaluator converts
+// bfloat16 into its registers first and stores the result.
 #pragma once
 
 #include "ir/program.h"
@@ -37,7 +37,7 @@ namespace loom::runtime {
 enum class FusedIsa { Avx2, Avx512, Avx512Bf16 };
 
 // Whether the code on isa works on 16 lanes with AVX-512 (reads bfloat16 and bool operands,
-// writes bfloat16 results itself).
+// writes bfloat16 and bool results itself).
 inline bool is_avx512(FusedIsa isa) { return isa != FusedIsa::Avx2; }
 
 const char* fused_isa_name(FusedIsa isa);
