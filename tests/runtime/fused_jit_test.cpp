@@ -293,9 +293,11 @@ TEST(FusedCode, EachStepGivesTheEvaluatorsBitsOnSpecialValues) {
 // without any: on every instruction set, rounded inside a chain (then scaled by 1) and stored as
 // bfloat16 by the code, the bits of bfloat16::round_bits.
 TEST(FusedCode, RoundsToBFloat16AsRoundBitsOverTheFloatRange) {
-  if (!fused_jit_available()) GTEST_SKIP() << "no fused machine code here (a CPU without AVX2, or LOOM_FUSED_JIT=0)";
+  if (!fused_jit_available())
+    GTEST_SKIP() << "no fused machine code here (a CPU without AVX2, or LOOM_FUSED_JIT=0)";
   std::vector<float> x;
-  for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 65537) x.push_back(std::bit_cast<float>(uint32_t(u)));
+  for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 65537)
+    x.push_back(std::bit_cast<float>(static_cast<uint32_t>(u)));
   for (uint32_t sign : {0u, 0x80000000u})
     for (uint32_t u = 0; u < 0x00900000u; u += 997) x.push_back(std::bit_cast<float>(sign | u));
   const auto n = static_cast<int64_t>(x.size());
@@ -315,7 +317,8 @@ TEST(FusedCode, RoundsToBFloat16AsRoundBitsOverTheFloatRange) {
   };
   for (FusedIsa isa : fused_isas()) {
     for (bool inside : {false, true}) {
-      const std::string what = std::string(fused_isa_name(isa)) + (inside ? ": inside a chain" : ": stored");
+      const std::string what =
+          std::string(fused_isa_name(isa)) + (inside ? ": inside a chain" : ": stored");
       const ir::Fusion f = fusion(inside);
       const DType out = inside ? DType::Float32 : DType::BFloat16;
       const auto code = compile_fused_code(f, out, isa);
@@ -325,10 +328,11 @@ TEST(FusedCode, RoundsToBFloat16AsRoundBitsOverTheFloatRange) {
       int differ = 0;
       for (int64_t i = 0; i < n; ++i) {
         const uint32_t want = bfloat16::round_bits(x[i]);
-        const uint32_t have = inside ? got[i] >> 16 : reinterpret_cast<const uint16_t*>(got.data())[i];
+        const uint32_t have =
+            inside ? got[i] >> 16 : reinterpret_cast<const uint16_t*>(got.data())[i];
         if (have != want && ++differ <= 3)
-          ADD_FAILURE() << what << ": " << std::hex << std::bit_cast<uint32_t>(x[i]) << " gave " << have
-                        << ", not " << want;
+          ADD_FAILURE() << what << ": " << std::hex << std::bit_cast<uint32_t>(x[i]) << " gave "
+                        << have << ", not " << want;
       }
       EXPECT_EQ(differ, 0) << what;
     }
