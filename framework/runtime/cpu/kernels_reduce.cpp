@@ -462,16 +462,16 @@ void reduce_rows_in_chunks(std::span<const Operand<T>> xs, int64_t rows, int64_t
   using Acc = typename R::Acc;
   const int64_t rows_per_chunk = std::max<int64_t>(1, kChunkElems / inner);
   const int64_t chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
-  const auto k = static_cast<int64_t>(xs.size());
-  assert((k == 1 || fixed_rows(inner)) && "reduce: operands stacked at a width not taken");
-  fold_in_chunks<T, R>(chunks, k * inner, rows, po, [&](int64_t c, Acc* part) {
+  const auto n_ops = static_cast<int64_t>(xs.size());
+  assert((n_ops == 1 || fixed_rows(inner)) && "reduce: operands stacked at a width not taken");
+  fold_in_chunks<T, R>(chunks, n_ops * inner, rows, po, [&](int64_t c, Acc* part) {
     const int64_t end = std::min(rows, (c + 1) * rows_per_chunk) * inner;
     const int64_t begin = c * rows_per_chunk * inner;
-    if (k > 1) {
+    if (n_ops > 1) {
       static_assert(kPiece % (kGroupRows * 64) == 0 && kPiece % kRun == 0);
       for (int64_t at = begin; at < end; at += kPiece) {
         const int64_t stop = std::min(end, at + kPiece);
-        for (int64_t j = 0; j < k; ++j) {
+        for (int64_t j = 0; j < n_ops; ++j) {
           PieceReader<T> reader(xs[j], stop);
           fold_fixed_rows<T, R>(reader, inner, at, stop, part + j * inner);
         }
