@@ -13,6 +13,8 @@
 #                                    --models resnet20 --tf32 --repeat 2) with the bundle's
 #                                    loom_bench and the python3 on PATH (it has torch); the raw
 #                                    tables and the comparison go to $OUT/bench/ when $OUT is set
+#   tools/gpu-run.sh exec CMD [args] there: unpacks likewise, then runs CMD with the bundle's
+#                                    binaries (loom_bench, the test binaries) first on PATH
 #   tools/gpu-run.sh all [args]      there: the CUDA suite (default filter), then the benchmark
 #                                    with [args], even if the suite failed; non-zero if either failed
 #
@@ -73,13 +75,28 @@ unpack() {
 suite() {
   unpack
   status=0
+  log=/dev/null
+  if [ -n "${OUT:-}" ]; then mkdir -p "$OUT/suite"; log=$OUT/suite; fi
+  # Each binary under a time limit (LOOM_GPU_TEST_TIMEOUT seconds, 240 by default), so that
+  # one hang leaves the others' results; each one's whole output also goes to $OUT/suite/.
+  limit=${LOOM_GPU_TEST_TIMEOUT:-240}
   (
     cd "$dir/bin"
     s=0
-    ./cuda_device_test "$@" || s=$?
-    LOOM_TEST_DEVICE=cuda ./ops_forward_test --gtest_filter='Ops/OpCaseTest.*' --gtest_brief=1 || s=$?
-    LOOM_TEST_DEVICE=cuda ./models_test --gtest_filter='Models/TrainingReference.*' --gtest_brief=1 || s=$?
-    ./cuda_codegen_test --gtest_brief=1 || s=$?
+    one() {
+      name=$1
+      shift
+      echo "== $name"
+      if [ "$log" = /dev/null ]; then timeout "$limit" "$@"; else
+        timeout "$limit" "$@" >"$log/$name.log" 2>&1; r=$?; tail -n 25 "$log/$name.log"; return $r
+      fi
+    }
+    one device ./cuda_device_test "$@" || s=$?
+    (export LOOM_TEST_DEVICE=cuda
+     one ops ./ops_forward_test --gtest_filter='Ops/OpCaseTest.*' --gtest_brief=1) || s=$?
+    (export LOOM_TEST_DEVICE=cuda
+     one models ./models_test --gtest_filter='Models/TrainingReference.*' --gtest_brief=1) || s=$?
+    one codegen ./cuda_codegen_test --gtest_brief=1 || s=$?
     exit $s
   ) || status=$?
   return $status
@@ -98,12 +115,13 @@ case "${1:-}" in
   pack) pack ;;
   run) shift; suite "$@" || exit $? ;;
   bench) shift; bench "$@" || exit $? ;;
+  exec) shift; unpack; PATH="$dir/bin:$PATH" "$@" ;;
   all)
     shift
     s=0
     suite || s=$?
     bench "$@" || s=1
     exit $s ;;
-  *) echo "usage: tools/gpu-run.sh pack | run [gtest-args] | bench [vs_pytorch.py args] | all [vs_pytorch.py args]" >&2
+  *) echo "usage: tools/gpu-run.sh pack | run [gtest-args] | bench [vs_pytorch.py args] | exec CMD [args] | all [vs_pytorch.py args]" >&2
      exit 2 ;;
 esac

@@ -407,14 +407,23 @@ TEST(CudaCodegenFused, BFloat16MatmulEpilogue) {
   }
 }
 
-TEST(CudaCodegenFused, ChannelsLastEpilogueThrows) {
-  ir::Program p;
-  p.inputs = {{DType::Float32, {1, 4, 4, 2}}, {DType::Float32, {2, 2, 1, 1}}, {DType::Float32, {2}}};
-  ir::Instr in{Op::Conv2d, DType::Float32, {1, 4, 4, 2}, ir::Conv2dAttr{.channels_last = true},
-               {0, 1, 2}, -1, nullptr};
-  in.epilogue.bias = 2;
-  p.instrs.push_back(in);
-  EXPECT_NE(test::error_of([&] { generate_program(p); }).find("channels-last"), std::string::npos);
+// A channels-last Conv2d's result is [N,H,W,C]: its bias is indexed by the last dimension,
+// an NCHW one's by the second.
+TEST(CudaCodegenFused, ConvEpilogueBiasFollowsTheLayout) {
+  for (bool channels_last : {false, true}) {
+    SCOPED_TRACE(channels_last ? "channels-last" : "NCHW");
+    ir::Program p;
+    p.inputs = {{DType::Float32, {1, 4, 4, 2}}, {DType::Float32, {2, 2, 1, 1}},
+                {DType::Float32, {2}}};
+    const Shape out = channels_last ? Shape{1, 4, 4, 2} : Shape{1, 2, 4, 4};
+    ir::Instr in{Op::Conv2d, DType::Float32, out, ir::Conv2dAttr{.channels_last = channels_last},
+                 {0, 1, 2}, -1, nullptr};
+    in.epilogue.bias = 2;
+    p.instrs.push_back(in);
+    const auto code = build(p);
+    const std::string index = channels_last ? "x2[i % 2]" : "x2[(i / 16) % 2]";
+    EXPECT_NE(code.source.find(index), std::string::npos) << code.source;
+  }
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "nn/nn_test_util.h"
 #include "test_util.h"
 
+#include <loom/autocast.h>
 #include <loom/autograd.h>
 #include <loom/data/loader.h>
 #include <loom/metrics.h>
@@ -75,6 +76,45 @@ TEST(Cuda, ConvNetGradientsMatchTheCpu) {
     for (double v : cpu[k]) scale = std::max(scale, std::abs(v));
     for (std::size_t i = 0; i < cpu[k].size(); ++i)
       EXPECT_NEAR(cuda[k][i], cpu[k][i], 1e-5 * scale + 1e-6) << "tensor " << k << " [" << i << "]";
+  }
+}
+
+// bfloat16 convs run channels-last on the GPU (cuda_target.cpp), their weight transformed to
+// [O,kh,kw,C/g] around each call (library_ops.cpp). Under autocast, with a conv bias (fused as
+// an epilogue indexed by the last dimension), a per-channel mean over the channels-last
+// activations, a strided grouped conv and a matmul head, every gradient agrees with the CPU's
+// to bfloat16 tolerance (each side rounds its bfloat16 results in its own order).
+TEST(Cuda, BFloat16ChannelsLastConvNetGradientsMatchTheCpu) {
+  auto run = [](Device d) {
+    auto x = randn({8, 3, 16, 16}, 11).to(d);
+    auto w1 = (randn({16, 3, 3, 3}, 12) * 0.3).to(d).requires_grad_();
+    auto b1 = (randn({16}, 13) * 0.5).to(d).requires_grad_();
+    auto w2 = (randn({32, 8, 3, 3}, 14) * 0.2).to(d).requires_grad_();
+    auto w3 = (randn({10, 32}, 15) * 0.3).to(d).requires_grad_();
+    auto y = from_vector<int64_t>({1, 3, 5, 7, 9, 0, 2, 4}, {8}).to(d);
+    Tensor loss;
+    {
+      Autocast scope(Precision::BFloat16);
+      auto h = relu(conv2d(x, w1, b1, Conv2dParams{.padding = {1, 1}}));
+      h = h - mean(h, {0, 2, 3}, true);
+      h = relu(conv2d(h, w2, {}, Conv2dParams{.stride = {2, 2}, .padding = {1, 1}, .groups = 2}));
+      auto logits = matmul(mean(h, {2, 3}), w3.transpose(0, 1));
+      loss = F::cross_entropy(logits, y);
+    }
+    loss.backward();
+    mark_step();
+    return std::vector<std::vector<double>>{test::values(loss), test::values(w1.grad()),
+                                            test::values(b1.grad()), test::values(w2.grad()),
+                                            test::values(w3.grad())};
+  };
+  const auto cpu = run(Device{}), cuda = run(gpu());
+  for (std::size_t k = 0; k < cpu.size(); ++k) {
+    ASSERT_EQ(cpu[k].size(), cuda[k].size());
+    double scale = 0;
+    for (double v : cpu[k]) scale = std::max(scale, std::abs(v));
+    ASSERT_GT(scale, 0) << "tensor " << k;
+    for (std::size_t i = 0; i < cpu[k].size(); ++i)
+      EXPECT_NEAR(cuda[k][i], cpu[k][i], 3e-2 * scale) << "tensor " << k << " [" << i << "]";
   }
 }
 

@@ -202,12 +202,30 @@ TEST(LibraryOpsConvDims, RejectsWhatDoesNotAgree) {
   EXPECT_NO_THROW(conv_dims(ir::Op::Conv2d, {1, 3, 5, 5}, {4, 3, 3, 3}, {1, 4, 3, 3}, conv));
   ir::Conv2dAttr grouped{.groups = 2};
   EXPECT_THROW(conv_dims(ir::Op::Conv2d, {1, 4, 5, 5}, {3, 2, 3, 3}, {1, 3, 3, 3}, grouped), Error);  // O % g
-  ir::Conv2dAttr channels_last{.channels_last = true};
+}
+
+// Channels-last activations are stored [N,H,W,C]; conv_dims gives their logical [N,C,H,W],
+// what cuDNN's descriptors take whatever the format. The weight keeps [O,C/g,kh,kw].
+TEST(LibraryOpsConvDims, ChannelsLastActivationsAreReadAsNhwc) {
+  ir::Conv2dAttr cl{.stride = {2, 2}, .padding = {1, 1}, .channels_last = true};
+  using A = std::array<int64_t, 4>;
+  // x [2,3,8,6] stored [2,8,6,3]; w [4,3,3,3]; y [2,4,4,3] stored [2,4,3,4].
+  ConvDims d = conv_dims(ir::Op::Conv2d, {2, 8, 6, 3}, {4, 3, 3, 3}, {2, 4, 3, 4}, cl);
+  EXPECT_EQ(d.x, (A{2, 3, 8, 6}));
+  EXPECT_EQ(d.w, (A{4, 3, 3, 3}));
+  EXPECT_EQ(d.y, (A{2, 4, 4, 3}));
+  d = conv_dims(ir::Op::Conv2dGradInput, {2, 4, 3, 4}, {4, 3, 3, 3}, {2, 8, 6, 3}, cl);
+  EXPECT_EQ(d.x, (A{2, 3, 8, 6}));
+  EXPECT_EQ(d.y, (A{2, 4, 4, 3}));
+  d = conv_dims(ir::Op::Conv2dGradWeight, {2, 8, 6, 3}, {2, 4, 3, 4}, {4, 3, 3, 3}, cl);
+  EXPECT_EQ(d.x, (A{2, 3, 8, 6}));
+  EXPECT_EQ(d.w, (A{4, 3, 3, 3}));
+  // The NCHW shapes are no channels-last conv: C would be 6, not the weight's 3.
   try {
-    conv_dims(ir::Op::Conv2d, {1, 3, 5, 5}, {4, 3, 3, 3}, {1, 4, 3, 3}, channels_last);
+    conv_dims(ir::Op::Conv2d, {2, 3, 8, 6}, {4, 3, 3, 3}, {2, 4, 4, 3}, cl);
     FAIL() << "expected a loom::Error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("channels-last"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[N,H,W,C]"), std::string::npos) << e.what();
   }
 }
 

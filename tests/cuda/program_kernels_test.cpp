@@ -41,6 +41,7 @@ ir::Graph pending_step_graph() {
 
 struct Compiled {
   int instructions = 0, kernels = 0, library_calls = 0;
+  int convs = 0, channels_last_convs = 0;  // Conv2d and its gradients
   std::set<ir::Op> ops;
 };
 
@@ -53,7 +54,15 @@ Compiled compile_pending_step() {
   c.instructions = static_cast<int>(program.instrs.size());
   c.kernels = code.kernels();
   for (std::size_t i = 0; i < program.instrs.size(); ++i) {
-    c.ops.insert(program.instrs[i].op);
+    const ir::Instr& in = program.instrs[i];
+    c.ops.insert(in.op);
+    if (in.op == ir::Op::Conv2d || in.op == ir::Op::Conv2dGradInput ||
+        in.op == ir::Op::Conv2dGradWeight) {
+      ++c.convs;
+      const auto& conv = in.op == ir::Op::Conv2d ? in.attr.get<ir::Conv2dAttr>()
+                                                 : in.attr.get<ir::Conv2dGradAttr>().conv;
+      c.channels_last_convs += conv.channels_last;
+    }
     c.library_calls += code.instrs[i].runs == cuda::Runs::Library;
     for (const auto& l : code.instrs[i].launches) {
       EXPECT_NE(code.source.find(" " + l.entry + "("), std::string::npos) << l.entry;
@@ -89,6 +98,11 @@ TEST_P(ProgramKernels, ResNet20TrainingStep) {
   EXPECT_GT(c.library_calls, 40);  // 19 convs, their two gradients, the head's matmuls
   EXPECT_TRUE(c.ops.count(ir::Op::Conv2dGradWeight));
   EXPECT_GT(c.kernels, 50);
+  // The CUDA target's default layout: bfloat16 convs channels-last (cuDNN's tensor-core
+  // kernels read [N,H,W,C]), float32 ones [N,C,H,W]. 21 convs (19 3x3, two 1x1 projections)
+  // and their gradients, but the stem's input gradient, which nothing needs.
+  EXPECT_EQ(c.convs, 21 * 3 - 1);
+  EXPECT_EQ(c.channels_last_convs, GetParam() == Precision::BFloat16 ? c.convs : 0);
 }
 
 TEST_P(ProgramKernels, DecoderTrainingStep) {

@@ -238,6 +238,12 @@ inline DType resolve_dtype(const std::string& token, DType run) {
   throw std::runtime_error("unknown dtype token '" + token + "'");
 }
 
+// `t` on the device the tests run on (test_device.h): the CPU unless LOOM_TEST_DEVICE names one.
+inline Tensor on_test_device(const Tensor& t) {
+  const loom::Device device = loom::test::test_device();
+  return device == loom::Device{} ? t : t.to(device);
+}
+
 inline Tensor make_tensor(const TensorSpec& spec, DType run) {
   const DType dt = resolve_dtype(spec.dtype, run);
   const std::size_t width = loom::dtype_size(dt);
@@ -254,10 +260,7 @@ inline Tensor make_tensor(const TensorSpec& spec, DType run) {
       case DType::BFloat16: { loom::bfloat16 x(static_cast<float>(v)); std::memcpy(dst, &x, width); break; }
     }
   }
-  // On the device the tests run on (test_device.h): the CPU unless LOOM_TEST_DEVICE names one.
-  const loom::Tensor t = loom::from_host(bytes.data(), dt, spec.shape);
-  const loom::Device device = loom::test::test_device();
-  return device == loom::Device{} ? t : t.to(device);
+  return on_test_device(loom::from_host(bytes.data(), dt, spec.shape));
 }
 
 // ---- comparison ----

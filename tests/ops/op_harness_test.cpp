@@ -362,7 +362,8 @@ TEST_P(OpCaseTest, GradientMatchesFiniteDifferences) {
         in.push_back(test::make_tensor(fx_->inputs[k], f64));
         continue;
       }
-      in.push_back(from_vector(vs[k], fx_->inputs[k].shape));
+      // On the test device, as make_tensor puts the other inputs: a leaf there.
+      in.push_back(test::on_test_device(from_vector(vs[k], fx_->inputs[k].shape)));
       if (track) in.back().requires_grad_();
     }
     return in;
@@ -372,7 +373,7 @@ TEST_P(OpCaseTest, GradientMatchesFiniteDifferences) {
   std::vector<double> w(static_cast<std::size_t>(shape_numel(out_shape)));
   for (std::size_t i = 0; i < w.size(); ++i) w[i] = 0.5 + 0.125 * static_cast<double>(i % 7);
   auto loss = [&](const std::vector<Tensor>& in) {
-    return sum(r.c().fn(in, f64).to(f64) * from_vector(w, out_shape));
+    return sum(r.c().fn(in, f64).to(f64) * test::on_test_device(from_vector(w, out_shape)));
   };
 
   auto in = build(values, true);

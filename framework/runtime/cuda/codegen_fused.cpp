@@ -324,17 +324,19 @@ InstrCode epilogue_code(const ir::Program& p, int i, const std::string& prefix) 
   if (in.op != Op::Matmul && in.op != Op::Conv2d)
     throw Error(std::string("cuda codegen: an epilogue on ") + ir::op_name(in.op));
   const int64_t n = shape_numel(in.shape);
-  // The bias index of element i: its column for a Matmul, its channel for an NCHW Conv2d.
+  // The bias index of element i: its column for a Matmul, its channel for a Conv2d: the last
+  // dimension of a channels-last one ([N,H,W,C]), the second of an NCHW one.
   std::string bias_at;
   if (in.op == Op::Matmul) {
     if (in.shape.size() < 2) throw Error("cuda codegen: a Matmul of shape " + shape_str(in.shape));
     bias_at = "i % " + std::to_string(in.shape.back());
   } else {
-    if (in.attr.get<ir::Conv2dAttr>().channels_last)
-      throw Error("cuda codegen: a channels-last Conv2d epilogue (the CUDA target runs NCHW)");
     if (in.shape.size() != 4) throw Error("cuda codegen: a Conv2d of shape " + shape_str(in.shape));
-    bias_at = "(i / " + std::to_string(in.shape[2] * in.shape[3]) + ") % " +
-              std::to_string(in.shape[1]);
+    if (in.attr.get<ir::Conv2dAttr>().channels_last)
+      bias_at = "i % " + std::to_string(in.shape[3]);
+    else
+      bias_at = "(i / " + std::to_string(in.shape[2] * in.shape[3]) + ") % " +
+                std::to_string(in.shape[1]);
   }
   const DType t = arith_dtype(in.dtype);
   const std::string ct = compute_type(t);

@@ -8,8 +8,8 @@ namespace loom::runtime::cuda {
 
 // Every op at every dtype, bfloat16 arithmetic widened to float32 (the generated kernels
 // compute in float registers and load and store bfloat16); Matmul and the convolutions run
-// in bfloat16 on the tensor cores, accumulating in float32. Every rewrite the CPU takes but
-// channels-last convolutions (cuDNN runs [N,C,H,W] directly).
+// in bfloat16 on the tensor cores, accumulating in float32. Every rewrite the CPU takes;
+// channels-last activations for bfloat16 convolutions (LOOM_CONV_LAYOUT changes which).
 ir::Target cuda_target();
 
 }  // namespace loom::runtime::cuda

@@ -46,8 +46,9 @@ struct ConvDims {
 
 // The tensors of convolution instruction `op` with operands `a`, `b` and result `out` (the
 // operand conventions of ir/op.h), checked against each other and `conv`: the output size
-// follows from the input, the kernel, stride, padding and dilation. Throws loom::Error naming
-// the op and the shapes when they disagree or `conv` is channels-last.
+// follows from the input, the kernel, stride, padding and dilation. Channels-last activations
+// (conv.channels_last, stored [N,H,W,C]) are given by their logical [N,C,H,W] dimensions.
+// Throws loom::Error naming the op and the shapes when they disagree.
 ConvDims conv_dims(ir::Op op, const Shape& a, const Shape& b, const Shape& out,
                    const ir::Conv2dAttr& conv);
 

@@ -7,6 +7,13 @@
 // digits per product. bfloat16 reads and writes bfloat16 and accumulates in float32; float64
 // computes in float64.
 //
+// Layout. Convolutions read and write activations in the layout the compiler gave them:
+// [N,C,H,W], or [N,H,W,C] where Conv2dAttr::channels_last (the CUDA target asks for it for
+// bfloat16, whose tensor-core kernels want it). A channels-last conv transforms its weight,
+// kept [O,C/g,kh,kw] as everywhere, into an [O,kh,kw,C/g] copy in the workspace first (the
+// weight's gradient is computed in that layout and transformed back): one pass over a small
+// tensor.
+//
 // Algorithms are chosen once, when the op is made, from the libraries' heuristics (no timed
 // search, so making an op launches nothing): cuBLASLt's first candidate, cuDNN's first that
 // fits kMaxWorkspace, deterministic ones first for the two gradients so that training repeats
@@ -292,13 +299,15 @@ class ConvOp final : public LibraryOp {
     if (a.dtype != in.dtype || b.dtype != in.dtype)
       throw Error(what_ + ": expected operands of the result's dtype, got " + dtype_name(a.dtype) +
                   " and " + dtype_name(b.dtype));
+    dims_ = conv_dims(in.op, a.shape, b.shape, in.shape, conv);
     if (in.op == ir::Op::Conv2dGradInput || in.op == ir::Op::Conv2dGradWeight) {
+      // The result's logical spatial size (a channels-last input gradient stores it [N,H,W,C]).
       const ir::Pair size = in.attr.get<ir::Conv2dGradAttr>().size;
-      if (in.shape.size() != 4 || in.shape[2] != size[0] || in.shape[3] != size[1])
+      const auto& r = in.op == ir::Op::Conv2dGradInput ? dims_.x : dims_.w;
+      if (r[2] != size[0] || r[3] != size[1])
         throw Error(what_ + ": expected a result of spatial size " + std::to_string(size[0]) + "x" +
                     std::to_string(size[1]));
     }
-    dims_ = conv_dims(in.op, a.shape, b.shape, in.shape, conv);
     out_bytes_ = static_cast<std::size_t>(shape_numel(in.shape)) * dtype_size(in.dtype);
     if (out_bytes_ == 0) return;
     auto numel = [](const std::array<int64_t, 4>& d) { return d[0] * d[1] * d[2] * d[3]; };
@@ -329,19 +338,30 @@ class ConvOp final : public LibraryOp {
         throw Error(what_ + ": cuDNN runs float32, float64 and bfloat16 convolutions only");
     }
 
-    auto tensor = [&](TensorDesc& t, const std::array<int64_t, 4>& d) {
+    // Channels-last activations ([N,H,W,C]) run with a channels-last filter ([O,kh,kw,C/g]),
+    // the layout cuDNN's tensor-core kernels read without reordering: the weight, stored
+    // [O,C/g,kh,kw], is transformed into the workspace before the call (or, for the weight's
+    // gradient, computed there and transformed into the result after it).
+    const cudnnTensorFormat_t format = conv.channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+    auto tensor = [&](TensorDesc& t, cudnnTensorFormat_t f, const std::array<int64_t, 4>& d) {
       check(cudnnCreateTensorDescriptor(t.out()), "cudnnCreateTensorDescriptor");
-      check(cudnnSetTensor4dDescriptor(t.get(), CUDNN_TENSOR_NCHW, data, to_int(d[0], what_),
-                                       to_int(d[1], what_), to_int(d[2], what_), to_int(d[3], what_)),
+      check(cudnnSetTensor4dDescriptor(t.get(), f, data, to_int(d[0], what_), to_int(d[1], what_),
+                                       to_int(d[2], what_), to_int(d[3], what_)),
             "cudnnSetTensor4dDescriptor");
     };
-    tensor(x_, dims_.x);
-    tensor(y_, dims_.y);
+    tensor(x_, format, dims_.x);
+    tensor(y_, format, dims_.y);
     check(cudnnCreateFilterDescriptor(w_.out()), "cudnnCreateFilterDescriptor");
-    check(cudnnSetFilter4dDescriptor(w_.get(), data, CUDNN_TENSOR_NCHW, to_int(dims_.w[0], what_),
+    check(cudnnSetFilter4dDescriptor(w_.get(), data, format, to_int(dims_.w[0], what_),
                                      to_int(dims_.w[1], what_), to_int(dims_.w[2], what_),
                                      to_int(dims_.w[3], what_)),
           "cudnnSetFilter4dDescriptor");
+    if (conv.channels_last) {
+      tensor(w_stored_, CUDNN_TENSOR_NCHW, dims_.w);
+      tensor(w_transformed_, CUDNN_TENSOR_NHWC, dims_.w);
+      const std::size_t bytes = static_cast<std::size_t>(numel(dims_.w)) * dtype_size(in.dtype);
+      filter_bytes_ = (bytes + 255) / 256 * 256;  // the algorithm's workspace after it, aligned
+    }
     check(cudnnCreateConvolutionDescriptor(conv_.out()), "cudnnCreateConvolutionDescriptor");
     check(cudnnSetConvolution2dDescriptor(conv_.get(), to_int(conv.padding[0], what_),
                                           to_int(conv.padding[1], what_), to_int(conv.stride[0], what_),
@@ -364,7 +384,7 @@ class ConvOp final : public LibraryOp {
     choose_algorithm(ctx.cudnn, forced_math);
   }
 
-  std::size_t workspace_bytes() const override { return workspace_; }
+  std::size_t workspace_bytes() const override { return filter_bytes_ + workspace_; }
 
   void run(const LibraryContext& ctx, std::span<const void* const> args, void* out) const override {
     if (out_bytes_ == 0) return;
@@ -373,26 +393,42 @@ class ConvOp final : public LibraryOp {
       return;
     }
     check_args(args, out, what_);
-    check_workspace(ctx, workspace_, what_);
+    check_workspace(ctx, workspace_bytes(), what_);
     check(cudnnSetStream(ctx.cudnn, ctx.stream), "cudnnSetStream");
     const double one_d = 1, zero_d = 0;
     const float one_f = 1, zero_f = 0;  // float and bfloat16 data: float scaling factors
     const bool f64 = dtype_ == DType::Float64;
     const void* alpha = f64 ? static_cast<const void*>(&one_d) : &one_f;
     const void* beta = f64 ? static_cast<const void*>(&zero_d) : &zero_f;
-    void* ws = workspace_ > 0 ? ctx.workspace : nullptr;
-    if (op_ == ir::Op::Conv2d) {
-      check(cudnnConvolutionForward(ctx.cudnn, alpha, x_.get(), args[0], w_.get(), args[1], conv_.get(),
-                                    fwd_, ws, workspace_, beta, y_.get(), out),
-            "cudnnConvolutionForward");
-    } else if (op_ == ir::Op::Conv2dGradInput) {
-      check(cudnnConvolutionBackwardData(ctx.cudnn, alpha, w_.get(), args[1], y_.get(), args[0],
-                                         conv_.get(), bwd_data_, ws, workspace_, beta, x_.get(), out),
-            "cudnnConvolutionBackwardData");
+    // The workspace: the channels-last filter (filter_bytes_, none for NCHW), then the
+    // algorithm's.
+    void* filter = filter_bytes_ > 0 ? ctx.workspace : nullptr;
+    void* ws = workspace_ > 0 ? static_cast<char*>(ctx.workspace) + filter_bytes_ : nullptr;
+    auto transform = [&](const TensorDesc& from, const void* src, const TensorDesc& to, void* dst) {
+      check(cudnnTransformTensor(ctx.cudnn, alpha, from.get(), src, beta, to.get(), dst),
+            "cudnnTransformTensor (the filter's layout)");
+    };
+    if (op_ == ir::Op::Conv2d || op_ == ir::Op::Conv2dGradInput) {
+      const void* w = args[1];
+      if (filter != nullptr) {
+        transform(w_stored_, w, w_transformed_, filter);
+        w = filter;
+      }
+      if (op_ == ir::Op::Conv2d)
+        check(cudnnConvolutionForward(ctx.cudnn, alpha, x_.get(), args[0], w_.get(), w, conv_.get(),
+                                      fwd_, ws, workspace_, beta, y_.get(), out),
+              "cudnnConvolutionForward");
+      else
+        check(cudnnConvolutionBackwardData(ctx.cudnn, alpha, w_.get(), w, y_.get(), args[0],
+                                           conv_.get(), bwd_data_, ws, workspace_, beta, x_.get(),
+                                           out),
+              "cudnnConvolutionBackwardData");
     } else {
       check(cudnnConvolutionBackwardFilter(ctx.cudnn, alpha, x_.get(), args[0], y_.get(), args[1],
-                                           conv_.get(), bwd_filter_, ws, workspace_, beta, w_.get(), out),
+                                           conv_.get(), bwd_filter_, ws, workspace_, beta, w_.get(),
+                                           filter != nullptr ? filter : out),
             "cudnnConvolutionBackwardFilter");
+      if (filter != nullptr) transform(w_transformed_, filter, w_stored_, out);
     }
   }
 
@@ -465,6 +501,10 @@ class ConvOp final : public LibraryOp {
   bool zero_fill_ = false;
   TensorDesc x_, y_;  // the input and the output of the forward convolution
   FilterDesc w_;
+  // Channels-last only: the weight as a tensor, stored ([O,C/g,kh,kw]) and transformed
+  // ([O,kh,kw,C/g]), and the transformed copy's bytes at the workspace's start.
+  TensorDesc w_stored_, w_transformed_;
+  std::size_t filter_bytes_ = 0;
   ConvDesc conv_;
   cudnnConvolutionFwdAlgo_t fwd_ = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
   cudnnConvolutionBwdDataAlgo_t bwd_data_ = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
@@ -526,18 +566,20 @@ MatmulLayout matmul_layout(const Shape& a, const Shape& b, bool transpose_a, boo
 ConvDims conv_dims(ir::Op op, const Shape& a, const Shape& b, const Shape& out, const ir::Conv2dAttr& conv) {
   const std::string name = ir::op_name(op);
   auto shapes = [&] { return shape_str(a) + " and " + shape_str(b) + " -> " + shape_str(out); };
-  if (conv.channels_last)
-    throw Error(name + ": the CUDA backend runs NCHW convolutions only, got a channels-last one");
   if (a.size() != 4 || b.size() != 4 || out.size() != 4)
     throw Error(name + ": expected 4-D operands and result, got " + shapes());
   auto dims = [](const Shape& s) { return std::array<int64_t, 4>{s[0], s[1], s[2], s[3]}; };
+  // Channels-last activations are stored [N,H,W,C]: their logical [N,C,H,W].
+  auto act = [&](const Shape& s) {
+    return conv.channels_last ? std::array<int64_t, 4>{s[0], s[3], s[1], s[2]} : dims(s);
+  };
   ConvDims d;
   if (op == ir::Op::Conv2d) {
-    d = {dims(a), dims(b), dims(out)};
+    d = {act(a), dims(b), act(out)};
   } else if (op == ir::Op::Conv2dGradInput) {
-    d = {dims(out), dims(b), dims(a)};
+    d = {act(out), dims(b), act(a)};
   } else if (op == ir::Op::Conv2dGradWeight) {
-    d = {dims(a), dims(out), dims(b)};
+    d = {act(a), dims(out), act(b)};
   } else {
     throw Error(name + ": not a convolution");
   }
@@ -553,8 +595,9 @@ ConvDims conv_dims(ir::Op op, const Shape& a, const Shape& b, const Shape& out, 
          y[2 + i] == (x[2 + i] + 2 * pad - span) / stride + 1;
   }
   if (!ok)
-    throw Error(name + ": expected input [N,C,H,W], weight [O,C/groups,kh,kw] and output [N,O,Ho,Wo] "
-                "that agree with stride=" + std::to_string(conv.stride[0]) + "," +
+    throw Error(name + ": expected input " + (conv.channels_last ? "[N,H,W,C]" : "[N,C,H,W]") +
+                ", weight [O,C/groups,kh,kw] and output " +
+                (conv.channels_last ? "[N,Ho,Wo,O]" : "[N,O,Ho,Wo]") + " that agree with stride=" + std::to_string(conv.stride[0]) + "," +
                 std::to_string(conv.stride[1]) + " padding=" + std::to_string(conv.padding[0]) + "," +
                 std::to_string(conv.padding[1]) + " dilation=" + std::to_string(conv.dilation[0]) +
                 "," + std::to_string(conv.dilation[1]) + " groups=" + std::to_string(g) + ", got " +
