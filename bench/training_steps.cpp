@@ -25,9 +25,8 @@
 // CompileTime of the steady graph's first (uncached) compile; replay = a captured call's
 // host time (guards, binding, queueing; the ReplayHostTime metric), on an idle device too.
 // A backend that launches on a thread of its own (CUDA's launch thread: binding, library ops,
-// kernel launches) records a "launch" profiler span per program; its best span per captured
-// call is read from the profiler's trace (not while --profile records the timed steps), an
-// upper bound, as the profiler's own recording runs inside it. Each is put against the
+// kernel launches or one graph launch) records its time per program as the LaunchThreadTime
+// metric; its best per captured call is the second replay row. Each is put against the
 // captured step's time in the train rows: the two threads run beside each other and the
 // device, so while both shares stay well under 1 the host keeps ahead and that time is the
 // device's (target 3 of issue 17: the host's share under 5% on the GPU at large batches).
@@ -55,14 +54,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <functional>
 #include <limits>
 #include <map>
 #include <memory>
 #include <random>
-#include <unistd.h>
 
 namespace loom::bench {
 namespace {
@@ -166,32 +162,6 @@ struct Measured {
   bool counted = false;        // the lazy steps' buffers and allocations were counted
 };
 
-// The best duration of the profiler spans named `name` recorded since the last clear(), in
-// seconds; 0 when there are none. Read from the Chrome trace the profiler writes, one span
-// per line: {"name":"launch","ph":"X",...,"dur":12.345} (microseconds).
-double best_span_seconds(const char* name) {
-  std::error_code ec;
-  const auto path = std::filesystem::temp_directory_path(ec) /
-                    ("loom_bench_spans_" + std::to_string(::getpid()) + ".json");
-  try {
-    profiler::save(path.string());
-  } catch (const Error& e) {
-    progress(std::string("warning: cannot read the profiler's spans: ") + e.what());
-    return 0;
-  }
-  const std::string prefix = std::string("{\"name\":\"") + name + "\",\"ph\":\"X\"";
-  double best = std::numeric_limits<double>::infinity();
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(prefix, 0) != 0) continue;
-    const auto at = line.find("\"dur\":");
-    if (at != std::string::npos) best = std::min(best, std::strtod(line.c_str() + at + 6, nullptr) * 1e-6);
-  }
-  in.close();
-  std::filesystem::remove(path, ec);
-  return std::isfinite(best) ? best : 0;
-}
-
 // One mode's model, its steps and their timings.
 class ModeRun {
  public:
@@ -294,10 +264,10 @@ class ModeRun {
     return r;
   }
 
-  // The replay row's figure: the best of `steps` captured calls, each on an idle device; and
-  // the launch thread's best span for them, where the backend records one and --profile is
-  // not recording (profiling = true).
-  void measure_replay(int64_t steps, bool profiling, Measured& m) {
+  // The replay rows' figures: the best of `steps` captured calls, each on an idle device, on
+  // the calling thread (ReplayHostTime) and, where the backend has one, on its launch thread
+  // (LaunchThreadTime, recorded by CUDA's).
+  void measure_replay(int64_t steps, Measured& m) {
     // Untimed calls until one replays (a host-only run has had only its warm-up calls, which
     // trace: the step is captured once two traced calls agree).
     for (int i = 0; i < 4; ++i) {
@@ -307,14 +277,11 @@ class ModeRun {
       if (metrics::counter("CaptureReplay", device_) > before) break;
     }
     wait_device_ops();
-    if (!profiling) {
-      profiler::clear();
-      profiler::start();
-    }
-    m.replay_s = std::numeric_limits<double>::infinity();
+    m.replay_s = m.launch_thread_s = std::numeric_limits<double>::infinity();
     for (int64_t i = 0; i < steps; ++i) {
       wait_device_ops();
       const auto before = metrics::stat("ReplayHostTime");
+      const auto launch_before = metrics::stat("LaunchThreadTime");
       {
         testing::DeviceQueueHold hold(device_);
         Autocast scope(precision_);
@@ -323,17 +290,18 @@ class ModeRun {
       const auto after = metrics::stat("ReplayHostTime");
       if (after.count != before.count + 1) {
         progress("warning: " + w_.label + ": the captured step did not replay; no replay row");
-        m.replay_s = 0;
+        m.replay_s = m.launch_thread_s = 0;
         break;
       }
       m.replay_s = std::min(m.replay_s, (after.total - before.total) * 1e-9);
+      wait_device_ops();  // the launch thread has run the call's programs
+      const auto launch_after = metrics::stat("LaunchThreadTime");
+      m.launch_thread_s = launch_after.count > launch_before.count
+                              ? std::min(m.launch_thread_s, (launch_after.total - launch_before.total) * 1e-9)
+                              : 0;
     }
+    if (!std::isfinite(m.launch_thread_s)) m.launch_thread_s = 0;
     wait_device_ops();
-    if (!profiling) {
-      profiler::stop();
-      if (m.replay_s > 0) m.launch_thread_s = best_span_seconds("launch");
-      profiler::clear();
-    }
   }
 
   // Host rows' figures, the best of `steps` lazy steps (other jobs on the machine only ever
@@ -422,7 +390,7 @@ void host_rows(const Measured& m, double compiled_step_s, double captured_step_s
       out.push_back(row);
     };
     if (captured_step_s > 0) of_step("replay / captured step", m.replay_s);
-    if (m.launch_thread_s > 0) of_step("launch thread / captured step (profiled)", m.launch_thread_s);
+    if (m.launch_thread_s > 0) of_step("launch thread / captured step", m.launch_thread_s);
   }
   if (m.buffers > 0)
     out.push_back({.section = "host", .benchmark = m.label + ": device buffers allocated per step", .mode = "lazy",
@@ -550,7 +518,7 @@ void bench_training(const Options& o, const Bounds& bounds, Table& t) {
       if (it - runs.begin() < timed) t.add(r->row(bounds, compiled_s));
       if (r->precision() != host_precision || !o.section("host")) continue;
       if (r->mode() == "lazy") r->measure_host(o.host_steps, m);
-      if (r->mode() == "captured") r->measure_replay(o.host_steps, !o.profile.empty(), m);
+      if (r->mode() == "captured") r->measure_replay(o.host_steps, m);
     }
     if (o.section("host")) host_rows(m, compiled_s, captured_s, o.on_cpu(), host);
   }

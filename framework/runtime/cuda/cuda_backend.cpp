@@ -199,6 +199,7 @@ class CudaBackend final : public Backend {
       cudaEvent_t done = event();
       RunTimes times;
       times.on = profiler::is_running();
+      const auto start = std::chrono::steady_clock::now();
       try {
         profiler::Trace span("launch");
         run(e, inputs, outputs, slot, times);
@@ -206,6 +207,13 @@ class CudaBackend final : public Backend {
       } catch (const std::exception& ex) {
         error = ex.what();
       }
+      // This thread's time per run (binding, library calls, launches or one graph launch),
+      // what loom_bench puts against a captured step's time; also while the profiler is
+      // off, when runs go as CUDA graphs.
+      metrics::record("LaunchThreadTime",
+                      static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                              std::chrono::steady_clock::now() - start)
+                                              .count()));
       inputs.clear();
       done_.enqueue([this, exe = std::move(exe), outputs = std::move(outputs), done, slot,
                      error = std::move(error), input_ready = std::move(input_ready),
