@@ -276,6 +276,13 @@ class ModeRun {
       loss_ = captured_();
       if (metrics::counter("CaptureReplay", device_) > before) break;
     }
+    // Off the CPU, replays until the backend's programs settle: CUDA's runs a program as a
+    // CUDA graph from its third run and records it again while it learns which inputs move
+    // (graph_replay.h), each recording a launch per kernel on its launch thread.
+    for (int i = 0; device_.type != DeviceType::CPU && i < 6; ++i) {
+      Autocast scope(precision_);
+      loss_ = captured_();
+    }
     wait_device_ops();
     m.replay_s = m.launch_thread_s = std::numeric_limits<double>::infinity();
     for (int64_t i = 0; i < steps; ++i) {
