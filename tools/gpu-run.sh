@@ -122,6 +122,7 @@ case "${1:-}" in
     suite || s=$?
     bench "$@" || s=1
     exit $s ;;
-  *) echo "usage: tools/gpu-run.sh pack | run [gtest-args] | bench [vs_pytorch.py args] | exec CMD [args] | all [vs_pytorch.py args]" >&2
+  *) echo "usage: tools/gpu-run.sh pack | run [gtest-args] | bench [vs_pytorch.py args]" \
+          "| exec CMD [args] | all [vs_pytorch.py args]" >&2
      exit 2 ;;
 esac
