@@ -1,7 +1,10 @@
 #include "compiler/channels_last.h"
 
+#include <loom/error.h>
+
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <vector>
 
 namespace loom::compiler {
@@ -236,6 +239,17 @@ ir::Program assign_channels_last(ir::Program p, const ir::Target& target) {
   if (!std::ranges::any_of(p.instrs, [&](const ir::Instr& in) { return converts(p, in, target); }))
     return p;
   return Rewriter(p).run(target);
+}
+
+const std::string& conv_layout_setting() {
+  static const std::string layout = [] {
+    const char* v = std::getenv("LOOM_CONV_LAYOUT");
+    std::string l = v ? v : "auto";
+    if (l != "auto" && l != "nchw" && l != "channels_last")
+      throw Error("LOOM_CONV_LAYOUT: expected auto, nchw or channels_last, got '" + l + "'");
+    return l;
+  }();
+  return layout;
 }
 
 }  // namespace loom::compiler

@@ -26,8 +26,15 @@
 #include "ir/program.h"
 #include "ir/target.h"
 
+#include <string>
+
 namespace loom::compiler {
 
 ir::Program assign_channels_last(ir::Program p, const ir::Target& target);
+
+// LOOM_CONV_LAYOUT, read once: "auto" (unset), "nchw" or "channels_last"; throws loom::Error
+// naming the accepted values otherwise. Each backend maps it to its target's
+// channels_last_convs (the CPU in cpu_backend.cpp, CUDA in cuda_target.cpp).
+const std::string& conv_layout_setting();
 
 }  // namespace loom::compiler

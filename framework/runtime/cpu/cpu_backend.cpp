@@ -2,6 +2,8 @@
 // with kernels from kernels.cpp. Reshape shares its input's storage (buffers are immutable).
 #include "runtime/cpu/cpu_backend.h"
 
+#include "compiler/channels_last.h"
+
 #include "runtime/cpu/allocator.h"
 #include "runtime/cpu/conv/conv_algorithm.h"
 #include "runtime/device_queue.h"
@@ -149,18 +151,6 @@ int run_program(const CpuExecutable& exe, const BufferList& inputs, const Buffer
   return donated;
 }
 
-// LOOM_CONV_LAYOUT, read once.
-const std::string& conv_layout_setting() {
-  static const std::string layout = [] {
-    const char* v = std::getenv("LOOM_CONV_LAYOUT");
-    std::string l = v ? v : "auto";
-    if (l != "auto" && l != "nchw" && l != "channels_last")
-      throw Error("LOOM_CONV_LAYOUT: expected auto, nchw or channels_last, got '" + l + "'");
-    return l;
-  }();
-  return layout;
-}
-
 // Which convs run on channels-last activations (compiler/channels_last.h). LOOM_CONV_LAYOUT:
 //   "auto" (the default): bfloat16 ones where oneDNN runs them natively (its direct kernels
 //     take nhwc as it is and would otherwise reorder each operand in and out at every call:
@@ -169,7 +159,7 @@ const std::string& conv_layout_setting() {
 //   "nchw": none; "channels_last": all float32 and bfloat16 ones, on oneDNN.
 uint8_t channels_last_convs() {
   constexpr auto bit = [](DType t) { return static_cast<uint8_t>(1u << static_cast<int>(t)); };
-  const std::string layout = conv_layout_setting();
+  const std::string layout = compiler::conv_layout_setting();
   if (layout == "auto")
     return static_cast<uint8_t>(bit(DType::Float32) |
                                 (onednn::native_bfloat16() ? bit(DType::BFloat16) : 0));
@@ -196,7 +186,7 @@ constexpr int64_t kWinogradKeepsPlane = 16 * 16;
 
 bool float32_channels_last(DType dtype, const ir::Conv2dAttr& attr, const Shape& input,
                            const Shape& weight, const Shape& output) {
-  if (dtype != DType::Float32 || conv_layout_setting() != "auto") return true;
+  if (dtype != DType::Float32 || compiler::conv_layout_setting() != "auto") return true;
   if (own_algorithm_forced()) return false;
   const ConvGeometry g = conv_geometry(attr, input, weight, output);
   return g.oh * g.ow < kWinogradKeepsPlane ||

@@ -1,8 +1,7 @@
 #include "runtime/cuda/cuda_target.h"
 
-#include <loom/error.h>
+#include "compiler/channels_last.h"
 
-#include <cstdlib>
 #include <string>
 
 namespace loom::runtime::cuda {
@@ -16,12 +15,10 @@ namespace {
 // too.
 uint8_t channels_last_convs() {
   constexpr auto bit = [](DType t) { return static_cast<uint8_t>(1u << static_cast<int>(t)); };
-  const char* v = std::getenv("LOOM_CONV_LAYOUT");
-  const std::string layout = v != nullptr ? v : "auto";
+  const std::string& layout = compiler::conv_layout_setting();
   if (layout == "auto") return bit(DType::BFloat16);
   if (layout == "nchw") return 0;
-  if (layout == "channels_last") return bit(DType::Float32) | bit(DType::BFloat16);
-  throw Error("LOOM_CONV_LAYOUT: expected auto, nchw or channels_last, got '" + layout + "'");
+  return bit(DType::Float32) | bit(DType::BFloat16);  // channels_last
 }
 
 }  // namespace
