@@ -3,8 +3,9 @@
 # cuDNN) but no Debian packages, such as the H100 some development sessions are lent.
 #
 #   tools/gpu-run.sh pack            here, after building in build/: bundles the CUDA test
-#                                    binaries and loom_bench with the Debian libraries they
-#                                    load into .gpu/bundle.tar.xz (ignored by git)
+#                                    binaries, loom_bench and the recipes with the Debian
+#                                    libraries they load, and data/*.h5 (setup.sh's datasets),
+#                                    into .gpu/bundle.tar.xz (ignored by git)
 #   tools/gpu-run.sh run [ctest-args]  there, in the repository root: unpacks the bundle,
 #                                    points the loader at it and at PyTorch's cuDNN, prints
 #                                    the GPU, then runs the CUDA suite (Cuda.*, by default)
@@ -14,7 +15,11 @@
 #                                    loom_bench and the python3 on PATH (it has torch); the raw
 #                                    tables and the comparison go to $OUT/bench/ when $OUT is set
 #   tools/gpu-run.sh exec CMD [args] there: unpacks likewise, then runs CMD with the bundle's
-#                                    binaries (loom_bench, the test binaries) first on PATH
+#                                    binaries (loom_bench, the test binaries, the recipes) first
+#                                    on PATH; data/ gets the bundle's datasets where it has none
+#   tools/gpu-run.sh train [args]    there: train_resnet --device cuda [args] on the bundle's
+#                                    Fashion-MNIST (e.g. --epochs 5); the log goes to
+#                                    $OUT/train_resnet.log too when $OUT is set
 #   tools/gpu-run.sh all [args]      there: the CUDA suite (default filter), then the benchmark
 #                                    with [args], even if the suite failed; non-zero if either failed
 #
@@ -36,7 +41,7 @@ pack() {
   mkdir -p "$(dirname "$exclude")"
   grep -qx '/.gpu/' "$exclude" 2>/dev/null || echo '/.gpu/' >>"$exclude"
   for b in tests/cuda_device_test tests/cuda_codegen_test tests/ops_forward_test tests/models_test \
-           bench/loom_bench; do
+           bench/loom_bench recipes/train_resnet recipes/train_decoder; do
     [ -x "$build/$b" ] || { echo "gpu-run.sh: $build/$b not built (make -C build)" >&2; exit 1; }
     strip -o "$stage/bin/$(basename "$b")" "$build/$b"
     # The Debian libraries it loads; glibc and the CUDA libraries are the machine's own.
@@ -48,7 +53,13 @@ pack() {
   # The tests read their fixtures from the source tree they were built in: recorded, so that
   # `run` can put this checkout at that path.
   echo "$root" >"$stage/srcdir"
-  tar -C "$stage" -cJf "$bundle" bin lib srcdir
+  # The recipes' datasets, as setup.sh wrote them (the GPU machine has no Debian packages).
+  mkdir -p "$stage/data"
+  for d in fashion_mnist.h5 fortunes.h5; do
+    [ -f "$root/data/$d" ] || { echo "gpu-run.sh: no data/$d (run ./setup.sh here)" >&2; exit 1; }
+    cp "$root/data/$d" "$stage/data/"
+  done
+  tar -C "$stage" -cJf "$bundle" bin lib srcdir data
   rm -rf "$stage"
   echo "gpu-run.sh: $(du -h "$bundle" | cut -f1) in $bundle"
 }
@@ -62,6 +73,10 @@ unpack() {
   rm -rf "$dir"
   mkdir -p "$dir"
   if ! tar -C "$dir" -xJf "$bundle"; then echo "gpu-run.sh: cannot unpack $bundle into $dir" >&2; exit 1; fi
+  mkdir -p "$root/data"
+  for f in "$dir"/data/*.h5; do
+    [ -e "$root/data/$(basename "$f")" ] || ln -s "$f" "$root/data/"
+  done
   src=$(cat "$dir/srcdir")
   if [ "$src" != "$root" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"; fi
   cudnn=$(python3 -c 'import nvidia.cudnn, os; print(os.path.join(nvidia.cudnn.__path__[0], "lib"))' 2>/dev/null || true)
@@ -116,6 +131,17 @@ case "${1:-}" in
   run) shift; suite "$@" || exit $? ;;
   bench) shift; bench "$@" || exit $? ;;
   exec) shift; unpack; PATH="$dir/bin:$PATH" "$@" ;;
+  train)
+    shift
+    unpack
+    if [ -n "${OUT:-}" ]; then
+      # The exit status is train_resnet's, not tee's.
+      rm -f "$dir/train.rc"
+      { r=0; "$dir/bin/train_resnet" --device cuda "$@" 2>&1 || r=$?; echo "$r" >"$dir/train.rc"; } |
+        tee "$OUT/train_resnet.log"
+      exit "$(cat "$dir/train.rc")"
+    fi
+    "$dir/bin/train_resnet" --device cuda "$@" ;;
   all)
     shift
     s=0
@@ -123,6 +149,6 @@ case "${1:-}" in
     bench "$@" || s=1
     exit $s ;;
   *) echo "usage: tools/gpu-run.sh pack | run [gtest-args] | bench [vs_pytorch.py args]" \
-          "| exec CMD [args] | all [vs_pytorch.py args]" >&2
+          "| exec CMD [args] | train [train_resnet args] | all [vs_pytorch.py args]" >&2
      exit 2 ;;
 esac
