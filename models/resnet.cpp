@@ -1,5 +1,6 @@
 #include <loom/models/resnet.h>
 
+#include <loom/autocast.h>
 #include <loom/error.h>
 #include <loom/nn/init.h>
 
@@ -91,7 +92,9 @@ Tensor BasicBlock::forward(const Tensor& x) {
   auto out = relu(bn1->forward(conv1->forward(x)));
   out = bn2->forward(conv2->forward(out));
   auto identity = downsample ? downsample->forward(x) : x;
-  return relu(out + identity);
+  // Stored in bfloat16 under autocast (loom/autocast.h), rounded before the relu, so the
+  // backward pass's mask reads the stored sum; the relu commutes with the rounding.
+  return relu(autocast_round(out + identity));
 }
 
 Bottleneck::Bottleneck(int64_t inplanes, int64_t planes, int64_t stride,
@@ -110,7 +113,7 @@ Tensor Bottleneck::forward(const Tensor& x) {
   out = relu(bn2->forward(conv2->forward(out)));
   out = bn3->forward(conv3->forward(out));
   auto identity = downsample ? downsample->forward(x) : x;
-  return relu(out + identity);
+  return relu(autocast_round(out + identity));  // as in BasicBlock
 }
 
 ResNet::ResNet(const ResNetConfig& c) : config(c) {
@@ -147,7 +150,7 @@ Tensor ResNet::forward(const Tensor& x) {
   if (x.dim() != 4 || x.size(1) != config.in_channels)
     throw Error("ResNet: expected an input [N," + std::to_string(config.in_channels) + ",H,W], got " +
                 shape_str(x.shape()));
-  auto h = relu->forward(bn1->forward(conv1->forward(x)));
+  auto h = relu->forward(autocast_round(bn1->forward(conv1->forward(x))));
   if (maxpool) h = maxpool->forward(h);
   for (auto& layer : layers) h = layer->forward(h);
   h = flatten(avgpool->forward(h), 1);

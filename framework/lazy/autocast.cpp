@@ -1,9 +1,10 @@
 // The autocast scope (include/loom/autocast.h): a thread-local precision that matmul and
-// conv2d (ops_compute.cpp) read through lazy::autocast_operands.
+// conv2d (ops_compute.cpp) read through lazy::autocasts, and autocast_round.
 #include "lazy/ops_util.h"
 
 #include <loom/autocast.h>
 #include <loom/error.h>
+#include <loom/tensor.h>
 
 #include <string>
 
@@ -24,6 +25,11 @@ Precision autocast_precision() { return current; }
 
 Autocast::Autocast(Precision p) : previous_(current) { current = p; }
 Autocast::~Autocast() { current = previous_; }
+
+Tensor autocast_round(const Tensor& x) {
+  if (current != Precision::BFloat16 || !x.defined() || x.dtype() != DType::Float32) return x;
+  return x.to(DType::BFloat16).to(DType::Float32);
+}
 
 namespace lazy {
 

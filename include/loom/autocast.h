@@ -22,6 +22,15 @@
 // (compiler/widen.h): the results are those of bfloat16, the speed that of float32.
 // Scopes nest; Autocast(Precision::Float32) turns it off inside another. A captured step
 // (compile.h) is replayed only under the precision it was captured with.
+//
+// autocast_round(x) is where a model stores an activation in bfloat16: inside a bfloat16
+// scope it rounds a float32 x to bfloat16 and widens it back, so the compiled step keeps the
+// 2-byte value and its readers widen it as they load it (inside their fused kernels). The
+// ResNets call it on each residual block's sum and on the stem's batch norm, the tensors
+// read by the next block's conv, its skip path and the backward pass: this is the precision
+// PyTorch's autocast stores them in (its batch norm and residual add run on the convs'
+// bfloat16 outputs), at half the memory traffic of float32. The gradient flowing back
+// through it is rounded to bfloat16 likewise, as in PyTorch.
 #pragma once
 
 #include <loom/dtype.h>
@@ -29,6 +38,8 @@
 #include <string_view>
 
 namespace loom {
+
+class Tensor;
 
 enum class Precision { Float32, BFloat16 };
 
@@ -49,5 +60,9 @@ class Autocast {
  private:
   Precision previous_;
 };
+
+// Inside a bfloat16 scope, a float32 x rounded to bfloat16 and widened back (still float32,
+// bfloat16's values); elsewhere, or for another dtype, x itself. See above.
+Tensor autocast_round(const Tensor& x);
 
 }  // namespace loom

@@ -231,6 +231,35 @@ TEST(Autocast, GradientsFlowBackAsFloat32) {
   }
 }
 
+// autocast_round: bfloat16's values, still float32, inside a bfloat16 scope, and its gradient
+// rounded likewise; outside one (or for another dtype), the tensor itself.
+TEST(Autocast, RoundKeepsBFloat16ValuesInsideAScopeOnly) {
+  test::fresh_engine();
+  const auto xv = grid(64, 8), cv = grid(64, 9);
+  auto x = from_vector(xv, {64}).requires_grad_();
+  const Tensor c = from_vector(cv, {64}) * 1.001f;  // not bfloat16 values
+  EXPECT_EQ(autocast_round(x).impl(), x.impl()) << "float32 precision: x itself";
+  Tensor r, loss;
+  {
+    Autocast bf16;
+    const Tensor i = from_vector<int64_t>({1, 2}, {2});
+    EXPECT_EQ(autocast_round(i).impl(), i.impl()) << "not float32: itself";
+    r = autocast_round(x);
+    loss = sum(r * c);
+  }
+  EXPECT_EQ(r.dtype(), DType::Float32);
+  loss.backward();
+  const auto rv = r.to_vector<float>(), g = x.grad().to_vector<float>(),
+             cw = c.to_vector<float>();
+  int moved = 0;
+  for (std::size_t i = 0; i < xv.size(); ++i) {
+    EXPECT_EQ(rv[i], round_to_bfloat16(xv[i])) << i;
+    EXPECT_EQ(g[i], round_to_bfloat16(cw[i])) << "the gradient is rounded too: " << i;
+    moved += rv[i] != xv[i];
+  }
+  EXPECT_GT(moved, 0);
+}
+
 TEST(Autocast, CapturedStepIsReplayedOnlyUnderItsPrecision) {
   test::fresh_engine();
   const Tensor a = from_vector(grid(16 * 16, 6), {16, 16});

@@ -2,8 +2,10 @@
 // parameter; a steady training step compiles nothing and allocates nothing on the device.
 #include "nn/nn_test_util.h"
 
+#include "lazy/tensor_impl.h"
 #include "runtime/cpu/heap_count.h"
 
+#include <loom/autocast.h>
 #include <loom/autograd.h>
 #include <loom/models/resnet.h>
 #include <loom/nn/functional.h>
@@ -191,6 +193,38 @@ TEST(ResNet20, EagerAndLazyGiveTheSameNumbers) {
     eager_logits = values(net->forward(x));
   }
   test::expect_near(eager_logits, lazy_logits, 1e-10);
+}
+
+// Under bfloat16 autocast the blocks' sums and the stem's batch norm are stored in bfloat16
+// (autocast_round): no fused kernel of a ResNet-20 training step writes a float32 tensor of an
+// activation's size, forward or backward (their gradients are rounded too). In float32 the same
+// count is positive, so the check can fail. The convs' own outputs are not counted: on a CPU
+// without bfloat16 instructions they are float32 convs, widened (compiler/widen.h).
+TEST(ResNet20, Bf16StepStoresNoFloat32Activation) {
+  auto float32_activations = [](Precision precision) {
+    test::fresh_engine();
+    auto net = models::resnet("resnet20", 3, 10);
+    const Tensor x = randn({4, 3, 32, 32}, 3);
+    const Tensor y = from_vector<int64_t>({1, 7, 3, 0}, {4});
+    mark_step();
+    {
+      Autocast scope(precision);
+      F::cross_entropy(net->forward(x), y).backward();
+    }
+    std::vector<ir::NodePtr> roots;
+    for (auto& [device, live] : lazy::live_pending_by_device())
+      for (auto& t : live) roots.push_back(t->pending());
+    const ir::Program p = test::compile_for_cpu(ir::build_graph(roots));
+    // An activation: [4, ...] with at least the last stage's 64 x 8 x 8 elements per image
+    // (the weights' gradients, [O, C, 3, 3], are float32 as they should be).
+    int n = 0;
+    for (const auto& in : p.instrs)
+      n += in.fusion && in.dtype == DType::Float32 && in.shape.size() == 4 && in.shape[0] == 4 &&
+           shape_numel(in.shape) >= 4 * 64 * 8 * 8;
+    return n;
+  };
+  EXPECT_EQ(float32_activations(Precision::BFloat16), 0);
+  EXPECT_GT(float32_activations(Precision::Float32), 0);
 }
 
 TEST(ResNet18, TinyImageForwardBackward) {
