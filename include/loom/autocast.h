@@ -13,7 +13,8 @@
 // product accumulates in float32 and is rounded once to bfloat16, as PyTorch's
 // torch.autocast("cpu", torch.bfloat16) does, and the result comes back as float32. So
 // losses, softmax, normalisation and its statistics, reductions, residual adds and the
-// optimizer keep computing in float32, parameters and checkpoints stay float32, and no loss
+// optimizer keep computing in float32 (a model may still store a result in bfloat16, see
+// autocast_round below), parameters and checkpoints stay float32, and no loss
 // scaling is needed (bfloat16 has float32's exponent range). The gradients follow the casts
 // back: each matmul and convolution of the backward pass runs in bfloat16 and the gradients
 // reaching float32 tensors are float32.

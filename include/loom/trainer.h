@@ -75,7 +75,8 @@ struct TrainerOptions {
   bool resume = false;            // continue from `checkpoint` if it exists
   ExecutionMode mode = ExecutionMode::Lazy;
   // bf16: train_step and eval_step run inside an Autocast scope (loom/autocast.h): matmuls and
-  // convolutions in bfloat16, the rest, the weights and the checkpoints in float32.
+  // convolutions in bfloat16 (and the activations a model stores with autocast_round), the
+  // rest, the weights and the checkpoints in float32.
   Precision precision = Precision::Float32;
   double clip_grad_norm = 0;      // clip gradients to this global norm (0: off)
   std::string profile;            // write a Chrome trace of the run here ("" : off)
