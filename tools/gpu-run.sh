@@ -74,8 +74,9 @@ unpack() {
   mkdir -p "$dir"
   if ! tar -C "$dir" -xJf "$bundle"; then echo "gpu-run.sh: cannot unpack $bundle into $dir" >&2; exit 1; fi
   mkdir -p "$root/data"
-  for f in "$dir"/data/*.h5; do
-    [ -e "$root/data/$(basename "$f")" ] || ln -s "$f" "$root/data/"
+  for f in "$dir"/data/*.h5; do  # a link left by an earlier unpack is renewed; a file is kept
+    t=$root/data/$(basename "$f")
+    if [ ! -e "$t" ] || [ -L "$t" ]; then ln -sfn "$f" "$t"; fi
   done
   src=$(cat "$dir/srcdir")
   if [ "$src" != "$root" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"; fi
