@@ -203,7 +203,8 @@ TEST(ResNet20, EagerAndLazyGiveTheSameNumbers) {
 // float32 results feed the fusions: compiler/widen.h).
 TEST(ResNet20, Bf16StepStoresNoFloat32Activation) {
   ir::Target target = runtime::backend(Device{}).target();
-  for (auto op : {ir::Op::Conv2d, ir::Op::Conv2dGradInput, ir::Op::Conv2dGradWeight, ir::Op::Matmul})
+  for (auto op :
+       {ir::Op::Conv2d, ir::Op::Conv2dGradInput, ir::Op::Conv2dGradWeight, ir::Op::Matmul})
     target.run_bfloat16(op);
   target.channels_last_convs |= 1u << static_cast<int>(DType::BFloat16);
   auto float32_activations = [&target](Precision precision) {
