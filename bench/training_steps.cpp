@@ -303,11 +303,11 @@ class ModeRun {
       m.replay_s = std::min(m.replay_s, (after.total - before.total) * 1e-9);
       wait_device_ops();  // the launch thread has run the call's programs
       const auto launch_after = metrics::stat("LaunchThreadTime");
-      m.launch_thread_s = launch_after.count > launch_before.count
-                              ? std::min(m.launch_thread_s, (launch_after.total - launch_before.total) * 1e-9)
-                              : 0;
+      if (launch_after.count > launch_before.count)
+        m.launch_thread_s =
+            std::min(m.launch_thread_s, (launch_after.total - launch_before.total) * 1e-9);
     }
-    if (!std::isfinite(m.launch_thread_s)) m.launch_thread_s = 0;
+    if (!std::isfinite(m.launch_thread_s)) m.launch_thread_s = 0;  // no launch thread (the CPU)
     wait_device_ops();
   }
 

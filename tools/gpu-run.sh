@@ -138,8 +138,11 @@ case "${1:-}" in
     if [ -n "${OUT:-}" ]; then
       # The exit status is train_resnet's, not tee's.
       rm -f "$dir/train.rc"
-      { r=0; "$dir/bin/train_resnet" --device cuda "$@" 2>&1 || r=$?; echo "$r" >"$dir/train.rc"; } |
-        tee "$OUT/train_resnet.log"
+      {
+        r=0
+        "$dir/bin/train_resnet" --device cuda "$@" 2>&1 || r=$?
+        echo "$r" >"$dir/train.rc"
+      } | tee "$OUT/train_resnet.log"
       exit "$(cat "$dir/train.rc")"
     fi
     "$dir/bin/train_resnet" --device cuda "$@" ;;

@@ -597,7 +597,8 @@ ConvDims conv_dims(ir::Op op, const Shape& a, const Shape& b, const Shape& out, 
   if (!ok)
     throw Error(name + ": expected input " + (conv.channels_last ? "[N,H,W,C]" : "[N,C,H,W]") +
                 ", weight [O,C/groups,kh,kw] and output " +
-                (conv.channels_last ? "[N,Ho,Wo,O]" : "[N,O,Ho,Wo]") + " that agree with stride=" + std::to_string(conv.stride[0]) + "," +
+                (conv.channels_last ? "[N,Ho,Wo,O]" : "[N,O,Ho,Wo]") +
+                " that agree with stride=" + std::to_string(conv.stride[0]) + "," +
                 std::to_string(conv.stride[1]) + " padding=" + std::to_string(conv.padding[0]) + "," +
                 std::to_string(conv.padding[1]) + " dilation=" + std::to_string(conv.dilation[0]) +
                 "," + std::to_string(conv.dilation[1]) + " groups=" + std::to_string(g) + ", got " +
