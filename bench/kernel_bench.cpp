@@ -5,7 +5,8 @@
 // loom's own NCHW, 1 blocked with reorders in and out, 2 channels-last activations taken as
 // they are; the label names oneDNN's kernel), the bfloat16 weight gradient of every 3x3 conv
 // on channels-last activations by oneDNN and by loom's vdpbf16ps kernel back to back
-// (Bf16WeightGrad/shape/kernel: 0 oneDNN, 1 loom), and
+// (Bf16WeightGrad/shape/kernel: 0 oneDNN, 1 loom), the bfloat16 forward and input gradient of
+// every 3x3 stride-1 conv by oneDNN and by loom's Winograd (Bf16Winograd/shape/pass/kernel), and
 // the decoder's matmuls next to raw Eigen GEMMs, and the steps' float32 sums (Reduce/case:
 // BatchNorm statistics NCHW and channels-last, the decoder's row sums; GB/s of the operand read
 // once). The kernels are called directly
@@ -32,6 +33,7 @@
 // alternation (a oneDNN conv, then a TBB elementwise pass over its output, as a training step
 // does), to be run both ways; the context line OMP_WAIT_POLICY says which ran.
 #include "runtime/cpu/conv/conv_weight_bf16.h"
+#include "runtime/cpu/conv/conv_winograd_bf16.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/onednn.h"
 
@@ -249,6 +251,44 @@ BENCHMARK(BM_Bf16WeightGrad)->Apply([](auto* b) {
   for (int64_t i = 0; i <= kLastShape; ++i)
     if (kShapes[i].k == 3 && kShapes[i].c % 16 == 0)
       for (int64_t own : {0, 1}) b->Args({i, own});
+  b->UseRealTime()->Unit(benchmark::kMillisecond);
+});
+
+// The forward and input gradient of every 3x3 stride-1 bfloat16 conv on channels-last
+// activations: oneDNN's direct kernels (kernel 0) against loom's Winograd on vdpbf16ps (1),
+// shape by shape, back to back (Bf16Winograd/shape/pass/kernel: pass 0 forward, 1 input
+// gradient). GFLOP/s counts the direct conv's multiplies for both.
+void BM_Bf16Winograd(benchmark::State& state) {
+  namespace onednn = loom::runtime::onednn;
+  using loom::runtime::ConvPass;
+  const ConvShape s = kShapes[state.range(0)];
+  const ConvPass pass = state.range(1) == 0 ? ConvPass::kForward : ConvPass::kGradInput;
+  const bool own = state.range(2) == 1;
+  Buffer x({s.n, s.size, s.size, s.c}, DType::BFloat16), w({s.o, s.c, s.k, s.k}, DType::BFloat16);
+  Buffer y({s.n, s.size, s.size, s.o}, DType::BFloat16);
+  const loom::runtime::ConvGeometry g{s.n, s.c, s.size, s.size, s.o, s.k, s.k, s.size, s.size,
+                                      1, 1, s.pad, s.pad, 1, 1, 1};
+  if (own && !loom::runtime::bf16_winograd_applies(g)) {
+    state.SkipWithError("loom's bfloat16 Winograd does not apply here (no AVX512_BF16)");
+    return;
+  }
+  const bool forward = pass == ConvPass::kForward;
+  const auto* in = static_cast<const loom::bfloat16*>(forward ? x.ptr() : y.ptr());
+  const auto* pw = static_cast<const loom::bfloat16*>(w.ptr());
+  auto* out = static_cast<loom::bfloat16*>(forward ? y.ptr() : x.ptr());
+  for (auto _ : state) {
+    if (own) loom::runtime::conv2d_winograd_bf16(g, pass, in, pw, out, nullptr, false);
+    else onednn::conv2d(pass, g, DType::BFloat16, onednn::Layout::kChannelsLast, in, pw, out);
+  }
+  state.counters["GFLOPS"] =
+      benchmark::Counter(conv_flops(s) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  set_label(state, s, DType::BFloat16, own ? "loom Winograd vdpbf16ps" : "oneDNN channels-last");
+}
+BENCHMARK(BM_Bf16Winograd)->Apply([](auto* b) {
+  for (int64_t i = 0; i <= kLastShape; ++i)
+    if (kShapes[i].k == 3 && kShapes[i].stride == 1 && kShapes[i].c % 16 == 0)
+      for (int64_t pass : {0, 1})
+        for (int64_t own : {0, 1}) b->Args({i, pass, own});
   b->UseRealTime()->Unit(benchmark::kMillisecond);
 });
 

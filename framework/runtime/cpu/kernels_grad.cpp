@@ -27,6 +27,7 @@
 #include "runtime/cpu/conv/conv_direct.h"
 #include "runtime/cpu/conv/conv_weight_bf16.h"
 #include "runtime/cpu/conv/conv_winograd.h"
+#include "runtime/cpu/conv/conv_winograd_bf16.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/onednn.h"
 
@@ -262,6 +263,10 @@ void conv2d_channels_last(ConvPass pass, const ir::Conv2dAttr& attr, const Tenso
     std::memset(out.data, 0, static_cast<std::size_t>(out.numel()) * dtype_size(out.dtype));
     return;
   }
+  if (pass != ConvPass::kGradWeight && a.dtype == DType::BFloat16 &&
+      b.dtype == DType::BFloat16 && out.dtype == DType::BFloat16 && bf16_winograd_chosen(g, pass))
+    return conv2d_winograd_bf16(g, pass, a.as<const bfloat16>(), b.as<const bfloat16>(),
+                                out.as<bfloat16>(), bias, relu);
   if (pass == ConvPass::kGradWeight && out.dtype == DType::BFloat16 &&
       bf16_weight_grad_chosen(g))
     return conv2d_grad_weight_bf16(g, a.as<const bfloat16>(), b.as<const bfloat16>(),

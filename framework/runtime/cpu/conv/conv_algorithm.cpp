@@ -4,6 +4,7 @@
 #include "runtime/cpu/conv/conv_direct.h"
 #include "runtime/cpu/conv/conv_weight_bf16.h"
 #include "runtime/cpu/conv/conv_winograd.h"
+#include "runtime/cpu/conv/conv_winograd_bf16.h"
 
 #include <loom/error.h>
 #include <loom/lazy.h>
@@ -142,6 +143,20 @@ bool bf16_weight_grad_chosen(const ConvGeometry& g) {
   if (forced_choice() == Forced::kOneDnn || !bf16_weight_grad_applies(g)) return false;
   return strided(g) || g.c * g.o <= kOwnMaxWeightChannels ||
          are_deterministic_algorithms_enabled();
+}
+
+// Where loom's bfloat16 Winograd beats oneDNN's direct bfloat16 kernels on channels-last
+// activations (kernel_bench's Bf16Winograd rows): TODO figures.
+constexpr int64_t kBf16WinogradMinChannels = 64;  // on both sides
+
+bool bf16_winograd_chosen(const ConvGeometry& g, ConvPass pass) {
+  if (pass == ConvPass::kGradWeight || !bf16_winograd_applies(g)) return false;
+  switch (forced_choice()) {
+    case Forced::kWinograd: return true;
+    case Forced::kNone: break;
+    default: return false;
+  }
+  return std::min(g.c, g.o) >= kBf16WinogradMinChannels;
 }
 
 bool own_algorithm_forced() {

@@ -41,6 +41,10 @@ bool direct_chosen(const ConvGeometry& g, ConvPass pass);
 // its sums by the shape only), unless LOOM_CONV=onednn forces oneDNN.
 bool bf16_weight_grad_chosen(const ConvGeometry& g);
 
+// Whether loom's bfloat16 Winograd (conv_winograd_bf16.h) runs pass `pass` (kForward or
+// kGradInput) of the channels-last conv `g`: where it applies and beats oneDNN's direct
+// kernels, or LOOM_CONV=winograd forces it wherever it applies (LOOM_CONV=onednn forbids it).
+bool bf16_winograd_chosen(const ConvGeometry& g, ConvPass pass);
 // Whether LOOM_CONV forces one of loom's own algorithms (direct, gemm or winograd): then the
 // CPU's layout choice (cpu_backend.cpp) keeps float32 convs [N,C,H,W], where they run.
 bool own_algorithm_forced();

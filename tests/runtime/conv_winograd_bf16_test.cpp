@@ -1,0 +1,228 @@
+// Winograd F(2x2,3x3) on bfloat16 channels-last convs (runtime/cpu/conv/conv_winograd_bf16.h):
+// the forward (with a bias and relu) and the input gradient against float64 sums by the
+// definition on the same bfloat16 operands, at shapes that exercise its paths (odd planes,
+// whose last tile is cut; padding 0 to 2; several blocks of tiles; output channels in chunks of
+// 64 with a narrower last one; each register-tile height); the same bits on 1, 2 and 4
+// threads; and the channels-last conv kernel running it where it is chosen.
+//
+// Tolerance: unlike a direct conv, the transformed input and kernel are rounded to bfloat16
+// before they are multiplied. Each such value is a sum of up to 4 inputs (the kernel's: of 9
+// taps, with weights 1/4 to 1), so its rounding is about 2^-9 of 4 inputs' scale, and an
+// output sums 16 such products per input channel with the signs of A^T; the result is then
+// rounded once more. 1e-2 x (|want| + rms(want)) bounds that (the worst seen: about 0.4 of it),
+// the op harness's bfloat16 tolerance.
+#include "runtime/cpu/conv/conv_winograd_bf16.h"
+
+#include "runtime/cpu/conv/conv_algorithm.h"
+#include "runtime/cpu/kernels.h"
+#include "runtime/expect_near.h"
+
+#include <loom/bfloat16.h>
+#include <loom/error.h>
+
+#include <gtest/gtest.h>
+#include <tbb/task_arena.h>
+
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace loom::runtime {
+namespace {
+
+constexpr double kTolerance = 1e-2;
+
+struct Case {
+  int64_t n, c, h, w, o, ph, pw;
+};
+
+ConvGeometry geometry(const Case& k) {
+  return {k.n, k.c, k.h, k.w, k.o, 3, 3, k.h + 2 * k.ph - 2, k.w + 2 * k.pw - 2,
+          1,   1,   k.ph, k.pw, 1,   1, 1};
+}
+
+std::string name(const ConvGeometry& g, ConvPass pass) {
+  std::ostringstream s;
+  s << (pass == ConvPass::kForward ? "forward" : "grad_input") << " n" << g.n << " c" << g.c
+    << " " << g.h << "x" << g.w << " o" << g.o << " p" << g.ph << "," << g.pw;
+  return s.str();
+}
+
+std::vector<bfloat16> random_bf16(int64_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  std::vector<bfloat16> v(static_cast<std::size_t>(n));
+  for (auto& x : v) x = bfloat16(dist(gen));
+  return v;
+}
+
+std::size_t at(int64_t i) { return static_cast<std::size_t>(i); }
+
+// out [N,Ho,Wo,O] = conv(x [N,H,W,C], w [O,C,3,3]) + bias, then relu, by the definition.
+std::vector<double> forward_reference(const ConvGeometry& g, const std::vector<bfloat16>& x,
+                                      const std::vector<bfloat16>& w,
+                                      const std::vector<float>& bias, bool relu) {
+  std::vector<double> out(at(g.n * g.oh * g.ow * g.o));
+  for (int64_t n = 0; n < g.n; ++n)
+    for (int64_t y = 0; y < g.oh; ++y)
+      for (int64_t xx = 0; xx < g.ow; ++xx)
+        for (int64_t o = 0; o < g.o; ++o) {
+          double sum = bias.empty() ? 0.0 : bias[at(o)];
+          for (int64_t i = 0; i < 3; ++i)
+            for (int64_t j = 0; j < 3; ++j) {
+              const int64_t iy = y - g.ph + i, ix = xx - g.pw + j;
+              if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
+              for (int64_t c = 0; c < g.c; ++c)
+                sum += static_cast<double>(x[at(((n * g.h + iy) * g.w + ix) * g.c + c)]) *
+                       static_cast<double>(w[at(((o * g.c + c) * 3 + i) * 3 + j)]);
+            }
+          out[at(((n * g.oh + y) * g.ow + xx) * g.o + o)] = relu ? std::max(sum, 0.0) : sum;
+        }
+  return out;
+}
+
+// grad_x [N,H,W,C] from grad_out [N,Ho,Wo,O] and w [O,C,3,3], by the definition.
+std::vector<double> grad_input_reference(const ConvGeometry& g, const std::vector<bfloat16>& grad,
+                                         const std::vector<bfloat16>& w) {
+  std::vector<double> out(at(g.n * g.h * g.w * g.c));
+  for (int64_t n = 0; n < g.n; ++n)
+    for (int64_t y = 0; y < g.oh; ++y)
+      for (int64_t xx = 0; xx < g.ow; ++xx)
+        for (int64_t i = 0; i < 3; ++i)
+          for (int64_t j = 0; j < 3; ++j) {
+            const int64_t iy = y - g.ph + i, ix = xx - g.pw + j;
+            if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
+            for (int64_t o = 0; o < g.o; ++o) {
+              const double go = static_cast<double>(grad[at(((n * g.oh + y) * g.ow + xx) * g.o + o)]);
+              for (int64_t c = 0; c < g.c; ++c)
+                out[at(((n * g.h + iy) * g.w + ix) * g.c + c)] +=
+                    go * static_cast<double>(w[at(((o * g.c + c) * 3 + i) * 3 + j)]);
+            }
+          }
+  return out;
+}
+
+std::vector<double> values(const std::vector<bfloat16>& v) { return {v.begin(), v.end()}; }
+
+#define SKIP_WITHOUT_KERNEL()                                                                   \
+  if (!bf16_winograd_applies(geometry({1, 16, 4, 4, 16, 1, 1})))                               \
+  GTEST_SKIP() << "built without AVX512_BF16: oneDNN runs every bfloat16 conv"
+
+struct Operands {
+  ConvGeometry g;
+  std::vector<bfloat16> x, w, grad;
+  std::vector<float> bias;
+  explicit Operands(const Case& k)
+      : g(geometry(k)),
+        x(random_bf16(g.n * g.h * g.w * g.c, 1)),
+        w(random_bf16(g.o * g.c * 9, 2)),
+        grad(random_bf16(g.n * g.oh * g.ow * g.o, 3)) {
+    for (int64_t o = 0; o < g.o; ++o) bias.push_back(static_cast<float>(o % 7) * 0.25f - 0.75f);
+  }
+  std::vector<bfloat16> forward(bool with_bias, bool relu) const {
+    std::vector<bfloat16> out(at(g.n * g.oh * g.ow * g.o));
+    conv2d_winograd_bf16(g, ConvPass::kForward, x.data(), w.data(), out.data(),
+                         with_bias ? bias.data() : nullptr, relu);
+    return out;
+  }
+  std::vector<bfloat16> grad_input() const {
+    std::vector<bfloat16> out(at(g.n * g.h * g.w * g.c));
+    conv2d_winograd_bf16(g, ConvPass::kGradInput, grad.data(), w.data(), out.data(), nullptr,
+                         false);
+    return out;
+  }
+};
+
+const Case kCases[] = {
+    {2, 16, 8, 8, 16, 1, 1},      // a ResNet block, small: one block of tiles
+    {3, 32, 7, 9, 48, 1, 1},      // odd planes: the last tile row and column cut
+    {1, 16, 5, 6, 32, 0, 2},      // padding 0 and 2 (the input gradient's 2 and 0)
+    {2, 64, 12, 12, 80, 1, 1},    // output channels 64 + 16; tiles past one block
+    {4, 128, 6, 6, 144, 1, 2},    // 64 + 64 + 16 output channels, 12 tiles per image
+    {33, 16, 4, 4, 16, 1, 1},     // 132 tiles: blocks of 256 tiles' rows of 12 with a remainder
+    {3, 256, 4, 4, 512, 1, 1},    // ResNet-18's last stage
+};
+
+TEST(Bf16Winograd, ForwardMatchesReference) {
+  SKIP_WITHOUT_KERNEL();
+  for (const Case& k : kCases) {
+    const Operands op(k);
+    ASSERT_TRUE(bf16_winograd_applies(op.g)) << name(op.g, ConvPass::kForward);
+    expect_near(values(op.forward(false, false)), forward_reference(op.g, op.x, op.w, {}, false),
+                kTolerance, name(op.g, ConvPass::kForward));
+  }
+  const Operands op(kCases[1]);
+  expect_near(values(op.forward(true, true)), forward_reference(op.g, op.x, op.w, op.bias, true),
+              kTolerance, name(op.g, ConvPass::kForward) + " + bias, relu");
+}
+
+TEST(Bf16Winograd, InputGradientMatchesReference) {
+  SKIP_WITHOUT_KERNEL();
+  for (const Case& k : kCases) {
+    const Operands op(k);
+    expect_near(values(op.grad_input()), grad_input_reference(op.g, op.grad, op.w), kTolerance,
+                name(op.g, ConvPass::kGradInput));
+  }
+}
+
+TEST(Bf16Winograd, IndependentOfThreadCount) {
+  SKIP_WITHOUT_KERNEL();
+  for (const Case& k : {kCases[3], kCases[5]}) {
+    const Operands op(k);
+    const auto in_arena = [&](int threads) {
+      std::vector<double> r;
+      tbb::task_arena(threads).execute([&] {
+        r = values(op.forward(true, false));
+        const auto gi = values(op.grad_input());
+        r.insert(r.end(), gi.begin(), gi.end());
+      });
+      return r;
+    };
+    const auto one = in_arena(1);
+    for (int threads : {2, 4}) EXPECT_EQ(in_arena(threads), one) << name(op.g, ConvPass::kForward);
+  }
+}
+
+TEST(Bf16Winograd, AppliesToThreeByThreeStrideOneConvs) {
+  SKIP_WITHOUT_KERNEL();
+  EXPECT_TRUE(bf16_winograd_applies(geometry({32, 64, 32, 32, 64, 1, 1})));
+  const ConvGeometry g = geometry({2, 16, 8, 8, 16, 1, 1});
+  for (auto change : {+[](ConvGeometry& v) { v.c = 24; }, +[](ConvGeometry& v) { v.o = 8; },
+                      +[](ConvGeometry& v) { v.kh = v.kw = 1; },
+                      +[](ConvGeometry& v) { v.sh = v.sw = 2; },
+                      +[](ConvGeometry& v) { v.groups = 2; }, +[](ConvGeometry& v) { v.dh = 2; },
+                      +[](ConvGeometry& v) { v.ph = 3; }}) {
+    ConvGeometry other = g;
+    change(other);
+    EXPECT_FALSE(bf16_winograd_applies(other)) << name(other, ConvPass::kForward);
+  }
+  EXPECT_THROW(conv2d_winograd_bf16(g, ConvPass::kGradWeight, nullptr, nullptr, nullptr, nullptr,
+                                    false),
+               Error);
+}
+
+// The channels-last conv kernel runs it where it is chosen (the same bits), both passes.
+TEST(Bf16Winograd, RunsForChosenChannelsLastBFloat16Convs) {
+  SKIP_WITHOUT_KERNEL();
+  const Operands op({2, 64, 8, 8, 64, 1, 1});
+  const ConvGeometry& g = op.g;
+  ASSERT_TRUE(bf16_winograd_chosen(g, ConvPass::kForward));
+  ASSERT_TRUE(bf16_winograd_chosen(g, ConvPass::kGradInput));
+  const ir::Conv2dAttr conv{.stride = {1, 1}, .padding = {g.ph, g.pw}, .channels_last = true};
+  std::vector<bfloat16> x = op.x, w = op.w, grad = op.grad;
+  std::vector<bfloat16> out(at(g.n * g.oh * g.ow * g.o));
+  const std::vector<TensorView> forward_in{{x.data(), DType::BFloat16, {g.n, g.h, g.w, g.c}},
+                                           {w.data(), DType::BFloat16, {g.o, g.c, 3, 3}}};
+  run_kernel(ir::Op::Conv2d, conv, forward_in, {out.data(), DType::BFloat16, {g.n, g.oh, g.ow, g.o}});
+  EXPECT_EQ(values(out), values(op.forward(false, false)));
+  std::vector<bfloat16> gi(at(g.n * g.h * g.w * g.c));
+  const std::vector<TensorView> grad_in{{grad.data(), DType::BFloat16, {g.n, g.oh, g.ow, g.o}},
+                                        {w.data(), DType::BFloat16, {g.o, g.c, 3, 3}}};
+  run_kernel(ir::Op::Conv2dGradInput, ir::Conv2dGradAttr{conv, {g.h, g.w}}, grad_in,
+             {gi.data(), DType::BFloat16, {g.n, g.h, g.w, g.c}});
+  EXPECT_EQ(values(gi), values(op.grad_input()));
+}
+
+}  // namespace
+}  // namespace loom::runtime
