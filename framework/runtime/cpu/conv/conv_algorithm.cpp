@@ -146,15 +146,36 @@ bool bf16_weight_grad_chosen(const ConvGeometry& g) {
 }
 
 // Where loom's bfloat16 Winograd beats oneDNN's direct bfloat16 kernels on channels-last
-// activations (kernel_bench's Bf16Winograd rows): TODO figures.
+// activations (kernel_bench's Bf16Winograd rows, both back to back, 2026-11-24, the shared
+// 2-core machine): oneDNN's time over loom's, forward / input gradient, 1.41 / 1.42 at
+// ResNet-20's 64 channels (8x8), 1.44 / 1.38 at ResNet-18's 64 (32x32), 1.84 / 1.40 at 128
+// (16x16), 1.69 / 1.70 at 256 (8x8) and 1.28 / 1.01 at 512 (4x4). At 32 channels the two are
+// even (1.03, 1.03) and at 16 loom's is 1.7 and 2.1x slower: its GEMMs' inner dimension is too
+// short for the transforms they carry.
 constexpr int64_t kBf16WinogradMinChannels = 64;  // on both sides
 
+// LOOM_BF16_WINOGRAD=0 keeps every bfloat16 conv on oneDNN's direct kernels: Winograd rounds
+// its transformed operands to bfloat16, a few times a direct conv's rounding error
+// (conv_winograd_bf16.h).
+bool bf16_winograd_allowed() {
+  static const bool allowed = [] {
+    const char* v = std::getenv("LOOM_BF16_WINOGRAD");
+    if (!v || std::strcmp(v, "1") == 0) return true;
+    if (std::strcmp(v, "0") == 0) return false;
+    throw Error(std::string("LOOM_BF16_WINOGRAD: expected 0 or 1, got '") + v + "'");
+  }();
+  return allowed;
+}
+
 bool bf16_winograd_chosen(const ConvGeometry& g, ConvPass pass) {
-  if (pass == ConvPass::kGradWeight || !bf16_winograd_applies(g)) return false;
+  if (pass == ConvPass::kGradWeight || !bf16_winograd_applies(g) || !bf16_winograd_allowed())
+    return false;
   switch (forced_choice()) {
     case Forced::kWinograd: return true;
     case Forced::kNone: break;
-    default: return false;
+    case Forced::kOneDnn:
+    case Forced::kDirect:
+    case Forced::kGemm: return false;
   }
   return std::min(g.c, g.o) >= kBf16WinogradMinChannels;
 }

@@ -69,6 +69,12 @@ Conv make_conv(const ConvGeometry& g, ConvPass pass) {
   return v;
 }
 
+// Lane k of the low 16 and lane k of the high 16 of 32 bfloat16 values as a pair: what
+// _mm512_permutexvar_epi16 takes to interleave two vectors rounded by _mm512_cvtne2ps_pbh.
+alignas(64) constexpr uint16_t kPairs[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                             21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
+                                             11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+
 const uint16_t* bits(const bfloat16* p) { return reinterpret_cast<const uint16_t*>(p); }
 
 __m512 widen(const uint16_t* p) {  // 16 bfloat16 values as float32
@@ -123,9 +129,6 @@ void transform_kernel(const __m512 g[9], __m512 u[kXi]) {
 }
 
 void transform_kernels(const Conv& v, const uint16_t* w, uint32_t* u) {
-  alignas(64) static constexpr uint16_t kPairs[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
-                                                      21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
-                                                      11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
   const int64_t pairs = v.ci / 2, kblocks = v.co / kLanes;
   parallel_range(pairs * kblocks, 8, [&](int64_t begin, int64_t end) {
     for (int64_t unit = begin; unit < end; ++unit) {
@@ -155,38 +158,62 @@ TileAt tile_at(const Conv& v, int64_t t) {
   return {t / per_image, r / v.tw * 2, r % v.tw * 2};
 }
 
+// d = B^T d B, in place, for the 4x4 vectors d[4 i + j].
+inline void input_transform(__m512 d[kXi]) {
+  for (int j = 0; j < 4; ++j) {  // B^T d
+    const __m512 d0 = d[j], d1 = d[4 + j], d2 = d[8 + j], d3 = d[12 + j];
+    d[j] = _mm512_sub_ps(d0, d2);
+    d[4 + j] = _mm512_add_ps(d1, d2);
+    d[8 + j] = _mm512_sub_ps(d2, d1);
+    d[12 + j] = _mm512_sub_ps(d1, d3);
+  }
+  for (int i = 0; i < 4; ++i) {  // (B^T d) B
+    __m512* r = d + 4 * i;
+    const __m512 r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
+    r[0] = _mm512_sub_ps(r0, r2);
+    r[1] = _mm512_add_ps(r1, r2);
+    r[2] = _mm512_sub_ps(r2, r1);
+    r[3] = _mm512_sub_ps(r1, r3);
+  }
+}
+
+// The block's tiles [t0, t0 + nt) transformed into vs. Channels go 32 at a time where C
+// allows: one 64-byte load per position, its even and odd channels widened as two vectors
+// (a shift and a mask), transformed apart and put back in order when rounded.
 void transform_input(const Conv& v, const uint16_t* in, int64_t t0, int64_t nt, uint16_t* vs) {
-  const __m512 zero = _mm512_setzero_ps();
+  const __m512i order = _mm512_load_si512(kPairs), high = _mm512_set1_epi32(-65536);
+  const int64_t xi_step = v.block * v.ci, wide = v.ci / 32 * 32;
   for (int64_t tl = 0; tl < nt; ++tl) {
     const TileAt at = tile_at(v, t0 + tl);
     const int64_t y0 = at.y - v.ph, x0 = at.x - v.pw;
-    int64_t row[4];  // where input row y0 + i starts, -1 outside the plane
-    bool col[4];
-    for (int i = 0; i < 4; ++i) {
-      const int64_t y = y0 + i, x = x0 + i;
-      row[i] = y >= 0 && y < v.h ? (at.n * v.h + y) * v.w : -1;
-      col[i] = x >= 0 && x < v.w;
-    }
-    for (int64_t c = 0; c < v.ci; c += kLanes) {
-      __m512 r[4][4];  // B^T d, row by row
-      __m512 d[4][4];
-      for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 4; ++j)
-          d[i][j] = row[i] >= 0 && col[j] ? widen(in + (row[i] + x0 + j) * v.ci + c) : zero;
+    const uint16_t* src[kXi];  // each position's channels, null outside the plane
+    for (int i = 0; i < 4; ++i)
       for (int j = 0; j < 4; ++j) {
-        r[0][j] = _mm512_sub_ps(d[0][j], d[2][j]);
-        r[1][j] = _mm512_add_ps(d[1][j], d[2][j]);
-        r[2][j] = _mm512_sub_ps(d[2][j], d[1][j]);
-        r[3][j] = _mm512_sub_ps(d[1][j], d[3][j]);
+        const int64_t y = y0 + i, x = x0 + j;
+        src[4 * i + j] =
+            y >= 0 && y < v.h && x >= 0 && x < v.w ? in + ((at.n * v.h + y) * v.w + x) * v.ci
+                                                   : nullptr;
       }
-      uint16_t* dst = vs + tl * v.ci + c;
-      const int64_t xi_step = v.block * v.ci;
-      for (int i = 0; i < 4; ++i) {  // (B^T d) B
-        store_rounded(dst + (i * 4 + 0) * xi_step, _mm512_sub_ps(r[i][0], r[i][2]));
-        store_rounded(dst + (i * 4 + 1) * xi_step, _mm512_add_ps(r[i][1], r[i][2]));
-        store_rounded(dst + (i * 4 + 2) * xi_step, _mm512_sub_ps(r[i][2], r[i][1]));
-        store_rounded(dst + (i * 4 + 3) * xi_step, _mm512_sub_ps(r[i][1], r[i][3]));
+    uint16_t* dst = vs + tl * v.ci;
+    for (int64_t c = 0; c < wide; c += 32) {
+      __m512 even[kXi], odd[kXi];
+      for (int k = 0; k < kXi; ++k) {
+        const __m512i x = src[k] ? _mm512_loadu_si512(src[k] + c) : _mm512_setzero_si512();
+        even[k] = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+        odd[k] = _mm512_castsi512_ps(_mm512_and_si512(x, high));
       }
+      input_transform(even);
+      input_transform(odd);
+      for (int k = 0; k < kXi; ++k) {
+        const __m512i both = std::bit_cast<__m512i>(_mm512_cvtne2ps_pbh(odd[k], even[k]));
+        _mm512_storeu_si512(dst + k * xi_step + c, _mm512_permutexvar_epi16(order, both));
+      }
+    }
+    for (int64_t c = wide; c < v.ci; c += kLanes) {
+      __m512 d[kXi];
+      for (int k = 0; k < kXi; ++k) d[k] = src[k] ? widen(src[k] + c) : _mm512_setzero_ps();
+      input_transform(d);
+      for (int k = 0; k < kXi; ++k) store_rounded(dst + k * xi_step + c, d[k]);
     }
   }
 }
