@@ -201,6 +201,16 @@ TEST(Bf16Winograd, AppliesToThreeByThreeStrideOneConvs) {
   EXPECT_THROW(conv2d_winograd_bf16(g, ConvPass::kGradWeight, nullptr, nullptr, nullptr, nullptr,
                                     false),
                Error);
+  // Chosen over oneDNN's where it wins: from 64 channels on both sides (the input gradient on
+  // planes over 4x4), never for the weight gradient.
+  const ConvGeometry wide = geometry({32, 64, 32, 32, 128, 1, 1});
+  EXPECT_TRUE(bf16_winograd_chosen(wide, ConvPass::kForward));
+  EXPECT_TRUE(bf16_winograd_chosen(wide, ConvPass::kGradInput));
+  EXPECT_FALSE(bf16_winograd_chosen(wide, ConvPass::kGradWeight));
+  EXPECT_FALSE(bf16_winograd_chosen(geometry({128, 32, 16, 16, 64, 1, 1}), ConvPass::kForward));
+  const ConvGeometry last_stage = geometry({32, 512, 4, 4, 512, 1, 1});  // ResNet-18's, 4x4
+  EXPECT_TRUE(bf16_winograd_chosen(last_stage, ConvPass::kForward));
+  EXPECT_FALSE(bf16_winograd_chosen(last_stage, ConvPass::kGradInput));
 }
 
 // The channels-last conv kernel runs it where it is chosen (the same bits), both passes.

@@ -147,12 +147,15 @@ bool bf16_weight_grad_chosen(const ConvGeometry& g) {
 
 // Where loom's bfloat16 Winograd beats oneDNN's direct bfloat16 kernels on channels-last
 // activations (kernel_bench's Bf16Winograd rows, both back to back, 2026-11-24, the shared
-// 2-core machine): oneDNN's time over loom's, forward / input gradient, 1.41 / 1.42 at
-// ResNet-20's 64 channels (8x8), 1.44 / 1.38 at ResNet-18's 64 (32x32), 1.84 / 1.40 at 128
-// (16x16), 1.69 / 1.70 at 256 (8x8) and 1.28 / 1.01 at 512 (4x4). At 32 channels the two are
-// even (1.03, 1.03) and at 16 loom's is 1.7 and 2.1x slower: its GEMMs' inner dimension is too
-// short for the transforms they carry.
-constexpr int64_t kBf16WinogradMinChannels = 64;  // on both sides
+// 2-core machine, two runs): oneDNN's time over loom's, forward and input gradient, 1.41 and
+// 1.42 / 1.41 and 1.15 at ResNet-20's 64 channels (8x8), 1.44 and 1.38 / 1.44 and 1.37 at
+// ResNet-18's 64 (32x32), 1.84 and 1.40 / 1.50 and 1.46 at 128 (16x16), 1.69 and 1.70 / 1.65
+// and 1.57 at 256 (8x8), and at 512 (4x4) 1.28 and 1.01 / 1.23 and 0.89: that input gradient,
+// four tiles per image, stays on oneDNN. At 32 channels the two are even or oneDNN is ahead
+// (0.99 to 1.03, one 0.81) and at 16 loom's is 1.7 to 2.2x slower: its GEMMs' inner
+// dimension is too short for the transforms they carry.
+constexpr int64_t kBf16WinogradMinChannels = 64;     // on both sides
+constexpr int64_t kBf16WinogradMinGradPositions = 17;  // the input gradient's plane: over 4x4
 
 // LOOM_BF16_WINOGRAD=0 keeps every bfloat16 conv on oneDNN's direct kernels: Winograd rounds
 // its transformed operands to bfloat16, a few times a direct conv's rounding error
@@ -177,7 +180,8 @@ bool bf16_winograd_chosen(const ConvGeometry& g, ConvPass pass) {
     case Forced::kDirect:
     case Forced::kGemm: return false;
   }
-  return std::min(g.c, g.o) >= kBf16WinogradMinChannels;
+  return std::min(g.c, g.o) >= kBf16WinogradMinChannels &&
+         (pass == ConvPass::kForward || g.h * g.w >= kBf16WinogradMinGradPositions);
 }
 
 bool own_algorithm_forced() {

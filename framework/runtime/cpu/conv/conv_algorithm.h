@@ -43,8 +43,9 @@ bool bf16_weight_grad_chosen(const ConvGeometry& g);
 
 // Whether loom's bfloat16 Winograd (conv_winograd_bf16.h) runs pass `pass` (kForward or
 // kGradInput) of the channels-last conv `g`: where it applies and beats oneDNN's direct
-// kernels (from 64 channels on both sides), or LOOM_CONV=winograd forces it wherever it
-// applies; never with LOOM_BF16_WINOGRAD=0 or another LOOM_CONV.
+// kernels (from 64 channels on both sides; the input gradient on planes over 4x4), or
+// LOOM_CONV=winograd forces it wherever it applies; never with LOOM_BF16_WINOGRAD=0 or another
+// LOOM_CONV.
 bool bf16_winograd_chosen(const ConvGeometry& g, ConvPass pass);
 // Whether LOOM_CONV forces one of loom's own algorithms (direct, gemm or winograd): then the
 // CPU's layout choice (cpu_backend.cpp) keeps float32 convs [N,C,H,W], where they run.
