@@ -30,6 +30,7 @@
 #include <loom/dtype.h>
 #include <loom/error.h>
 #include <loom/lazy.h>
+#include <loom/metrics.h>
 #include <loom/openmp.h>
 
 #include <boost/program_options.hpp>
@@ -209,7 +210,8 @@ int run(int argc, char** argv) {
     ("threads", po::value<int>(&o.threads)->default_value(0), "TBB threads (0: all cores)")
     ("device", po::value<std::string>()->default_value("cpu"), "where the train, host and infer sections run: cpu, cuda, cuda:N (sincos and fused measure the CPU and are skipped elsewhere; gemm becomes loom's matmul on the device, fp32 and bf16, the %peak denominators)")
     ("batch", po::value<std::string>()->default_value(""), "training batches per model, e.g. resnet20=1024,resnet18=256,decoder=64 (the decoder's counts sequences of 256 tokens; defaults: resnet20=128, resnet18=32, decoder=8)")
-    ("profile", po::value<std::string>(&o.profile), "write a Chrome trace of the timed training steps (one span per kernel on the device thread) to this file")
+    ("metrics", po::bool_switch(&o.metrics), "print loom's metrics report (loom::metrics::report(): counters and timers since the last warm-up) after the table")
+    ("profile", po::value<std::string>(&o.profile), "write a Chrome trace of the timed training steps (one span per kernel on the device thread) to this file; the infer section writes five profiled captured calls of each forward, after its timed ones, beside it (trace.json: trace.infer.json)")
     ("omp_default", "keep libgomp's default wait policy (its threads spin after each oneDNN call) instead of restarting with OMP_WAIT_POLICY=passive (loom/openmp.h)");
   // clang-format on
   po::variables_map vm;
@@ -273,6 +275,7 @@ int run(int argc, char** argv) {
             << ", " << o.steps << " timed steps after " << o.warmup << " warm-up, kernels best of " << o.reps
             << ")\n\n"
             << table.str();
+  if (o.metrics) std::cout << "\nloom metrics (since the last warm-up):\n" << metrics::report();
   return 0;
 }
 

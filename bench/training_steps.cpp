@@ -414,6 +414,15 @@ void host_rows(const Measured& m, double compiled_step_s, double captured_step_s
                    .rate = format("%.1f", m.library_heap_allocs)});
 }
 
+// Where the infer section's profile goes: the --profile file with ".infer" before its extension
+// (trace.json -> trace.infer.json), so that it never overwrites the training steps' trace.
+std::string infer_profile_path(const std::string& path) {
+  const auto dot = path.find_last_of('.');
+  const auto slash = path.find_last_of('/');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return path + ".infer";
+  return path.substr(0, dot) + ".infer" + path.substr(dot);
+}
+
 // One small-batch forward pass, lazy or captured: the time per call over `calls` calls.
 double forward_seconds(const std::function<Tensor()>& forward, bool captured, int64_t calls) {
   auto compiled = compile(forward);
@@ -471,11 +480,25 @@ void bench_inference(const Options& o, Table& t) {
       lazy = std::min(lazy, forward_seconds(c.forward, false, calls));
       captured = std::min(captured, forward_seconds(c.forward, true, calls));
     }
+    if (!o.profile.empty()) {  // a few captured calls, each kernel a span (not timed above)
+      auto compiled = compile(c.forward);
+      for (int i = 0; i < 3; ++i) compiled();
+      wait_device_ops();
+      loom::profiler::start();
+      for (int i = 0; i < 5; ++i) compiled();
+      wait_device_ops();
+      loom::profiler::stop();
+    }
     t.add({.section = "infer", .benchmark = c.label, .mode = "lazy", .time = format_time(lazy),
            .rate = format("%.1f calls/s", 1 / lazy)});
     t.add({.section = "infer", .benchmark = c.label, .mode = "captured", .time = format_time(captured),
            .rate = format("%.1f calls/s", 1 / captured), .ratio = format("%.2f", lazy / captured),
            .vs = "speed/lazy"});
+  }
+  if (!o.profile.empty() && !cases.empty()) {
+    const std::string path = infer_profile_path(o.profile);
+    loom::profiler::save(path);
+    progress("wrote five captured calls of each forward to " + path);
   }
 }
 

@@ -29,13 +29,34 @@ TEST(GraphPlan, TheThirdRunGoesThroughAGraphAndMovingInputsAreFound) {
   EXPECT_FALSE(plan.moving(2));
   EXPECT_TRUE(plan.begin_run({at(0), at(1), nullptr}));
   EXPECT_EQ(plan.runs(), GraphPlan::kFirstGraphRun);
-  // Moving for good, even when a later batch happens to reuse an earlier buffer.
+  // Still moving when a later batch happens to reuse the last batch's buffer once.
   EXPECT_TRUE(plan.begin_run({at(0), at(1), nullptr}));
   EXPECT_TRUE(plan.moving(1));
   // A parameter that moves later (no donation this time) moves from then on.
   EXPECT_TRUE(plan.begin_run({at(5), at(3), nullptr}));
   EXPECT_TRUE(plan.moving(0));
   EXPECT_FALSE(plan.moving(7));  // no such input
+}
+
+TEST(GraphPlan, AMovingInputThatKeepsItsBufferSettles) {
+  GraphPlan plan;
+  // Input 0 a parameter whose first steps took new buffers (no donation yet), then donated
+  // back into one buffer at every run; input 1 a batch, new at every run.
+  plan.begin_run({at(0), at(1)});
+  plan.begin_run({at(2), at(3)});
+  plan.begin_run({at(4), at(5)});
+  EXPECT_TRUE(plan.moving(0));
+  for (int run = 1; run < GraphPlan::kSettleRuns; ++run) {
+    plan.begin_run({at(4), at(static_cast<std::size_t>(6 + run % 2))});
+    EXPECT_TRUE(plan.moving(0)) << "after " << run << " runs at one address";
+  }
+  plan.begin_run({at(4), at(8)});
+  EXPECT_FALSE(plan.moving(0));  // kSettleRuns runs at one address
+  EXPECT_TRUE(plan.moving(1));
+  plan.begin_run({at(4), at(9)});
+  EXPECT_FALSE(plan.moving(0));
+  plan.begin_run({at(10), at(11)});  // moves again: moving again
+  EXPECT_TRUE(plan.moving(0));
 }
 
 TEST(GraphPlan, AGraphIsLaunchedOnlyForTheAddressesItWasCapturedWith) {

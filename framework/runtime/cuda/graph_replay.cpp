@@ -28,9 +28,17 @@ bool GraphPlan::begin_run(const std::vector<const void*>& inputs) {
   if (last_inputs_.size() != inputs.size()) {  // the first run
     last_inputs_ = inputs;
     moving_.assign(inputs.size(), false);
+    kept_.assign(inputs.size(), 0);
   } else {
-    for (std::size_t i = 0; i < inputs.size(); ++i)
-      if (inputs[i] != last_inputs_[i]) moving_[i] = true;
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      if (inputs[i] != last_inputs_[i]) {
+        moving_[i] = true;
+        kept_[i] = 0;
+      } else if (moving_[i] && ++kept_[i] >= kSettleRuns) {
+        moving_[i] = false;  // settled: read where it is again (one capture more)
+        kept_[i] = 0;
+      }
+    }
     last_inputs_ = inputs;
   }
   if (given_up_ || runs_ < kFirstGraphRun) return false;

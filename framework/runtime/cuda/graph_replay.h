@@ -12,7 +12,12 @@
 //   - a result that takes no donor is written into a fixed buffer and copied out after the
 //     graph to the buffer handed to the engine.
 // Both copies are device-to-device on the compute stream: a few per step, against the
-// hundreds of launches the graph replaces.
+// hundreds of launches the graph replaces. A moving input may still be donated: its result is
+// written into a fixed buffer and copied out into the input's own buffer, so a parameter that
+// moved once (an early step that could not donate) comes back in the same buffer from then on.
+// An input that keeps one address for kSettleRuns runs in a row settles: it is read where it
+// is again and its result written over it inside the graph (one capture more), so a step
+// whose parameters moved while it warmed up loses its copies.
 //
 // The graph is captured on the third run of an executable (the first two show which inputs
 // move), on a stream no other thread uses (the allocator records free events on the compute
@@ -46,8 +51,9 @@ void set_graphs_enabled(bool on);
 class GraphPlan {
  public:
   // Once per run, before binding: notes each input's address (null: an input with no
-  // storage) and marks as moving, for good, an input whose address differs from the last
-  // run's. Returns whether this run goes through a graph.
+  // storage), marks as moving an input whose address differs from the last run's, and
+  // settles a moving one that kept its address for kSettleRuns runs. Returns whether this
+  // run goes through a graph.
   bool begin_run(const std::vector<const void*>& inputs);
   bool moving(std::size_t input) const { return input < moving_.size() && moving_[input]; }
   // After binding, in graph mode: whether the graph captured for `addresses` (every slot's
@@ -66,10 +72,14 @@ class GraphPlan {
   // beyond its first before graphs are given up: one per 8 runs, and 4 more.
   static constexpr int64_t kFirstGraphRun = 3;
   static constexpr int64_t kSpareCaptures = 4;
+  // Runs in a row at one address after which a moving input settles: more than a batch that
+  // happens to reuse the last batch's buffer once.
+  static constexpr int kSettleRuns = 3;
 
  private:
   std::vector<const void*> last_inputs_;
   std::vector<bool> moving_;
+  std::vector<int> kept_;  // per moving input: runs in a row at its last address
   std::vector<const void*> key_;
   bool has_graph_ = false;
   bool given_up_ = false;
