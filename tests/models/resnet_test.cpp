@@ -304,7 +304,11 @@ TEST(ResNet50, BottleneckGradientMatchesFiniteDifferences) {
 }
 
 // The whole of ResNet-50 trains: forward and backward reach every parameter, and a few SGD
-// steps on one batch lower its loss.
+// steps on one batch lower its loss below the first. Not step by step: batch norm over the 8
+// values per channel of layer4 amplifies rounding, so the trajectory depends on the conv
+// kernels' summation order (2026-11-24, losses after steps 0, 1, 2: float64 2.562, 1.227,
+// 1.193; float32 with oneDNN's AVX-512 kernels 2.562, 1.475, 1.497; with its AVX2 ones 1.489,
+// 1.355; with loom's direct convs 1.424, 0.736), all far below the first.
 TEST(ResNet50, ForwardBackwardReachesEveryParameterAndTrains) {
   nn::manual_seed(3);
   auto net = models::resnet("resnet50", 3, 10);
@@ -322,8 +326,8 @@ TEST(ResNet50, ForwardBackwardReachesEveryParameterAndTrains) {
     if (step == 0) test::expect_every_gradient_finite_and_nonzero(net->named_parameters());
     sgd_step(*net, 1e-3);
   }
-  EXPECT_LT(losses[1], losses[0]);
-  EXPECT_LT(losses[2], losses[1]);
+  EXPECT_LT(losses[1], 0.8 * losses[0]);
+  EXPECT_LT(losses[2], 0.8 * losses[0]);
 }
 
 // The benchmarked CIFAR ResNet-18 (bench/training_steps.cpp: the 3x3 stem, 64..512 planes):
