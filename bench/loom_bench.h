@@ -23,7 +23,7 @@ struct Options {
   int64_t host_steps = 3;  // steps with the device idle, for the host rows (the best counts)
   int64_t reps = 5;        // repetitions of each kernel measurement (the best is kept)
   int threads = 0;         // TBB threads (0: all cores)
-  bool metrics = false;     // print loom::metrics::report() after the table
+  bool metrics = false;    // print loom::metrics::report() after the table
   std::string profile;     // Chrome trace of the timed training steps, when not empty
   Device device;           // where the train, host and infer sections run (--device)
   std::map<std::string, int64_t> batches;  // --batch: per-model training batch (decoder: sequences)

@@ -419,7 +419,8 @@ void host_rows(const Measured& m, double compiled_step_s, double captured_step_s
 std::string infer_profile_path(const std::string& path) {
   const auto dot = path.find_last_of('.');
   const auto slash = path.find_last_of('/');
-  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return path + ".infer";
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash))
+    return path + ".infer";
   return path.substr(0, dot) + ".infer" + path.substr(dot);
 }
 

@@ -214,15 +214,17 @@ class CudaBackend final : public Backend {
                       static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                               std::chrono::steady_clock::now() - start)
                                               .count()));
-      // The finishing thread signals the outputs' completions and holds no buffer: a result
+      // The completion thread signals the outputs' completions and holds no buffer: a result
       // held there until the device finished would be held twice when the next step (queued
       // meanwhile) binds it as an input, and so could not be donated to that step's result
       // (each parameter's update would then take a new buffer at every step). Buffers freed
       // early are safe: the allocator reuses them in stream order.
       std::vector<std::shared_ptr<Completion>> output_ready;
-      for (const auto& o : outputs)
-        if (o->ready && std::find(output_ready.begin(), output_ready.end(), o->ready) == output_ready.end())
-          output_ready.push_back(o->ready);
+      for (const auto& o : outputs) {
+        const auto& r = o->ready;
+        if (r && std::find(output_ready.begin(), output_ready.end(), r) == output_ready.end())
+          output_ready.push_back(r);
+      }
       inputs.clear();
       outputs.clear();
       done_.enqueue([this, exe = std::move(exe), output_ready = std::move(output_ready), done, slot,
@@ -372,8 +374,10 @@ class CudaBackend final : public Backend {
     // The launch thread's time by part (loom_bench --metrics): binding, then the graph's
     // launch (with any capture), against the copies around it.
     const auto bound = std::chrono::steady_clock::now();
-    metrics::record("LaunchBindTime", std::chrono::duration<double, std::nano>(bound - bind_start).count());
-    metrics::record("GraphCopiesPerRun", static_cast<double>(copies_in_.size()));
+    metrics::record("LaunchBindTime",
+                    std::chrono::duration<double, std::nano>(bound - bind_start).count());
+    metrics::record("GraphCopiesPerRun",
+                    static_cast<double>(copies_in_.size() + copies_out_.size()));
     for (const auto& c : copies_in_)
       check(cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyDeviceToDevice, compute_),
             "cudaMemcpyAsync (into a graph's fixed input)");
@@ -508,9 +512,8 @@ class CudaBackend final : public Backend {
 
   // On the completion thread: waits for the program's kernels, then signals its outputs.
   void finish(const CudaExecutable& e, const std::vector<std::shared_ptr<Completion>>& output_ready,
-              cudaEvent_t done, int slot,
-              std::string error, const std::vector<std::shared_ptr<Completion>>& input_ready,
-              const RunTimes& times) {
+              cudaEvent_t done, int slot, std::string error,
+              const std::vector<std::shared_ptr<Completion>>& input_ready, const RunTimes& times) {
     set_device();
     if (error.empty()) {
       profiler::Trace span("execute");
