@@ -368,6 +368,15 @@ bool native_bfloat16() {
   return native;
 }
 
+bool amx_bfloat16() {
+  static const bool amx = [] {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto tiles = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
+    return (isa & tiles) == tiles;
+  }();
+  return amx;
+}
+
 void conv2d(ConvPass pass, const ConvGeometry& g, DType dtype, Layout layout, const void* a,
             const void* b, void* out, Epilogue epilogue) {
   if (pass != ConvPass::kForward) epilogue = {};

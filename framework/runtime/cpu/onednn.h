@@ -45,6 +45,13 @@ enum class Layout { kPlain, kBlocked, kChannelsLast };
 // ONEDNN_MAX_CPU_ISA (e.g. AVX512_CORE) turns this off for testing the widened path.
 bool native_bfloat16();
 
+// Whether oneDNN runs bfloat16 convs and matmuls on AMX tiles here (Sapphire Rapids and later;
+// oneDNN's effective ISA, so ONEDNN_MAX_CPU_ISA caps it too). Then its bfloat16 convs run
+// several times faster than loom's own vdpbf16ps kernels (kernel_bench, 2026-11-24: Winograd
+// forward and input gradient 3.5 to 6.6x, weight gradient 1.3 to 6.6x, one shape of 16
+// channels 0.84x), and the conv choice leaves them to oneDNN (conv_algorithm.h).
+bool amx_bfloat16();
+
 // What a conv or matmul adds to its result, per output channel (conv) or column (matmul),
 // and whether it then applies relu: as oneDNN post-ops, after the whole sum, so the bits are
 // those of the separate add and relu. The bias is float32 (epilogues are float32 only). No
