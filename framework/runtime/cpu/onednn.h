@@ -48,8 +48,8 @@ bool native_bfloat16();
 // Whether oneDNN runs bfloat16 convs and matmuls on AMX tiles here (Sapphire Rapids and later;
 // oneDNN's effective ISA, so ONEDNN_MAX_CPU_ISA caps it too). Then its bfloat16 convs run
 // several times faster than loom's own vdpbf16ps kernels (kernel_bench, 2026-11-24: Winograd
-// forward and input gradient 3.5 to 6.6x, weight gradient 1.3 to 6.6x, one shape of 16
-// channels 0.84x), and the conv choice leaves them to oneDNN (conv_algorithm.h).
+// forward and input gradient 3.2 to 6.7x, weight gradient 1.3 to 6.6x but 0.84x at
+// ResNet-18's strided 256-to-512 shape), and the conv choice leaves them to oneDNN.
 bool amx_bfloat16();
 
 // What a conv or matmul adds to its result, per output channel (conv) or column (matmul),
