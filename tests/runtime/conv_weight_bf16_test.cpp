@@ -14,6 +14,7 @@
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/onednn.h"
 #include "runtime/expect_near.h"
+#include "runtime/random_bf16.h"
 
 #include <loom/bfloat16.h>
 #include <loom/lazy.h>
@@ -21,7 +22,6 @@
 #include <gtest/gtest.h>
 #include <tbb/task_arena.h>
 
-#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -45,14 +45,6 @@ std::string name(const ConvGeometry& g) {
   s << "n" << g.n << " c" << g.c << " " << g.h << "x" << g.w << " o" << g.o << " k" << g.kh
     << "x3 s" << g.sh << " p" << g.ph << "," << g.pw;
   return s.str();
-}
-
-std::vector<bfloat16> random_bf16(int64_t n, unsigned seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-1, 1);
-  std::vector<bfloat16> v(static_cast<std::size_t>(n));
-  for (auto& x : v) x = bfloat16(dist(gen));
-  return v;
 }
 
 // grad_w [O,C,kh,kw] by the definition, x [N,H,W,C] and grad [N,Ho,Wo,O] channels-last.

@@ -18,6 +18,7 @@
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/onednn.h"
 #include "runtime/expect_near.h"
+#include "runtime/random_bf16.h"
 
 #include <loom/bfloat16.h>
 #include <loom/error.h>
@@ -25,7 +26,6 @@
 #include <gtest/gtest.h>
 #include <tbb/task_arena.h>
 
-#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -49,14 +49,6 @@ std::string name(const ConvGeometry& g, ConvPass pass) {
   s << (pass == ConvPass::kForward ? "forward" : "grad_input") << " n" << g.n << " c" << g.c
     << " " << g.h << "x" << g.w << " o" << g.o << " p" << g.ph << "," << g.pw;
   return s.str();
-}
-
-std::vector<bfloat16> random_bf16(int64_t n, unsigned seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-1, 1);
-  std::vector<bfloat16> v(static_cast<std::size_t>(n));
-  for (auto& x : v) x = bfloat16(dist(gen));
-  return v;
 }
 
 std::size_t at(int64_t i) { return static_cast<std::size_t>(i); }
