@@ -7,8 +7,7 @@
 // settle after a step or two. Two kinds of buffers never settle, and in graph mode go
 // through fixed buffers of the executable instead:
 //   - an input whose buffer differs from the previous run's ("moving": each batch, each new
-//     learning-rate scalar) is copied into a fixed buffer before the graph, and donates
-//     nothing;
+//     learning-rate scalar) is copied into a fixed buffer before the graph;
 //   - a result that takes no donor is written into a fixed buffer and copied out after the
 //     graph to the buffer handed to the engine.
 // Both copies are device-to-device on the compute stream: a few per step, against the
