@@ -23,10 +23,45 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <set>
+#include <span>
 #include <string>
 
 namespace loom::runtime {
 namespace {
+
+// LOOM_PROFILE_SHAPES=1: each kernel's span is named with its result's dtype and shape and its
+// operands', "conv2d_grad_weight bfloat16[512,512,3,3] <- bfloat16[32,4,4,512] ...", so that a
+// trace tells the convs of one model apart.
+bool profiled_shapes() {
+  static const bool on = [] {
+    const char* v = std::getenv("LOOM_PROFILE_SHAPES");
+    return v && std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+void append_view(std::string& s, const TensorView& v) {
+  s += dtype_name(v.dtype);
+  s += '[';
+  for (std::size_t d = 0; d < v.shape.size(); ++d) s += (d ? "," : "") + std::to_string(v.shape[d]);
+  s += ']';
+}
+
+// The span name, kept for the process: spans hold their names until they are saved.
+const char* shaped_name(const char* kernel, const TensorView& out,
+                        std::span<const TensorView> in) {
+  std::string name = kernel;
+  name += ' ';
+  append_view(name, out);
+  name += " <-";
+  for (const TensorView& v : in) append_view(name += ' ', v);
+  static std::mutex mutex;
+  static std::set<std::string> names;
+  const std::lock_guard lock(mutex);
+  return names.insert(std::move(name)).first->c_str();
+}
 
 // A compiled program and what running it needs, kept between runs: the arena that memory
 // planning laid the intermediates out in, and the per-slot tables. Programs run one at a time
@@ -126,9 +161,12 @@ int run_program(const CpuExecutable& exe, const BufferList& inputs, const Buffer
     for (std::size_t k = 0; k < views.size(); ++k) views[k].data = exe.data[in.args[k]];
     TensorView& out = exe.out_views[i];
     out.data = exe.data[out_slot];
-    // One span per instruction while the profiler runs, named by its kernel (ir::kernel_name):
-    // where a step's device time goes, op by op.
-    profiler::Trace span(ir::kernel_name(in));
+    // One span per instruction while the profiler runs, named by its kernel (ir::kernel_name)
+    // and with LOOM_PROFILE_SHAPES=1 its shapes: where a step's device time goes, op by op.
+    const char* span_name = profiled_shapes() && profiler::is_running()
+                                ? shaped_name(ir::kernel_name(in), out, views)
+                                : ir::kernel_name(in);
+    profiler::Trace span(span_name);
     if (in.epilogue.active())
       epilogue_kernel(in.op, in.attr, in.epilogue, views, out);
     else if (!in.fusion)

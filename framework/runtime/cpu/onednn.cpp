@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <atomic>
 #include <cstddef>
 #include <functional>
@@ -28,10 +29,10 @@ using Tag = memory::format_tag;
 
 std::atomic<int64_t> g_created{0};
 
-enum class Kind : uint8_t { kForward, kGradInput, kGradWeight, kMatmul };
+enum class Kind : uint8_t { kForward, kGradInput, kGradWeight, kMatmul, kReorder };
 
 // Everything a primitive is built from. `dims` holds the conv's geometry (ConvGeometry's 16
-// fields in order) or the matmul's batch, m, n, k, ta, tb. The thread count is part of it:
+// fields in order), the matmul's batch, m, n, k, ta, tb, or a reorder's dims and strides. The thread count is part of it:
 // oneDNN splits the work for the thread count it was created under.
 struct Key {
   Kind kind;
@@ -403,6 +404,55 @@ void matmul(const MatmulShape& s, DType dtype, const void* a, const void* b, voi
              std::to_string(s.m) + ", " + std::to_string(s.k) + "] x [" + std::to_string(s.k) +
              ", " + std::to_string(s.n) + "]",
          e);
+  }
+}
+
+void reorder(const Strided& s, DType dtype, const void* src, void* dst) {
+  ThreadState& state = thread_state();
+  Key key{Kind::kReorder, dtype, Layout::kPlain, false, false, set_threads(), {}};
+  for (int i = 0; i < 4; ++i)
+    key.dims[i] = s.dims[i], key.dims[4 + i] = s.src[i], key.dims[8 + i] = s.dst[i];
+  try {
+    Entry& entry = find_or_make(state, key, [&] {
+      const memory::dims dims(s.dims, s.dims + 4);
+      const memory::desc from(dims, data_type(dtype), memory::dims(s.src, s.src + 4));
+      const memory::desc to(dims, data_type(dtype), memory::dims(s.dst, s.dst + 4));
+      Entry e;
+      Operand& op = e.operands[0];
+      bind(op, from, to, false);
+      // The destination, its handle set at each call.
+      e.operands[1].user = op.inner ? op.inner : memory(to, cpu_engine(), DNNL_MEMORY_NONE);
+      if (op.reorder_scratchpad) {
+        const memory::desc pad({static_cast<int64_t>(op.reorder_scratchpad)},
+                               memory::data_type::u8, Tag::a);
+        e.scratchpad = memory(pad, cpu_engine(), DNNL_MEMORY_NONE);
+        e.scratchpad_bytes = op.reorder_scratchpad;
+      }
+      e.implementation = "reorder";
+      g_created.fetch_add(1, std::memory_order_relaxed);
+      return e;
+    });
+    Operand& op = entry.operands[0];
+    void* scratchpad = entry.scratchpad_bytes
+                           ? state.buffer(ThreadState::kScratchpad, entry.scratchpad_bytes)
+                           : nullptr;
+    LibraryHeapScope library;
+    op.user.set_data_handle(const_cast<void*>(src));
+    entry.operands[1].user.set_data_handle(dst);
+    if (!op.reorder) {  // the same layout: a plain copy
+      std::memcpy(dst, src, op.user.get_desc().get_size());
+      return;
+    }
+    dnnl_exec_arg_t args[] = {{DNNL_ARG_FROM, op.user.get()},
+                              {DNNL_ARG_TO, entry.operands[1].user.get()},
+                              {DNNL_ARG_SCRATCHPAD, nullptr}};
+    if (scratchpad) {
+      entry.scratchpad.set_data_handle(scratchpad);
+      args[2].memory = entry.scratchpad.get();
+    }
+    execute(op.reorder, state.stream, args, scratchpad ? 3 : 2);
+  } catch (const dnnl::error& e) {
+    fail(std::string("reorder ") + dtype_name(dtype), e);
   }
 }
 

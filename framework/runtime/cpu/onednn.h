@@ -81,6 +81,16 @@ struct MatmulShape {
 void matmul(const MatmulShape& s, DType dtype, const void* a, const void* b, void* c,
             Epilogue epilogue = {});
 
+// dst = src, element for element, for a tensor of up to 4 dims that the two store with
+// different strides (a permuted copy, such as a conv weight [O,C,kh,kw] stored [O,kh,kw,C]);
+// Float32 or BFloat16. oneDNN's reorder, its JIT kernels vectorise the transposes.
+struct Strided {
+  int64_t dims[4] = {1, 1, 1, 1};
+  int64_t src[4] = {0, 0, 0, 0};
+  int64_t dst[4] = {0, 0, 0, 0};
+};
+void reorder(const Strided& s, DType dtype, const void* src, void* dst);
+
 // The layout oneDNN runs pass `pass` of `g` in, where conv_algorithm picks oneDNN: the one
 // kernel_bench measured faster at that shape (onednn.cpp says which).
 Layout conv_layout(const ConvGeometry& g, ConvPass pass, DType dtype);
