@@ -32,7 +32,7 @@
 // each oneDNN call on the cores TBB's next kernel wants. SharingConvThenTbb times that
 // alternation (a oneDNN conv, then a TBB elementwise pass over its output, as a training step
 // does), to be run both ways; the context line OMP_WAIT_POLICY says which ran.
-#include "runtime/cpu/conv/conv_gemm_bf16.h"
+#include "runtime/cpu/conv/conv_matmul.h"
 #include "runtime/cpu/conv/conv_weight_bf16.h"
 #include "runtime/cpu/conv/conv_winograd_bf16.h"
 #include "runtime/cpu/kernels.h"
@@ -293,22 +293,25 @@ BENCHMARK(BM_Bf16Winograd)->Apply([](auto* b) {
   b->UseRealTime()->Unit(benchmark::kMillisecond);
 });
 
-// Every pass of every bfloat16 conv on channels-last activations: oneDNN's direct kernels
-// (kernel 0) against im2col + oneDNN's matmul (1, conv_gemm_bf16.h), shape by shape, back to
-// back (Bf16GemmConv/shape/pass/kernel: pass 0 forward, 1 input gradient, 2 weight gradient).
-void BM_Bf16GemmConv(benchmark::State& state) {
+// Every pass of every conv on channels-last activations, float32 and bfloat16: oneDNN's
+// direct kernels (kernel 0) against im2col + one oneDNN matmul (1, conv_matmul.h), shape by
+// shape, back to back (ConvMatmul/shape/pass/dtype/kernel: pass 0 forward, 1 input gradient,
+// 2 weight gradient; dtype 0 float32, 1 bfloat16).
+void BM_ConvMatmul(benchmark::State& state) {
   namespace onednn = loom::runtime::onednn;
   using loom::runtime::ConvPass;
   const ConvShape s = kShapes[state.range(0)];
   const auto pass = static_cast<ConvPass>(state.range(1));
-  const bool own = state.range(2) == 1;
+  const DType dtype = dtype_arg(state.range(2));
+  const bool own = state.range(3) == 1;
   const int64_t os = (s.size + 2 * s.pad - s.k) / s.stride + 1;
-  Buffer x({s.n, s.size, s.size, s.c}, DType::BFloat16), w({s.o, s.c, s.k, s.k}, DType::BFloat16);
-  Buffer y({s.n, os, os, s.o}, DType::BFloat16);
+  Buffer x({s.n, s.size, s.size, s.c}, dtype), w({s.o, s.c, s.k, s.k}, dtype);
+  Buffer y({s.n, os, os, s.o}, dtype);
   const loom::runtime::ConvGeometry g{s.n, s.c, s.size, s.size, s.o, s.k, s.k, os, os,
                                       s.stride, s.stride, s.pad, s.pad, 1, 1, 1};
-  if (own && !loom::runtime::bf16_gemm_conv_applies(g, pass)) {
-    state.SkipWithError("im2col + matmul does not apply (no AMX, or a strided input gradient)");
+  if (own && !loom::runtime::conv_matmul_applies(g, pass, dtype)) {
+    state.SkipWithError("im2col + matmul does not apply (bf16 without AMX, or a strided input "
+                        "gradient)");
     return;
   }
   const void* a = pass == ConvPass::kGradInput ? y.ptr() : x.ptr();
@@ -316,22 +319,20 @@ void BM_Bf16GemmConv(benchmark::State& state) {
   void* out = pass == ConvPass::kForward     ? y.ptr()
               : pass == ConvPass::kGradInput ? x.ptr()
                                              : w.ptr();
-  using loom::bfloat16;
   for (auto _ : state) {
-    if (own)
-      loom::runtime::conv2d_gemm_bf16(g, pass, static_cast<const bfloat16*>(a),
-                                      static_cast<const bfloat16*>(b), static_cast<bfloat16*>(out));
-    else onednn::conv2d(pass, g, DType::BFloat16, onednn::Layout::kChannelsLast, a, b, out);
+    if (own) loom::runtime::conv2d_matmul(g, pass, dtype, a, b, out);
+    else onednn::conv2d(pass, g, dtype, onednn::Layout::kChannelsLast, a, b, out);
   }
   state.counters["GFLOPS"] =
       benchmark::Counter(conv_flops(s) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  set_label(state, s, DType::BFloat16, own ? "im2col + oneDNN matmul" : "oneDNN channels-last");
+  set_label(state, s, dtype, own ? "im2col + oneDNN matmul" : "oneDNN channels-last");
 }
-BENCHMARK(BM_Bf16GemmConv)->Apply([](auto* b) {
+BENCHMARK(BM_ConvMatmul)->Apply([](auto* b) {
   for (int64_t i = 0; i <= kLastShape; ++i)
     for (int64_t pass : {0, 1, 2})
-      if (pass != 1 || (i != 0 && i != 8))
-        for (int64_t own : {0, 1}) b->Args({i, pass, own});
+      for (int64_t dtype : {0, 1})
+        if (pass != 1 || (i != 0 && i != 8))
+          for (int64_t own : {0, 1}) b->Args({i, pass, dtype, own});
   b->UseRealTime()->Unit(benchmark::kMillisecond);
 });
 

@@ -25,7 +25,7 @@
 #include "runtime/cpu/conv/conv_algorithm.h"
 #include "runtime/cpu/conv/conv_common.h"
 #include "runtime/cpu/conv/conv_direct.h"
-#include "runtime/cpu/conv/conv_gemm_bf16.h"
+#include "runtime/cpu/conv/conv_matmul.h"
 #include "runtime/cpu/conv/conv_weight_bf16.h"
 #include "runtime/cpu/conv/conv_winograd.h"
 #include "runtime/cpu/conv/conv_winograd_bf16.h"
@@ -264,11 +264,8 @@ void conv2d_channels_last(ConvPass pass, const ir::Conv2dAttr& attr, const Tenso
     std::memset(out.data, 0, static_cast<std::size_t>(out.numel()) * dtype_size(out.dtype));
     return;
   }
-  const bool all_bf16 = a.dtype == DType::BFloat16 && b.dtype == DType::BFloat16 &&
-                        out.dtype == DType::BFloat16;
-  if (all_bf16 && bf16_gemm_conv_chosen(g, pass))
-    return conv2d_gemm_bf16(g, pass, a.as<const bfloat16>(), b.as<const bfloat16>(),
-                            out.as<bfloat16>(), bias, relu);
+  if (a.dtype == out.dtype && b.dtype == out.dtype && conv_matmul_chosen(g, pass, out.dtype))
+    return conv2d_matmul(g, pass, out.dtype, a.data, b.data, out.data, bias, relu);
   if (pass != ConvPass::kGradWeight && a.dtype == DType::BFloat16 &&
       b.dtype == DType::BFloat16 && out.dtype == DType::BFloat16 && bf16_winograd_chosen(g, pass))
     return conv2d_winograd_bf16(g, pass, a.as<const bfloat16>(), b.as<const bfloat16>(),

@@ -2,7 +2,7 @@
 #include "runtime/cpu/conv/conv_algorithm.h"
 
 #include "runtime/cpu/conv/conv_direct.h"
-#include "runtime/cpu/conv/conv_gemm_bf16.h"
+#include "runtime/cpu/conv/conv_matmul.h"
 #include "runtime/cpu/conv/conv_weight_bf16.h"
 #include "runtime/cpu/conv/conv_winograd.h"
 #include "runtime/cpu/conv/conv_winograd_bf16.h"
@@ -188,24 +188,33 @@ bool bf16_winograd_chosen(const ConvGeometry& g, ConvPass pass) {
          (pass == ConvPass::kForward || g.h * g.w >= kBf16WinogradMinGradPositions);
 }
 
-// Where im2col + oneDNN's bfloat16 matmul on AMX beats oneDNN's direct bfloat16 kernels on
-// channels-last activations (kernel_bench's Bf16GemmConv rows, both back to back, 2026-11-24,
-// the 2-core Sapphire Rapids development machine, best of 0.2 s, two runs; oneDNN's time over
-// the GEMM's): ResNet-18's 512-channel 4x4 convs 1.5 to 1.7 (forward), 1.8 (input gradient)
-// and 4.0 to 4.6 (weight gradient); its strided 3x3 convs' weight gradients 1.3 (64 to 128),
-// 2.6 to 3.6 (128 to 256) and 5.5 to 6.4 (256 to 512), and the 8x8 256-channel one's 1.26 to
-// 1.35; the strided 1x1 projections 1.5 to 1.7 forward and 4 to 10 weight gradient (from 32
-// to 64 channels on). Elsewhere the direct kernels win: the stems and ResNet-20's 16-to-32
-// convs (0.15 to 0.7), stride-1 convs on 8x8 planes and larger below 256 channels (0.27 to
-// 0.77; the matmul's im2col grows with the plane while a direct kernel reads its input once),
-// and the strided 3x3 forward below 256 output channels (0.68 to 0.8).
+// Where im2col + one oneDNN matmul beats oneDNN's direct kernels on channels-last activations
+// (kernel_bench's ConvMatmul rows, both back to back, 2026-11-24, the 2-core Sapphire Rapids
+// development machine, best of 0.2 s; oneDNN's time over the matmul's):
+//   bfloat16 (AMX, two runs): ResNet-18's 512-channel 4x4 convs 1.5 to 1.7 (forward), 1.8
+//     (input gradient) and 4.0 to 4.6 (weight gradient); its strided 3x3 convs' weight
+//     gradients 1.3 (64 to 128), 2.6 to 3.6 (128 to 256) and 5.5 to 6.4 (256 to 512), and the
+//     8x8 256-channel one's 1.26 to 1.35; the strided 1x1 projections 1.5 to 1.7 forward and 4
+//     to 10 weight gradient (from 32 to 64 channels on). Elsewhere the direct kernels win: the
+//     stems and ResNet-20's 16-to-32 convs (0.15 to 0.7), stride-1 convs on 8x8 planes and
+//     larger below 256 channels (0.27 to 0.77; the matmul's im2col grows with the plane while a
+//     direct kernel reads its input once), and the strided 3x3 forward below 256 output
+//     channels (0.68 to 0.8).
+//   float32 (one run): only the forward of the convs onto 4x4 planes from 256 channels, 1.31
+//     (512 channels), 1.33 (256 to 512, stride 2) and 1.46 (its 1x1 projection), and those two
+//     strided convs' weight gradients, 1.20 and 1.25. oneDNN's float32 matmul with a
+//     transposed operand runs at 180 GFLOP/s, so the 512-channel weight gradient (0.77) and
+//     the input gradient (0.74) stay direct, as does every conv on 8x8 planes and larger (0.15
+//     to 0.99; 1.1 to 1.17 for ResNet-18's 128-to-256 1x1 projection, a few hundredths of a
+//     millisecond).
 constexpr int64_t kGemmMaxSmallPlane = 16;        // output positions: 4x4
-constexpr int64_t kGemmMaxWeightGradPlane = 64;   // ... 8x8, for the weight gradient
+constexpr int64_t kGemmMaxWeightGradPlane = 64;   // ... 8x8, for the bfloat16 weight gradient
 constexpr int64_t kGemmMinChannels = 256;         // on both sides, at those planes
-constexpr int64_t kGemmMinProjection = 32 * 64;   // in x out channels: strided convs
+constexpr int64_t kGemmMinProjection = 32 * 64;   // in x out channels: bfloat16 strided convs
 
-bool bf16_gemm_conv_chosen(const ConvGeometry& g, ConvPass pass) {
-  if (!bf16_gemm_conv_applies(g, pass) || are_deterministic_algorithms_enabled()) return false;
+bool conv_matmul_chosen(const ConvGeometry& g, ConvPass pass, DType dtype) {
+  if (!conv_matmul_applies(g, pass, dtype) || are_deterministic_algorithms_enabled())
+    return false;
   switch (forced_choice()) {
     case Forced::kGemm: return true;
     case Forced::kNone: break;
@@ -215,6 +224,10 @@ bool bf16_gemm_conv_chosen(const ConvGeometry& g, ConvPass pass) {
   }
   const int64_t plane = g.oh * g.ow, channels = std::min(g.c, g.o);
   const bool wide = channels >= kGemmMinChannels;
+  if (dtype == DType::Float32) {
+    const bool small = wide && plane <= kGemmMaxSmallPlane;
+    return small && (pass == ConvPass::kForward || (pass == ConvPass::kGradWeight && strided(g)));
+  }
   const bool projection = strided(g) && g.c * g.o >= kGemmMinProjection;
   switch (pass) {
     case ConvPass::kForward:

@@ -48,12 +48,13 @@ bool bf16_weight_grad_chosen(const ConvGeometry& g);
 // LOOM_CONV.
 bool bf16_winograd_chosen(const ConvGeometry& g, ConvPass pass);
 
-// Whether im2col + oneDNN's AMX matmul (conv_gemm_bf16.h) runs pass `pass` of the bfloat16
-// channels-last conv `g`: where it applies (an AMX CPU, one group; the input gradient at
-// stride 1) and beats oneDNN's direct kernels (the small planes of ResNet-18's last stages, the
-// strided convs' weight gradients, strided 1x1 projections), or LOOM_CONV=gemm forces it
-// wherever it applies; never under deterministic algorithms or another LOOM_CONV.
-bool bf16_gemm_conv_chosen(const ConvGeometry& g, ConvPass pass);
+// Whether im2col + one oneDNN matmul (conv_matmul.h) runs pass `pass` of the channels-last
+// conv `g` in `dtype`: where it applies (one group; float32, or bfloat16 on AMX; the input
+// gradient at stride 1) and beats oneDNN's direct kernels (the small planes of ResNet-18's last
+// stages; in bfloat16 also the strided convs' weight gradients and the strided 1x1
+// projections), or LOOM_CONV=gemm forces it wherever it applies; never under deterministic
+// algorithms or another LOOM_CONV.
+bool conv_matmul_chosen(const ConvGeometry& g, ConvPass pass, DType dtype);
 
 // Whether LOOM_CONV forces one of loom's own algorithms (direct, gemm or winograd): then the
 // CPU's layout choice (cpu_backend.cpp) keeps float32 convs [N,C,H,W], where they run.

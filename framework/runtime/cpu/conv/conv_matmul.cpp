@@ -1,10 +1,11 @@
-// A bfloat16 channels-last conv as im2col and one oneDNN matmul (conv_gemm_bf16.h).
-#include "runtime/cpu/conv/conv_gemm_bf16.h"
+// A channels-last conv as im2col and one oneDNN matmul (conv_matmul.h).
+#include "runtime/cpu/conv/conv_matmul.h"
 
 #include "runtime/cpu/kernels_impl.h"
 #include "runtime/cpu/onednn.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 namespace loom::runtime {
@@ -45,21 +46,24 @@ int64_t grain_for(int64_t bytes_per_item) {
 
 // col [rows, taps * c]: each output position's input vectors, tap by tap, zeros where a tap
 // falls in the padding.
-void im2col(const Conv& v, const bfloat16* x, bfloat16* col) {
-  const int64_t depth = v.depth(), plane = v.oh * v.ow;
-  const std::size_t vec = static_cast<std::size_t>(v.c) * sizeof(bfloat16);
-  parallel_range(v.rows(), grain_for(depth * 2), [&](int64_t s, int64_t e) {
+// Elements are moved as bytes, `size` each.
+void im2col(const Conv& v, std::size_t size, const std::byte* x, std::byte* col) {
+  const auto depth = static_cast<std::size_t>(v.depth()) * size;
+  const int64_t plane = v.oh * v.ow;
+  const std::size_t vec = static_cast<std::size_t>(v.c) * size;
+  parallel_range(v.rows(), grain_for(static_cast<int64_t>(depth)), [&](int64_t s, int64_t e) {
     for (int64_t r = s; r < e; ++r) {
       const int64_t img = r / plane, oy = r % plane / v.ow, ox = r % v.ow;
-      bfloat16* row = col + r * depth;
+      std::byte* row = col + static_cast<std::size_t>(r) * depth;
       for (int64_t ky = 0; ky < v.kh; ++ky) {
         const int64_t iy = oy * v.sh - v.ph + ky * v.dh;
         for (int64_t kx = 0; kx < v.kw; ++kx) {
           const int64_t ix = ox * v.sw - v.pw + kx * v.dw;
-          const int64_t t = ky * v.kw + kx;
-          bfloat16* dst = row + (v.reversed ? v.taps() - 1 - t : t) * v.c;
+          const int64_t t = ky * v.kw + kx, slot = v.reversed ? v.taps() - 1 - t : t;
+          std::byte* dst = row + static_cast<std::size_t>(slot) * vec;
+          const int64_t pixel = (img * v.h + iy) * v.w + ix;
           if (iy < 0 || iy >= v.h || ix < 0 || ix >= v.w) std::memset(dst, 0, vec);
-          else std::memcpy(dst, x + ((img * v.h + iy) * v.w + ix) * v.c, vec);
+          else std::memcpy(dst, x + static_cast<std::size_t>(pixel) * vec, vec);
         }
       }
     }
@@ -76,68 +80,73 @@ WeightLayout pytorch(const ConvGeometry& g) { return {g.c * g.kh * g.kw, g.kh * 
 WeightLayout taps_outer(const ConvGeometry& g) { return {g.kh * g.kw * g.c, 1, g.c}; }
 WeightLayout transposed(const ConvGeometry& g) { return {1, g.kh * g.kw * g.o, g.o}; }
 
-void reorder(const ConvGeometry& g, WeightLayout from, WeightLayout to, const bfloat16* src,
-             bfloat16* dst) {
+void reorder(const ConvGeometry& g, DType dtype, WeightLayout from, WeightLayout to,
+             const void* src, void* dst) {
   onednn::Strided s;
   const int64_t dims[3] = {g.o, g.c, g.kh * g.kw};
   const int64_t src_strides[3] = {from.o, from.c, from.t}, dst_strides[3] = {to.o, to.c, to.t};
   for (int i = 0; i < 3; ++i)
     s.dims[i] = dims[i], s.src[i] = src_strides[i], s.dst[i] = dst_strides[i];
   s.src[3] = s.dst[3] = 1;
-  onednn::reorder(s, DType::BFloat16, src, dst);
+  onednn::reorder(s, dtype, src, dst);
 }
 
 // The caller's per-thread buffers (kernels_impl.h's thread_scratch).
 struct ColTag;
 struct WeightTag;
 
-const bfloat16* columns(const Conv& v, const bfloat16* x) {
+const void* columns(const Conv& v, DType dtype, const void* x) {
   if (v.in_place()) return x;
-  bfloat16* col = thread_scratch<bfloat16, ColTag>(static_cast<std::size_t>(v.rows() * v.depth()));
-  im2col(v, x, col);
+  const std::size_t size = dtype_size(dtype);
+  const auto bytes = static_cast<std::size_t>(v.rows() * v.depth()) * size;
+  auto* col = thread_scratch<std::byte, ColTag>(bytes);
+  im2col(v, size, static_cast<const std::byte*>(x), col);
   return col;
 }
 
 }  // namespace
 
-bool bf16_gemm_conv_applies(const ConvGeometry& g, ConvPass pass) {
-  if (g.groups != 1 || !onednn::amx_bfloat16()) return false;
+bool conv_matmul_applies(const ConvGeometry& g, ConvPass pass, DType dtype) {
+  if (g.groups != 1) return false;
+  if (dtype != DType::Float32 && !(dtype == DType::BFloat16 && onednn::amx_bfloat16()))
+    return false;
   if (pass != ConvPass::kGradInput) return true;
   return g.sh == 1 && g.sw == 1 && g.ph <= g.dh * (g.kh - 1) && g.pw <= g.dw * (g.kw - 1);
 }
 
-void conv2d_gemm_bf16(const ConvGeometry& g, ConvPass pass, const bfloat16* a, const bfloat16* b,
-                      bfloat16* out, const float* bias, bool relu) {
+void conv2d_matmul(const ConvGeometry& g, ConvPass pass, DType dtype, const void* a,
+                   const void* b, void* out, const float* bias, bool relu) {
   const int64_t taps = g.kh * g.kw;
   const int64_t weight_size = taps > 1 ? g.o * g.c * taps : 0;  // a 1x1 weight needs no copy
-  bfloat16* weight = thread_scratch<bfloat16, WeightTag>(static_cast<std::size_t>(weight_size));
+  void* weight = thread_scratch<std::byte, WeightTag>(
+      static_cast<std::size_t>(weight_size) * dtype_size(dtype));
   switch (pass) {
     case ConvPass::kForward: {
       const Conv v = forward_conv(g);
-      const bfloat16* col = columns(v, a);
-      if (taps > 1) reorder(g, pytorch(g), taps_outer(g), b, weight);
-      onednn::matmul({.m = v.rows(), .n = g.o, .k = v.depth(), .tb = true}, DType::BFloat16, col,
+      const void* col = columns(v, dtype, a);
+      if (taps > 1) reorder(g, dtype, pytorch(g), taps_outer(g), b, weight);
+      onednn::matmul({.m = v.rows(), .n = g.o, .k = v.depth(), .tb = true}, dtype, col,
                      taps > 1 ? weight : b, out, {bias, relu});
       return;
     }
     case ConvPass::kGradInput: {
       const Conv v = grad_input_conv(g);
-      const bfloat16* col = columns(v, a);
+      const void* col = columns(v, dtype, a);
       if (taps == 1) {  // grad_x = col * w: w [O, C] is already the matmul's [k, n]
-        onednn::matmul({.m = v.rows(), .n = g.c, .k = v.depth()}, DType::BFloat16, col, b, out);
+        onednn::matmul({.m = v.rows(), .n = g.c, .k = v.depth()}, dtype, col, b, out);
         return;
       }
-      reorder(g, pytorch(g), transposed(g), b, weight);
-      onednn::matmul({.m = v.rows(), .n = g.c, .k = v.depth(), .tb = true}, DType::BFloat16, col,
-                     weight, out);
+      reorder(g, dtype, pytorch(g), transposed(g), b, weight);
+      onednn::matmul({.m = v.rows(), .n = g.c, .k = v.depth(), .tb = true}, dtype, col, weight,
+                     out);
       return;
     }
     case ConvPass::kGradWeight: {
       const Conv v = forward_conv(g);
-      const bfloat16* col = columns(v, a);
-      onednn::matmul({.m = g.o, .n = v.depth(), .k = v.rows(), .ta = true}, DType::BFloat16, b,
-                     col, taps > 1 ? weight : out);
-      if (taps > 1) reorder(g, taps_outer(g), pytorch(g), weight, out);
+      const void* col = columns(v, dtype, a);
+      onednn::matmul({.m = g.o, .n = v.depth(), .k = v.rows(), .ta = true}, dtype, b, col,
+                     taps > 1 ? weight : out);
+      if (taps > 1) reorder(g, dtype, taps_outer(g), pytorch(g), weight, out);
       return;
     }
   }
