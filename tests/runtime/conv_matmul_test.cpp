@@ -82,17 +82,8 @@ void for_each_product(const ConvGeometry& g, F f) {
           }
 }
 
-struct Operands {
-  ConvGeometry g;
-  std::vector<bfloat16> x, w, grad;
-  std::vector<float> bias;
-  explicit Operands(const Case& k)
-      : g(geometry(k)),
-        x(random_bf16(g.n * g.h * g.w * g.c, 1)),
-        w(random_bf16(g.o * g.c * g.kh * g.kw, 2)),
-        grad(random_bf16(g.n * g.oh * g.ow * g.o, 3)) {
-    for (int64_t o = 0; o < g.o; ++o) bias.push_back(static_cast<float>(o % 7) * 0.25f - 0.75f);
-  }
+struct Operands : ConvOperandsBf16 {
+  explicit Operands(const Case& k) : ConvOperandsBf16(geometry(k)) {}
 
   std::vector<double> reference(ConvPass pass, bool with_bias, bool relu) const {
     std::vector<double> out(pass == ConvPass::kForward     ? grad.size()

@@ -103,17 +103,8 @@ std::vector<double> values(const std::vector<bfloat16>& v) { return {v.begin(), 
   if (!bf16_winograd_applies(geometry({1, 16, 4, 4, 16, 1, 1})))                               \
   GTEST_SKIP() << "built without AVX512_BF16: oneDNN runs every bfloat16 conv"
 
-struct Operands {
-  ConvGeometry g;
-  std::vector<bfloat16> x, w, grad;
-  std::vector<float> bias;
-  explicit Operands(const Case& k)
-      : g(geometry(k)),
-        x(random_bf16(g.n * g.h * g.w * g.c, 1)),
-        w(random_bf16(g.o * g.c * 9, 2)),
-        grad(random_bf16(g.n * g.oh * g.ow * g.o, 3)) {
-    for (int64_t o = 0; o < g.o; ++o) bias.push_back(static_cast<float>(o % 7) * 0.25f - 0.75f);
-  }
+struct Operands : ConvOperandsBf16 {
+  explicit Operands(const Case& k) : ConvOperandsBf16(geometry(k)) {}
   std::vector<bfloat16> forward(bool with_bias, bool relu) const {
     std::vector<bfloat16> out(at(g.n * g.oh * g.ow * g.o));
     conv2d_winograd_bf16(g, ConvPass::kForward, x.data(), w.data(), out.data(),

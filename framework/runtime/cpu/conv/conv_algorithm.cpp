@@ -200,13 +200,14 @@ bool bf16_winograd_chosen(const ConvGeometry& g, ConvPass pass) {
 //     larger below 256 channels (0.27 to 0.77; the matmul's im2col grows with the plane while a
 //     direct kernel reads its input once), and the strided 3x3 forward below 256 output
 //     channels (0.68 to 0.8).
-//   float32 (one run): only the forward of the convs onto 4x4 planes from 256 channels, 1.31
-//     (512 channels), 1.33 (256 to 512, stride 2) and 1.46 (its 1x1 projection), and those two
-//     strided convs' weight gradients, 1.20 and 1.25. oneDNN's float32 matmul with a
-//     transposed operand runs at 180 GFLOP/s, so the 512-channel weight gradient (0.77) and
-//     the input gradient (0.74) stay direct, as does every conv on 8x8 planes and larger (0.15
-//     to 0.99; 1.1 to 1.17 for ResNet-18's 128-to-256 1x1 projection, a few hundredths of a
-//     millisecond).
+//   float32 (two runs): the forward of the convs onto 4x4 planes from 256 channels, 1.31 and
+//     1.40 (512 channels), 1.33 and 1.58 (256 to 512, stride 2), 1.46 and 1.30 (its 1x1
+//     projection), and those two strided convs' weight gradients, 1.20 and 1.31, 1.25 and
+//     1.27. oneDNN's float32 matmul with a transposed operand runs at 180 GFLOP/s, so the
+//     512-channel weight gradient (0.77, 0.80) and input gradient (0.74, 0.82) stay direct, as
+//     does every stride-1 conv on 8x8 planes and larger (0.15 to 0.88). The strided 1x1
+//     projections onto 8x8 planes win by 1.1 to 1.47 (0.92 once) at a few hundredths of a
+//     millisecond each; they stay direct too.
 constexpr int64_t kGemmMaxSmallPlane = 16;        // output positions: 4x4
 constexpr int64_t kGemmMaxWeightGradPlane = 64;   // ... 8x8, for the bfloat16 weight gradient
 constexpr int64_t kGemmMinChannels = 256;         // on both sides, at those planes
