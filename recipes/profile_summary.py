@@ -2,13 +2,16 @@
 """Where did the time of a step go? Summarises a loom Chrome trace (from --profile FILE or
 loom::profiler::save).
 
-  python3 recipes/profile_summary.py trace.json [--steps N]
+  python3 recipes/profile_summary.py trace.json [--steps N] [--by-op] [--top N]
 
 Prints, per span name and thread, the total and mean time, and the share of the wall time
 covered by the trace for the spans that matter most: host tracing ("trace"), compiling
 ("compile"), device execution ("execute"), the consumer waiting for data ("loader_wait"),
 reads waiting for the device ("wait") and transfers. Nested spans are counted in each of
-their enclosing names, so shares can add up to more than 100%.
+their enclosing names, so shares can add up to more than 100%. Kernel spans recorded with
+LOOM_PROFILE_SHAPES=1 carry their shapes ("conv2d float32[32,4,4,512] <- ..."): each shape is
+a row of its own, and --by-op adds them up per op again. The span name comes last in each row,
+so long names do not push the columns apart.
 """
 import argparse
 import collections
@@ -31,6 +34,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("trace", help="Chrome trace JSON written by loom")
     ap.add_argument("--steps", type=int, default=0, help="number of steps in the trace (for per-step means)")
+    ap.add_argument("--by-op", action="store_true",
+                    help="add up the spans of one op whatever their shapes (LOOM_PROFILE_SHAPES=1)")
+    ap.add_argument("--top", type=int, default=0, help="list only the N longest rows (default: all)")
     args = ap.parse_args()
     try:
         with open(args.trace) as f:
@@ -48,8 +54,9 @@ def main():
     by_name = collections.defaultdict(float)
     by_name_thread = collections.defaultdict(lambda: [0.0, 0])
     for e in spans:
-        by_name[e["name"]] += e["dur"]
-        t = by_name_thread[(e["name"], threads.get(e["tid"], f"thread {e['tid']}"))]
+        name = e["name"].split(" ", 1)[0] if args.by_op else e["name"]
+        by_name[name] += e["dur"]
+        t = by_name_thread[(name, threads.get(e["tid"], f"thread {e['tid']}"))]
         t[0] += e["dur"]
         t[1] += 1
     print(f"trace: {len(spans)} spans over {wall / 1e3:.1f} ms of wall time")
@@ -60,9 +67,10 @@ def main():
         if name in by_name:
             print(f"  {what:<40} {by_name[name] / 1e3:10.1f} ms  {100 * by_name[name] / wall:5.1f}%")
     print("\nall spans by thread:")
-    print(f"  {'span':<24} {'thread':<18} {'count':>7} {'total ms':>10} {'mean us':>10}")
-    for (name, thread), (total, count) in sorted(by_name_thread.items(), key=lambda kv: -kv[1][0]):
-        print(f"  {name:<24} {thread:<18} {count:>7} {total / 1e3:>10.2f} {total / count:>10.1f}")
+    print(f"  {'thread':<18} {'count':>7} {'total ms':>10} {'mean us':>10}  span")
+    rows = sorted(by_name_thread.items(), key=lambda kv: -kv[1][0])
+    for (name, thread), (total, count) in rows[:args.top] if args.top > 0 else rows:
+        print(f"  {thread:<18} {count:>7} {total / 1e3:>10.2f} {total / count:>10.1f}  {name}")
 
 
 if __name__ == "__main__":
