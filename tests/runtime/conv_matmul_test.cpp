@@ -206,6 +206,10 @@ TEST(ConvMatmul, ChosenWhereItWins) {
     EXPECT_FALSE(conv_matmul_chosen(first, pass, f32)) << name(first, pass, f32);
   }
   EXPECT_EQ(conv_matmul_chosen(entry, ConvPass::kGradWeight, bf16), onednn::amx_bfloat16());
+  // The same strided conv on 32 ImageNet-sized planes: an im2col of 231M elements.
+  const ConvGeometry large = geometry({32, 256, 112, 112, 512, 3, 2, 1, 1});
+  EXPECT_FALSE(conv_matmul_chosen(large, ConvPass::kGradWeight, bf16));
+  EXPECT_FALSE(conv_matmul_chosen(large, ConvPass::kGradWeight, f32));
   EXPECT_FALSE(conv_matmul_chosen(entry, ConvPass::kGradInput, bf16));  // strided: no path
   use_deterministic_algorithms(true);
   const bool deterministic = conv_matmul_chosen(last, ConvPass::kForward, f32);

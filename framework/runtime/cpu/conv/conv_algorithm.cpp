@@ -212,6 +212,18 @@ constexpr int64_t kGemmMaxSmallPlane = 16;        // output positions: 4x4
 constexpr int64_t kGemmMaxWeightGradPlane = 64;   // ... 8x8, for the bfloat16 weight gradient
 constexpr int64_t kGemmMinChannels = 256;         // on both sides, at those planes
 constexpr int64_t kGemmMinProjection = 32 * 64;   // in x out channels: bfloat16 strided convs
+// im2col's buffer (kept per thread for the next call) at most this size: the measured shapes
+// need 0.5 to 9.4 MB, and a strided conv on a larger image would otherwise take hundreds.
+constexpr int64_t kGemmMaxColumnBytes = int64_t{32} << 20;
+
+// The bytes of im2col's buffer for pass `pass` of `g` (the input gradient's im2col reads
+// grad_out at the input's plane; a 1x1 stride-1 unpadded conv needs none).
+int64_t column_bytes(const ConvGeometry& g, ConvPass pass, DType dtype) {
+  if (pointwise(g)) return 0;
+  const int64_t positions = pass == ConvPass::kGradInput ? g.h * g.w : g.oh * g.ow;
+  const int64_t depth = g.kh * g.kw * (pass == ConvPass::kGradInput ? g.o : g.c);
+  return g.n * positions * depth * static_cast<int64_t>(dtype_size(dtype));
+}
 
 bool conv_matmul_chosen(const ConvGeometry& g, ConvPass pass, DType dtype) {
   if (!conv_matmul_applies(g, pass, dtype) || are_deterministic_algorithms_enabled())
@@ -223,6 +235,7 @@ bool conv_matmul_chosen(const ConvGeometry& g, ConvPass pass, DType dtype) {
     case Forced::kDirect:
     case Forced::kWinograd: return false;
   }
+  if (column_bytes(g, pass, dtype) > kGemmMaxColumnBytes) return false;
   const int64_t plane = g.oh * g.ow, channels = std::min(g.c, g.o);
   const bool wide = channels >= kGemmMinChannels;
   if (dtype == DType::Float32) {

@@ -52,8 +52,8 @@ bool bf16_winograd_chosen(const ConvGeometry& g, ConvPass pass);
 // conv `g` in `dtype`: where it applies (one group; float32, or bfloat16 on AMX; the input
 // gradient at stride 1) and beats oneDNN's direct kernels (the small planes of ResNet-18's last
 // stages; in bfloat16 also the strided convs' weight gradients and the strided 1x1
-// projections), or LOOM_CONV=gemm forces it wherever it applies; never under deterministic
-// algorithms or another LOOM_CONV.
+// projections) with an im2col buffer of at most 32 MiB, or LOOM_CONV=gemm forces it wherever
+// it applies; never under deterministic algorithms or another LOOM_CONV.
 bool conv_matmul_chosen(const ConvGeometry& g, ConvPass pass, DType dtype);
 
 // Whether LOOM_CONV forces one of loom's own algorithms (direct, gemm or winograd): then the
