@@ -151,6 +151,8 @@ const Case kCases[] = {
     {2, 64, 8, 8, 128, 1, 2, 0, 1},     // a strided 1x1 projection
     {3, 48, 5, 5, 32, 1, 1, 0, 1},      // a 1x1 conv read in place
     {2, 512, 4, 4, 512, 3, 1, 1, 1},    // ResNet-18's last stage
+    {1, 64, 5, 5, 128, 3, 2, 1, 1},     // forward: fewer positions than outputs (weight order)
+    {1, 32, 6, 6, 96, 3, 1, 2, 2},      // ... with dilation 2
 };
 
 TEST(ConvMatmul, EveryPassMatchesReference) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 
 namespace loom::runtime {
@@ -70,6 +71,30 @@ void im2col(const Conv& v, std::size_t size, const std::byte* x, std::byte* col)
   });
 }
 
+// col [rows, c * taps]: the same values with the columns in the weight's own order (input
+// channel, then tap), for a forward conv whose weight is larger than its im2col (few output
+// positions: inference at batch 1), which then reads the weight as it is, not reordered.
+template <class E>
+void im2col_weight_order(const Conv& v, const E* x, E* col) {
+  const int64_t depth = v.depth(), plane = v.oh * v.ow, taps = v.taps();
+  parallel_range(v.rows(), grain_for(depth * static_cast<int64_t>(sizeof(E))),
+                 [&](int64_t s, int64_t e) {
+    for (int64_t r = s; r < e; ++r) {
+      const int64_t img = r / plane, oy = r % plane / v.ow, ox = r % v.ow;
+      E* row = col + r * depth;
+      for (int64_t ky = 0; ky < v.kh; ++ky) {
+        const int64_t iy = oy * v.sh - v.ph + ky * v.dh;
+        for (int64_t kx = 0; kx < v.kw; ++kx) {
+          const int64_t ix = ox * v.sw - v.pw + kx * v.dw, t = ky * v.kw + kx;
+          const bool inside = iy >= 0 && iy < v.h && ix >= 0 && ix < v.w;
+          const E* p = inside ? x + ((img * v.h + iy) * v.w + ix) * v.c : nullptr;
+          for (int64_t c = 0; c < v.c; ++c) row[c * taps + t] = p ? p[c] : E(0);
+        }
+      }
+    }
+  });
+}
+
 // The weight [O, C, taps] as [O][C][taps] (PyTorch's layout), [O][taps][C] (the forward's and
 // the weight gradient's matmul operand) or [C][taps][O] (the input gradient's, taps reversed
 // by im2col instead): strides of the dims (o, c, t).
@@ -123,6 +148,17 @@ void conv2d_matmul(const ConvGeometry& g, ConvPass pass, DType dtype, const void
   switch (pass) {
     case ConvPass::kForward: {
       const Conv v = forward_conv(g);
+      if (taps > 1 && v.rows() < g.o) {  // the weight outweighs im2col: read it as it is
+        const auto count = static_cast<std::size_t>(v.rows() * v.depth());
+        void* col = thread_scratch<std::byte, ColTag>(count * dtype_size(dtype));
+        if (dtype == DType::BFloat16)
+          im2col_weight_order(v, static_cast<const uint16_t*>(a), static_cast<uint16_t*>(col));
+        else
+          im2col_weight_order(v, static_cast<const uint32_t*>(a), static_cast<uint32_t*>(col));
+        onednn::matmul({.m = v.rows(), .n = g.o, .k = v.depth(), .tb = true}, dtype, col, b, out,
+                       {bias, relu});
+        return;
+      }
       const void* col = columns(v, dtype, a);
       if (taps > 1) reorder(g, dtype, pytorch(g), taps_outer(g), b, weight);
       onednn::matmul({.m = v.rows(), .n = g.o, .k = v.depth(), .tb = true}, dtype, col,
