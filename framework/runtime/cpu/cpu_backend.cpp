@@ -206,7 +206,8 @@ uint8_t channels_last_convs() {
 }
 
 // Under "auto", a float32 conv stays [N,C,H,W] where loom runs it by Winograd (conv_algorithm.h:
-// 3x3, stride 1, 64 channels or more on both sides) on output planes of 16x16 or more, and
+// 3x3, stride 1, 64 channels or more on both sides) on output planes of 16x16 or more in
+// batches of 16 or more, and
 // everywhere when LOOM_CONV forces one of loom's own algorithms; every other float32 conv goes
 // channels-last, on oneDNN. kernel_bench (2026-11-24, the 2-core development machine,
 // BM_Conv2d* against BM_OneDnnConv2d*/layout 2, float32, forward + input gradient + weight
@@ -219,15 +220,21 @@ uint8_t channels_last_convs() {
 // staying in the neighbours' layout saves transposes. Whole steps, loom_bench captured,
 // LOOM_CONV_LAYOUT=auto against nchw alternated, ms: ResNet-20 b128 201 / 188 / 206 / 211
 // against 230 / 218 / 235 / 233; ResNet-18 b32 503 / 490 / 477 against 486 / 483 / 484 (all
-// channels-last, in an earlier run: 543 / 546 / 537).
+// channels-last, in an earlier run: 543 / 546 / 537). Small batches go channels-last all the
+// same (2026-11-24, the 2-core Sapphire Rapids machine, ResNet-18 captured fp32 steps, auto
+// against LOOM_CONV_LAYOUT=channels_last before this rule, ms): batch 2 58.1 against 51.9, 4
+// 78.1 against 73, 8 126 against 120, 16 209 against 210, 32 385 and 388 against 409 and 410;
+// at batch 1 (loom_bench's infer section) the 128-channel 16x16 conv took 715 us under
+// Winograd and 242 on oneDNN channels-last, and the evaluation 7.85 against 5.45 ms.
 constexpr int64_t kWinogradKeepsPlane = 16 * 16;
+constexpr int64_t kWinogradKeepsBatch = 16;
 
 bool float32_channels_last(DType dtype, const ir::Conv2dAttr& attr, const Shape& input,
                            const Shape& weight, const Shape& output) {
   if (dtype != DType::Float32 || compiler::conv_layout_setting() != "auto") return true;
   if (own_algorithm_forced()) return false;
   const ConvGeometry g = conv_geometry(attr, input, weight, output);
-  return g.oh * g.ow < kWinogradKeepsPlane ||
+  return g.oh * g.ow < kWinogradKeepsPlane || g.n < kWinogradKeepsBatch ||
          conv_algorithm(g, ConvPass::kForward, DType::Float32) != ConvAlgorithm::kWinograd;
 }
 
