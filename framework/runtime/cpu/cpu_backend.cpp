@@ -45,7 +45,8 @@ bool profiled_shapes() {
 void append_view(std::string& s, const TensorView& v) {
   s += dtype_name(v.dtype);
   s += '[';
-  for (std::size_t d = 0; d < v.shape.size(); ++d) s += (d ? "," : "") + std::to_string(v.shape[d]);
+  for (std::size_t d = 0; d < v.shape.size(); ++d)
+    s += (d ? "," : "") + std::to_string(v.shape[d]);
   s += ']';
 }
 
@@ -207,11 +208,10 @@ uint8_t channels_last_convs() {
 
 // Under "auto", a float32 conv stays [N,C,H,W] where loom runs it by Winograd (conv_algorithm.h:
 // 3x3, stride 1, 64 channels or more on both sides) on output planes of 16x16 or more in
-// batches of 16 or more, and
-// everywhere when LOOM_CONV forces one of loom's own algorithms; every other float32 conv goes
-// channels-last, on oneDNN. kernel_bench (2026-11-24, the 2-core development machine,
-// BM_Conv2d* against BM_OneDnnConv2d*/layout 2, float32, forward + input gradient + weight
-// gradient, ms): oneDNN channels-last wins at ResNet-20's 16- and 32-channel stages (9.35
+// batches of 16 or more, and everywhere when LOOM_CONV forces one of loom's own algorithms;
+// every other float32 conv goes channels-last, on oneDNN. kernel_bench (2026-11-24, the 2-core
+// development machine, BM_Conv2d* against BM_OneDnnConv2d*/layout 2, float32, forward + input
+// gradient + weight gradient, ms): oneDNN channels-last wins at ResNet-20's 16- and 32-channel stages (9.35
 // against 11.51 and 9.06 against 11.66 per stride-1 conv), at every strided conv, 1x1
 // projection and stem (0.55 to 0.93 of loom's time) and at ResNet-18's 4x4 planes (32.1
 // against 40.2, where oneDNN's blocked kernels ran); loom's Winograd wins at ResNet-18's 32x32

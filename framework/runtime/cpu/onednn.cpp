@@ -13,9 +13,9 @@
 
 #include <algorithm>
 #include <array>
-#include <cstring>
 #include <atomic>
 #include <cstddef>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <unordered_map>
@@ -32,8 +32,8 @@ std::atomic<int64_t> g_created{0};
 enum class Kind : uint8_t { kForward, kGradInput, kGradWeight, kMatmul, kReorder };
 
 // Everything a primitive is built from. `dims` holds the conv's geometry (ConvGeometry's 16
-// fields in order), the matmul's batch, m, n, k, ta, tb, or a reorder's dims and strides. The thread count is part of it:
-// oneDNN splits the work for the thread count it was created under.
+// fields in order), the matmul's batch, m, n, k, ta, tb, or a reorder's dims and strides. The
+// thread count is part of it: oneDNN splits the work for the thread count it was created under.
 struct Key {
   Kind kind;
   DType dtype;

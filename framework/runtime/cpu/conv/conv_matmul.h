@@ -22,9 +22,10 @@
 // unpadded conv reads its input in place, and a 1x1 weight needs no reorder. A forward conv
 // with fewer output positions than output channels (inference at batch 1, where the weight is
 // most of the traffic) writes im2col's columns in the weight's own order, (channel, tap), and
-// reads the weight as it is: ResNet-18's 512-channel 4x4 conv at batch 1, 1.18 to 0.55 ms. oneDNN's matmul
-// may split a sum across its threads, so the choice (conv_algorithm.h) leaves this path under
-// deterministic algorithms. The figures behind the choice are in conv_algorithm.cpp.
+// reads the weight as it is: ResNet-18's 512-channel 4x4 conv at batch 1, 1.18 to 0.55 ms.
+// oneDNN's matmul may split a sum across its threads, so the choice (conv_algorithm.h) leaves
+// this path under deterministic algorithms. The figures behind the choice are in
+// conv_algorithm.cpp.
 #pragma once
 
 #include "runtime/cpu/conv/conv_common.h"
