@@ -83,7 +83,8 @@ __attribute__((target("amx-tile,amx-bf16"))) float amx_loop() {
     uint8_t rows[16] = {};
   } config;
   for (int t = 0; t < 8; ++t) config.bytes_per_row[t] = 64, config.rows[t] = 16;
-  alignas(64) static const uint16_t operand[16 * 32] = {};  // bfloat16 zeros
+  alignas(64) uint16_t operand[16 * 32];
+  std::fill_n(operand, 16 * 32, uint16_t{0x3A83});  // bfloat16 0.001: no zeros to skip
   alignas(64) float result[16 * 16];
   _tile_loadconfig(&config);
   _tile_zero(0);
