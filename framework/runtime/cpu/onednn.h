@@ -83,7 +83,10 @@ void matmul(const MatmulShape& s, DType dtype, const void* a, const void* b, voi
 
 // dst = src, element for element, for a tensor of up to 4 dims that the two store with
 // different strides (a permuted copy, such as a conv weight [O,C,kh,kw] stored [O,kh,kw,C]);
-// Float32 or BFloat16. oneDNN's reorder, its JIT kernels vectorise the transposes.
+// Float32 or BFloat16. oneDNN's reorder, its JIT kernels vectorise the transposes: for the
+// conv weights of conv_matmul.h, ResNet-18's bfloat16 512-channel 4x4 conv took 2.4 to 2.5 ms
+// forward and 2.1 to 2.2 ms weight gradient with it, against 3.4 to 3.8 and 3.2 to 3.3 ms
+// with loom's permute_kernel (kernel_bench ConvMatmul, alternated twice, 2026-11-24).
 struct Strided {
   int64_t dims[4] = {1, 1, 1, 1};
   int64_t src[4] = {0, 0, 0, 0};

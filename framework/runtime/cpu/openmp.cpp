@@ -16,8 +16,8 @@ namespace {
 // (ResNet-20's short ones), too short to take a core from the TBB kernel between them.
 // loom_bench, ResNet-20 captured steps, alternated 4 times with plain passive (0 spins):
 // float32 153 against 167 ms, bfloat16 61.9 against 68.2 ms (2026-11-24, 2-core Sapphire
-// Rapids); ResNet-18 even. 10,000 spins were no better; 50,000 no better in float32 and slower
-// in bfloat16.
+// Rapids); ResNet-18 even. 10,000 spins did no better than 2,000; 50,000 no better than none in
+// float32 and worse in bfloat16.
 constexpr const char* kSpinCount = "2000";
 
 }  // namespace

@@ -45,28 +45,36 @@ int64_t grain_for(int64_t bytes_per_item) {
   return std::max<int64_t>(1, kTaskBytes / std::max<int64_t>(1, bytes_per_item));
 }
 
+// Calls f(slot, pixel) for each tap of output position r: slot the tap's column block (taps
+// in reverse order for the input gradient), pixel the input position it reads ([n, h, w]
+// flattened), or -1 where it falls in the padding.
+template <class F>
+void for_each_tap(const Conv& v, int64_t r, F f) {
+  const int64_t plane = v.oh * v.ow;
+  const int64_t img = r / plane, oy = r % plane / v.ow, ox = r % v.ow;
+  for (int64_t ky = 0; ky < v.kh; ++ky) {
+    const int64_t iy = oy * v.sh - v.ph + ky * v.dh;
+    for (int64_t kx = 0; kx < v.kw; ++kx) {
+      const int64_t ix = ox * v.sw - v.pw + kx * v.dw, t = ky * v.kw + kx;
+      const bool inside = iy >= 0 && iy < v.h && ix >= 0 && ix < v.w;
+      f(v.reversed ? v.taps() - 1 - t : t, inside ? (img * v.h + iy) * v.w + ix : -1);
+    }
+  }
+}
+
 // col [rows, taps * c]: each output position's input vectors, tap by tap, zeros where a tap
-// falls in the padding.
-// Elements are moved as bytes, `size` each.
+// falls in the padding; elements moved as bytes, `size` each.
 void im2col(const Conv& v, std::size_t size, const std::byte* x, std::byte* col) {
   const auto depth = static_cast<std::size_t>(v.depth()) * size;
-  const int64_t plane = v.oh * v.ow;
   const std::size_t vec = static_cast<std::size_t>(v.c) * size;
   parallel_range(v.rows(), grain_for(static_cast<int64_t>(depth)), [&](int64_t s, int64_t e) {
     for (int64_t r = s; r < e; ++r) {
-      const int64_t img = r / plane, oy = r % plane / v.ow, ox = r % v.ow;
       std::byte* row = col + static_cast<std::size_t>(r) * depth;
-      for (int64_t ky = 0; ky < v.kh; ++ky) {
-        const int64_t iy = oy * v.sh - v.ph + ky * v.dh;
-        for (int64_t kx = 0; kx < v.kw; ++kx) {
-          const int64_t ix = ox * v.sw - v.pw + kx * v.dw;
-          const int64_t t = ky * v.kw + kx, slot = v.reversed ? v.taps() - 1 - t : t;
-          std::byte* dst = row + static_cast<std::size_t>(slot) * vec;
-          const int64_t pixel = (img * v.h + iy) * v.w + ix;
-          if (iy < 0 || iy >= v.h || ix < 0 || ix >= v.w) std::memset(dst, 0, vec);
-          else std::memcpy(dst, x + static_cast<std::size_t>(pixel) * vec, vec);
-        }
-      }
+      for_each_tap(v, r, [&](int64_t slot, int64_t pixel) {
+        std::byte* dst = row + static_cast<std::size_t>(slot) * vec;
+        if (pixel < 0) std::memset(dst, 0, vec);
+        else std::memcpy(dst, x + static_cast<std::size_t>(pixel) * vec, vec);
+      });
     }
   });
 }
@@ -76,21 +84,15 @@ void im2col(const Conv& v, std::size_t size, const std::byte* x, std::byte* col)
 // positions: inference at batch 1), which then reads the weight as it is, not reordered.
 template <class E>
 void im2col_weight_order(const Conv& v, const E* x, E* col) {
-  const int64_t depth = v.depth(), plane = v.oh * v.ow, taps = v.taps();
+  const int64_t depth = v.depth(), taps = v.taps();
   parallel_range(v.rows(), grain_for(depth * static_cast<int64_t>(sizeof(E))),
                  [&](int64_t s, int64_t e) {
     for (int64_t r = s; r < e; ++r) {
-      const int64_t img = r / plane, oy = r % plane / v.ow, ox = r % v.ow;
       E* row = col + r * depth;
-      for (int64_t ky = 0; ky < v.kh; ++ky) {
-        const int64_t iy = oy * v.sh - v.ph + ky * v.dh;
-        for (int64_t kx = 0; kx < v.kw; ++kx) {
-          const int64_t ix = ox * v.sw - v.pw + kx * v.dw, t = ky * v.kw + kx;
-          const bool inside = iy >= 0 && iy < v.h && ix >= 0 && ix < v.w;
-          const E* p = inside ? x + ((img * v.h + iy) * v.w + ix) * v.c : nullptr;
-          for (int64_t c = 0; c < v.c; ++c) row[c * taps + t] = p ? p[c] : E(0);
-        }
-      }
+      for_each_tap(v, r, [&](int64_t t, int64_t pixel) {
+        const E* p = pixel < 0 ? nullptr : x + pixel * v.c;
+        for (int64_t c = 0; c < v.c; ++c) row[c * taps + t] = p ? p[c] : E(0);
+      });
     }
   });
 }
@@ -120,13 +122,26 @@ void reorder(const ConvGeometry& g, DType dtype, WeightLayout from, WeightLayout
 struct ColTag;
 struct WeightTag;
 
-const void* columns(const Conv& v, DType dtype, const void* x) {
+// im2col of x in the calling thread's buffer (x itself for a 1x1 conv that reads its input in
+// place), its columns in the weight's order where `weight_order`.
+const void* columns(const Conv& v, DType dtype, const void* x, bool weight_order = false) {
   if (v.in_place()) return x;
   const std::size_t size = dtype_size(dtype);
   const auto bytes = static_cast<std::size_t>(v.rows() * v.depth()) * size;
   auto* col = thread_scratch<std::byte, ColTag>(bytes);
-  im2col(v, size, static_cast<const std::byte*>(x), col);
+  if (!weight_order)
+    im2col(v, size, static_cast<const std::byte*>(x), col);
+  else if (dtype == DType::BFloat16)
+    im2col_weight_order(v, static_cast<const uint16_t*>(x), reinterpret_cast<uint16_t*>(col));
+  else
+    im2col_weight_order(v, static_cast<const uint32_t*>(x), reinterpret_cast<uint32_t*>(col));
   return col;
+}
+
+// The calling thread's buffer for a reordered weight of conv g.
+void* weight_buffer(const ConvGeometry& g, DType dtype) {
+  const auto elements = static_cast<std::size_t>(g.o * g.c * g.kh * g.kw);
+  return thread_scratch<std::byte, WeightTag>(elements * dtype_size(dtype));
 }
 
 }  // namespace
@@ -141,28 +156,21 @@ bool conv_matmul_applies(const ConvGeometry& g, ConvPass pass, DType dtype) {
 
 void conv2d_matmul(const ConvGeometry& g, ConvPass pass, DType dtype, const void* a,
                    const void* b, void* out, const float* bias, bool relu) {
-  const int64_t taps = g.kh * g.kw;
-  const int64_t weight_size = taps > 1 ? g.o * g.c * taps : 0;  // a 1x1 weight needs no copy
-  void* weight = thread_scratch<std::byte, WeightTag>(
-      static_cast<std::size_t>(weight_size) * dtype_size(dtype));
+  const int64_t taps = g.kh * g.kw;  // a 1x1 weight is the matmul's operand as it is
   switch (pass) {
     case ConvPass::kForward: {
       const Conv v = forward_conv(g);
-      if (taps > 1 && v.rows() < g.o) {  // the weight outweighs im2col: read it as it is
-        const auto count = static_cast<std::size_t>(v.rows() * v.depth());
-        void* col = thread_scratch<std::byte, ColTag>(count * dtype_size(dtype));
-        if (dtype == DType::BFloat16)
-          im2col_weight_order(v, static_cast<const uint16_t*>(a), static_cast<uint16_t*>(col));
-        else
-          im2col_weight_order(v, static_cast<const uint32_t*>(a), static_cast<uint32_t*>(col));
-        onednn::matmul({.m = v.rows(), .n = g.o, .k = v.depth(), .tb = true}, dtype, col, b, out,
-                       {bias, relu});
-        return;
+      // The weight outweighs im2col (fewer positions than output channels): read it as it is.
+      const bool weight_order = taps > 1 && v.rows() < g.o;
+      const void* col = columns(v, dtype, a, weight_order);
+      const void* w = b;
+      if (taps > 1 && !weight_order) {
+        void* wr = weight_buffer(g, dtype);
+        reorder(g, dtype, pytorch(g), taps_outer(g), b, wr);
+        w = wr;
       }
-      const void* col = columns(v, dtype, a);
-      if (taps > 1) reorder(g, dtype, pytorch(g), taps_outer(g), b, weight);
-      onednn::matmul({.m = v.rows(), .n = g.o, .k = v.depth(), .tb = true}, dtype, col,
-                     taps > 1 ? weight : b, out, {bias, relu});
+      onednn::matmul({.m = v.rows(), .n = g.o, .k = v.depth(), .tb = true}, dtype, col, w, out,
+                     {bias, relu});
       return;
     }
     case ConvPass::kGradInput: {
@@ -172,6 +180,7 @@ void conv2d_matmul(const ConvGeometry& g, ConvPass pass, DType dtype, const void
         onednn::matmul({.m = v.rows(), .n = g.c, .k = v.depth()}, dtype, col, b, out);
         return;
       }
+      void* weight = weight_buffer(g, dtype);
       reorder(g, dtype, pytorch(g), transposed(g), b, weight);
       onednn::matmul({.m = v.rows(), .n = g.c, .k = v.depth(), .tb = true}, dtype, col, weight,
                      out);
@@ -180,8 +189,9 @@ void conv2d_matmul(const ConvGeometry& g, ConvPass pass, DType dtype, const void
     case ConvPass::kGradWeight: {
       const Conv v = forward_conv(g);
       const void* col = columns(v, dtype, a);
+      void* weight = taps > 1 ? weight_buffer(g, dtype) : out;
       onednn::matmul({.m = g.o, .n = v.depth(), .k = v.rows(), .ta = true}, dtype, b, col,
-                     taps > 1 ? weight : out);
+                     weight);
       if (taps > 1) reorder(g, dtype, taps_outer(g), pytorch(g), weight, out);
       return;
     }
