@@ -87,16 +87,21 @@ class CpuExecutable final : public Executable {
     stacks.resize(program.instrs.size());
     for (std::size_t i = 0; i < program.instrs.size(); ++i) {
       const auto& in = program.instrs[i];
+      // A sum's or mean's prologue over channels-last rows also folds them from registers.
+      int fold_width = 0;
+      if (in.fusion && (in.op == ir::Op::Sum || in.op == ir::Op::Mean))
+        fold_width = rows_fold_width(in.fusion->shape, in.attr.get<ir::AxesAttr>().axes);
       if (in.fusion && !in.epilogue.active()) {
         const bool reduces = ir::op_info(in.op).group == ir::OpGroup::Reduce;
-        fused_code[i] = compile_fused_code(*in.fusion, reduces ? in.fusion->compute : in.dtype);
+        fused_code[i] = compile_fused_code(*in.fusion, reduces ? in.fusion->compute : in.dtype,
+                                           std::nullopt, fold_width);
       }
       if (in.stacked.empty()) continue;
       Stack& stack = stacks[i];
       stack.prologues.push_back(in.fusion.get());
       stack.codes.push_back(fused_code[i].get());
       for (const auto& f : in.stacked) {
-        stack.owned.push_back(compile_fused_code(*f, f->compute));
+        stack.owned.push_back(compile_fused_code(*f, f->compute, std::nullopt, fold_width));
         stack.prologues.push_back(f.get());
         stack.codes.push_back(stack.owned.back().get());
       }

@@ -83,17 +83,24 @@ struct DoesNotFit {};
 
 struct FusedCode::Generator : Xbyak::CodeGenerator {
   static constexpr int kZero = 30;  // AVX-512: a zero vector throughout
+  // fold_rows: the partial sums of a group of rows take zmm31, zmm27 and zmm26, so values
+  // have zmm0-zmm25.
+  static constexpr int kFoldValueRegs = 26;
+  static constexpr int kFoldPartial[] = {31, 27, 26};
 
   // The code for fusion f on isa, its loads read as `loads` say, its result stored as out
-  // (Float32 or BFloat16).
+  // (Float32 or BFloat16); or, with fold_width (AVX-512 only), folded in rows of that many
+  // values (FusedCode::fold_rows) instead of stored.
   Generator(const ir::Fusion& f, const std::vector<bool>& before, const std::vector<Load>& loads,
-            FusedIsa isa, DType out)
+            FusedIsa isa, DType out, int fold_width = 0)
       : Xbyak::CodeGenerator(4096, Xbyak::AutoGrow), f_(f), before_(before), loads_(loads),
         wide_(is_avx512(isa)), bf16_(isa == FusedIsa::Avx512Bf16), lanes_(wide_ ? 16 : 8),
-        value_regs_(wide_ ? 28 : 13),
+        value_regs_(wide_ ? (fold_width ? kFoldValueRegs : 28) : 13),
         narrow_out_(out == DType::BFloat16), bool_out_(out == DType::Bool),
+        fold_width_(fold_width),
         n_loads_(static_cast<int>(f.loads.size())),
         n_values_(n_loads_ + static_cast<int>(f.steps.size())) {
+    assert((!fold_width || (wide_ && fold_width % 16 == 0)) && "fused code: a fold it cannot do");
     plan();
     emit();
   }
@@ -152,6 +159,15 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
     if (wide_) vpxord(Xbyak::Zmm(kZero), Xbyak::Zmm(kZero), Xbyak::Zmm(kZero));
     const auto invariant_free = free_;
     const auto invariant_regs = register_of_;
+    if (fold_width_) {
+      fold_loop();
+      vzeroupper();
+      for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) pop(*it);
+      ret();
+      for (auto& cold : cold_) cold();
+      emit_constants(consts);
+      return;
+    }
 
     mov(rcx, rdx);
     and_(rcx, ~int64_t{lanes_ - 1});
@@ -186,8 +202,11 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
     ret();
     // The roundings' subnormal lanes, out of the loop (round_to_bfloat16).
     for (auto& cold : cold_) cold();
+    emit_constants(consts);
+  }
 
-    // Constants, a vector each, then (AVX2) the tail masks (entry j: the first j lanes set).
+  // Constants, a vector each, then (AVX2) the tail masks (entry j: the first j lanes set).
+  void emit_constants(Xbyak::Label& consts) {
     align(64);
     L(consts);
     for (uint32_t c : {0x3f800000u, 0x80000000u, 0x7fffffffu, 1u, 0x7fffu, 0xffff0000u,
@@ -441,7 +460,63 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
     vpslld(d, d, 16);
   }
 
+  // fold_rows' loop (rsi: the double sums, rdx: n, a multiple of 8 * width): rows of `width`
+  // values taken in groups of 8 from element 0; per group and per column the 8 values are added
+  // in float as ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)), that sum widened to double
+  // and added to the column's sum, as kernels_reduce.cpp's fold_fixed_rows does, to the bit.
+  // A group is computed a column vector (16 columns) at a time, its 8 rows one after another,
+  // so each column vector's tree needs three partials; rcx is the group's first element and
+  // rax the vector's (the body's index).
+  void fold_loop() {
+    const int w = fold_width_;
+    const Xbyak::Zmm p0(kFoldPartial[0]), p1(kFoldPartial[1]), p2(kFoldPartial[2]);
+    const Xbyak::Zmm s1(28), s2(29);
+    Xbyak::Label loop, done;
+    xor_(ecx, ecx);
+    test(rdx, rdx);
+    jz(done, T_NEAR);
+    L(loop);
+    for (int h = 0; h < w / 16; ++h) {
+      for (int r = 0; r < 8; ++r) {
+        lea(rax, ptr[rcx + r * w + h * 16]);
+        const Xbyak::Zmm v(compute(false).getIdx());
+        switch (r) {  // the tree: p0 = (r0 + r1) + (r2 + r3), p1 = (r4 + r5) + (r6 + r7)
+          case 0: vmovaps(p0, v); break;
+          case 1: vaddps(p0, p0, v); break;
+          case 2: vmovaps(p1, v); break;
+          case 3: vaddps(p1, p1, v); vaddps(p0, p0, p1); break;
+          case 4: vmovaps(p1, v); break;
+          case 5: vaddps(p1, p1, v); break;
+          case 6: vmovaps(p2, v); break;
+          case 7: vaddps(p2, p2, v); vaddps(p1, p1, p2); vaddps(p0, p0, p1); break;
+        }
+        release();
+      }
+      // Columns h * 16 .. + 7 and + 8 .. + 15 of the sums: the tree's halves widened and added.
+      vcvtps2pd(s1, Xbyak::Ymm(p0.getIdx()));
+      vaddpd(s1, s1, ptr[rsi + h * 128]);
+      vmovupd(ptr[rsi + h * 128], s1);
+      vextractf32x8(Xbyak::Ymm(s2.getIdx()), p0, 1);
+      vcvtps2pd(s2, Xbyak::Ymm(s2.getIdx()));
+      vaddpd(s2, s2, ptr[rsi + h * 128 + 64]);
+      vmovupd(ptr[rsi + h * 128 + 64], s2);
+    }
+    add(rcx, 8 * w);
+    cmp(rcx, rdx);
+    jb(loop, T_NEAR);
+    L(done);
+  }
+
+  // One vector (rax: its first element) of every step, the result stored.
   void body(bool masked) {
+    store(compute(masked), masked);
+    release();
+  }
+
+  // Computes the steps for one vector (rax: its first element); returns the last value's
+  // register. A bfloat16 result of full vectors with AVX512_BF16 also leaves its words in s2's
+  // ymm (store stores them).
+  Xbyak::Xmm compute(bool masked) {
     const Xbyak::Xmm s1 = vec(wide_ ? 28 : 13), s2 = vec(wide_ ? 29 : 14);
     // A bfloat16 result of full vectors, with AVX512_BF16: its rounding leaves the words in s2's
     // ymm, stored as they are.
@@ -545,7 +620,13 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
           LOOM_UNREACHABLE("fused code: a step compile() does not take");
       }
     }
-    const Xbyak::Xmm result = vec(register_of_[n_values_ - 1]);
+    return vec(register_of_[n_values_ - 1]);
+  }
+
+  // Stores the result vector as the code's result type.
+  void store(const Xbyak::Xmm& result, bool masked) {
+    const Xbyak::Xmm s1 = vec(wide_ ? 28 : 13), s2 = vec(wide_ ? 29 : 14);
+    const bool stores_result_words = narrow_out_ && bf16_ && !masked;
     if (stores_result_words) {
       vmovdqu32(ptr[rsi + rax * 2], Xbyak::Ymm(s2.getIdx()));
     } else if (bool_out_) {  // AVX-512 only (compile): a byte each, 1 where not 0 (NaN too)
@@ -574,7 +655,10 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
       if (masked) vmaskmovps(ptr[rsi + rax * 4], ymm15, result);
       else vmovups(ptr[rsi + rax * 4], result);
     }
-    // The body leaves only the values computed before in registers.
+  }
+
+  // Frees the registers of the steps' values, leaving only the values computed before.
+  void release() {
     for (int v = n_loads_; v < n_values_; ++v)
       if (!before_[v] && register_of_[v] >= 0) {
         free_[register_of_[v]] = true;
@@ -591,6 +675,7 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
   const int value_regs_;    // vector registers for values: 0 .. value_regs_ - 1
   const bool narrow_out_;   // the result is stored as bfloat16
   const bool bool_out_;     // the result is stored as bool
+  const int fold_width_;    // fold_rows' row width; 0: the result is stored
   const int n_loads_, n_values_;
   std::vector<int> last_use_;
   std::vector<int> uses_;  // per value: the operands that read it, counted per step
@@ -625,7 +710,7 @@ const std::vector<FusedIsa>& fused_isas() {
 }
 
 std::unique_ptr<const FusedCode> FusedCode::compile(const ir::Fusion& f, const std::vector<Load>& loads,
-                                                    DType out, FusedIsa isa) {
+                                                    DType out, FusedIsa isa, int fold_width) {
   const auto& isas = fused_isas();
   if (std::find(isas.begin(), isas.end(), isa) == isas.end() || f.compute != DType::Float32 ||
       f.steps.empty())
@@ -665,6 +750,18 @@ std::unique_ptr<const FusedCode> FusedCode::compile(const ir::Fusion& f, const s
   } catch (const Xbyak::Error&) {
     return nullptr;
   }
+  // The fold, where asked for; code that cannot fold (registers) still runs and stores.
+  if (fold_width > 0 && fold_width % 16 == 0 && is_avx512(isa)) {
+    try {
+      auto gen = std::make_unique<Generator>(f, before, reads, isa, DType::Float32, fold_width);
+      gen->readyRE();
+      code->fold_ = gen->getCode<FoldFn>();
+      code->fold_gen_ = std::move(gen);
+      code->fold_width_ = fold_width;
+    } catch (const DoesNotFit&) {
+    } catch (const Xbyak::Error&) {
+    }
+  }
   code->fn_ = code->gen_->getCode<Fn>();
   if (narrow) {
     code->narrow_ = code->narrow_gen_->getCode<Fn>();
@@ -684,7 +781,7 @@ const std::vector<FusedIsa>& fused_isas() {
   return none;
 }
 std::unique_ptr<const FusedCode> FusedCode::compile(const ir::Fusion&, const std::vector<Load>&, DType,
-                                                    FusedIsa) {
+                                                    FusedIsa, int) {
   return nullptr;
 }
 

@@ -64,9 +64,10 @@ class FusedCode {
   // `out` (Float32; BFloat16 when the last step rounds to bfloat16, or Bool, both stored by the
   // AVX-512 code itself, see run_narrow; the code also writes float32, see run); nullptr where
   // it does not apply: another compute type, a step it does not take, more live values than
-  // registers, isa not in fused_isas().
+  // registers, isa not in fused_isas(). With fold_width (16, 32 or 64; AVX-512 only) the code
+  // can also fold its result in rows of that width (fold_rows), where its registers allow.
   static std::unique_ptr<const FusedCode> compile(const ir::Fusion& f, const std::vector<Load>& loads,
-                                                  DType out, FusedIsa isa);
+                                                  DType out, FusedIsa isa, int fold_width = 0);
   ~FusedCode();
   FusedCode(const FusedCode&) = delete;
   FusedCode& operator=(const FusedCode&) = delete;
@@ -91,13 +92,28 @@ class FusedCode {
   // halves), or bool (1 where the value is not 0, NaN included, else 0).
   void run_narrow(const void* const* values, void* out, int64_t n) const { narrow_(values, out, n); }
 
+  // The row width fold_rows takes; 0: the code does not fold.
+  int fold_width() const { return fold_width_; }
+  // For a column sum over rows of fold_width() values (a channels-last per-channel statistic),
+  // n elements (a multiple of 8 * fold_width(), the first at a row group's start) folded
+  // straight from registers, nothing stored: per group of 8 rows and per column, the rows'
+  // values added in float as ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)), which is
+  // widened and added to sums[column] (double). kernels_reduce.cpp's fold_fixed_rows folds the
+  // same groups the same way, to the bit. values as for run.
+  void fold_rows(const void* const* values, double* sums, int64_t n) const {
+    fold_(values, sums, n);
+  }
+
  private:
   struct Generator;
   using Fn = void (*)(const void* const*, void*, int64_t);
+  using FoldFn = void (*)(const void* const*, double*, int64_t);
   FusedCode() = default;
 
-  std::unique_ptr<Generator> gen_, narrow_gen_;
+  std::unique_ptr<Generator> gen_, narrow_gen_, fold_gen_;
   Fn fn_ = nullptr, narrow_ = nullptr;
+  FoldFn fold_ = nullptr;
+  int fold_width_ = 0;
   std::vector<bool> before_;
   std::vector<Load> loads_;
   FusedIsa isa_ = FusedIsa::Avx2;

@@ -23,6 +23,8 @@
 #include "runtime/cpu/fused_steps.h"
 #include "runtime/cpu/kernels_impl.h"
 
+#include "ir/unreachable.h"
+
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -54,6 +56,7 @@ struct Alone;  // elementwise_kernel's result and condition blocks
 struct CodeValues;  // the value pointers FusedCode::run reads
 struct Patterns;    // one period of each pattern load
 struct InPlace;     // the bfloat16 loads the code reads itself
+struct Stage;       // fold_rows' values awaiting a whole group
 
 // Registers start on a 64-byte boundary (kFusedBlock elements apart), so vector_map works on
 // them in place.
@@ -228,29 +231,74 @@ class BlockEvaluator {
         pos += n;
         continue;
       }
-      convert_in_place_loads(pos, n);
-      for (int v = n_loads_; v < n_values_; ++v) {
-        const auto& s = f_.steps[v - n_loads_];
-        const Operand<T> a = operand(s.a), b = operand(s.b), c = operand(s.c);
-        if (only_splats(a, b, c)) {
-          run_step<T>(s, a, b, c, splat_ + v, 1);
-          value_[v] = {splat_ + v, true};
-          continue;
-        }
-        T* d = (v == last && direct) ? direct + (pos - begin) : reg(v);
-        run_step<T>(s, a, b, c, d, n);
-        value_[v] = {d, false};
-      }
-      if (!direct) {
-        emit(pos, n, value_[last]);
-      } else if (value_[last].splat) {
-        std::fill_n(direct + (pos - begin), n, *value_[last].p);
-      }
+      run_steps(pos, n, direct ? direct + (pos - begin) : nullptr);
+      if (!direct) emit(pos, n, value_[last]);
       pos += n;
     }
   }
 
+  // Elements [begin, begin + len) of the (float32) result folded in rows of `width` values into
+  // sums[0, width), as FusedCode::fold_rows does: groups of kGroupRows rows from `begin` (a
+  // group's start), a last short group padded with zeros. Sub-blocks of whole groups go through
+  // the code's fold where it has one for this width; any other sub-block (an operand copied, a
+  // run cut short) is computed into `stage` and its whole groups folded there, to the same bits.
+  void fold_rows(int64_t begin, int64_t len, int64_t width, double* sums) {
+    static_assert(std::is_same_v<T, float>, "fold_rows: float32 results only");
+    const int64_t group = kGroupRows * width;
+    const bool folds = code_ && code_->fold_width() == width;
+    T* stage = thread_scratch<T, Stage>(static_cast<std::size_t>(kFusedBlock + group));
+    int64_t staged = 0;  // elements in stage, less than a group between sub-blocks
+    expand_patterns(len);
+    seek_all(begin);
+    for (int64_t pos = begin, end = begin + len; pos < end;) {
+      const bool whole = folds && staged == 0;  // the code may fold this sub-block
+      const int64_t n = load_all(pos, std::min(whole ? kCodeBlock : kFusedBlock, end - pos), group);
+      pos += n;
+      if (whole && n % group == 0 && run_code_fold(n, sums)) continue;
+      assert(n <= kFusedBlock && "fold_rows: a long sub-block without the code's fold");
+      if (!run_code(n, Target<T>{.direct = stage + staged})) run_steps(pos - n, n, stage + staged);
+      staged += n;
+      const int64_t done = staged - staged % group;
+      fold_row_groups(stage, done, width, sums);
+      std::copy(stage + done, stage + staged, stage);
+      staged -= done;
+    }
+    if (staged > 0) {
+      std::fill(stage + staged, stage + group, T(0));
+      fold_row_groups(stage, group, width, sums);
+    }
+  }
+
  private:
+  // The steps over the sub-block of n elements at pos (the code did not run), the last writing
+  // into `direct` where given (a splat result filled in), else into its register.
+  void run_steps(int64_t pos, int64_t n, T* direct) {
+    convert_in_place_loads(pos, n);
+    const int last = n_values_ - 1;
+    for (int v = n_loads_; v < n_values_; ++v) {
+      const auto& s = f_.steps[v - n_loads_];
+      const Operand<T> a = operand(s.a), b = operand(s.b), c = operand(s.c);
+      if (only_splats(a, b, c)) {
+        run_step<T>(s, a, b, c, splat_ + v, 1);
+        value_[v] = {splat_ + v, true};
+        continue;
+      }
+      T* d = (v == last && direct) ? direct : reg(v);
+      run_step<T>(s, a, b, c, d, n);
+      value_[v] = {d, false};
+    }
+    if (direct && value_[last].splat) std::fill_n(direct, n, *value_[last].p);
+  }
+
+  // The code's fold over the sub-block's n elements (fold_rows), when the sub-block's loads are
+  // splats exactly where the code expects them (see run_code). False: it did not run.
+  bool run_code_fold(int64_t n, double* sums) {
+    const void** values = code_values();
+    if (!values) return false;
+    code_->fold_rows(values, sums, n);
+    return true;
+  }
+
   T* reg(int v) const { return regs_ + f_.register_of[v] * kFusedBlock; }
 
   // Runs the sub-block's n elements through the fusion's machine code (fused_jit.h), when it
@@ -262,21 +310,8 @@ class BlockEvaluator {
     if constexpr (!std::is_same_v<T, float>) {
       return false;
     } else {
-      if (!code_) return false;
-      const auto& before = code_->before();
-      for (int k = 0; k < n_loads_; ++k)
-        if (value_[k].splat != before[k]) return false;
-      const void** values = thread_scratch<const void*, CodeValues>(n_values_);
-      for (int v = 0; v < n_values_; ++v) {
-        if (v >= n_loads_ && before[v]) {
-          const auto& s = f_.steps[v - n_loads_];
-          run_step<T>(s, operand(s.a), operand(s.b), operand(s.c), splat_ + v, 1);
-          value_[v] = {splat_ + v, true};
-        }
-        values[v] = v < n_loads_ ? (in_place_[v] ? in_place_[v] : value_[v].p)
-                    : before[v]  ? value_[v].p
-                                 : nullptr;
-      }
+      const void** values = code_values();
+      if (!values) return false;
       if (to.narrow) {
         code_->run_narrow(values, to.narrow, n);
         return true;
@@ -287,6 +322,28 @@ class BlockEvaluator {
       value_[last] = {d, false};
       return true;
     }
+  }
+
+  // The value pointers the code reads over the current sub-block, the values computed before
+  // it computed; nullptr where there is no code or the sub-block's loads are not splats
+  // exactly where the code expects them.
+  const void** code_values() {
+    if (!code_) return nullptr;
+    const auto& before = code_->before();
+    for (int k = 0; k < n_loads_; ++k)
+      if (value_[k].splat != before[k]) return nullptr;
+    const void** values = thread_scratch<const void*, CodeValues>(n_values_);
+    for (int v = 0; v < n_values_; ++v) {
+      if (v >= n_loads_ && before[v]) {
+        const auto& s = f_.steps[v - n_loads_];
+        run_step<T>(s, operand(s.a), operand(s.b), operand(s.c), splat_ + v, 1);
+        value_[v] = {splat_ + v, true};
+      }
+      values[v] = v < n_loads_ ? (in_place_[v] ? in_place_[v] : value_[v].p)
+                  : before[v]  ? value_[v].p
+                               : nullptr;
+    }
+    return values;
   }
 
   // Whether the code reads load k (bfloat16 or bool) in place (load_all then leaves it
@@ -350,8 +407,9 @@ class BlockEvaluator {
   // Loads every operand for the sub-block at `pos` of at most `max_len` elements; returns its
   // length, cut where a broadcast or in-place run ends when that run is long (kMinRun).
   // A max_len beyond kFusedBlock (the machine code's sub-blocks) is cut to kFusedBlock where
-  // an operand has to be copied into a register.
-  int64_t load_all(int64_t pos, int64_t max_len) {
+  // an operand has to be copied into a register. A length of at least `granule` elements is
+  // then cut to a multiple of it (fold_rows' groups).
+  int64_t load_all(int64_t pos, int64_t max_len, int64_t granule = 1) {
     int64_t n = max_len;
     bool copies = false;
     for (int k = 0; k < n_loads_; ++k) {
@@ -372,6 +430,7 @@ class BlockEvaluator {
       copies |= !whole_run || left < n;
     }
     if (copies) n = std::min(n, kFusedBlock);
+    if (n >= granule) n -= n % granule;
     for (int k = 0; k < n_loads_; ++k) {
       const auto& l = f_.loads[k];
       const TensorView& src = in_[l.arg];
@@ -543,7 +602,7 @@ void fused_kernel(const ir::Fusion& fusion, std::span<const TensorView> in,
 }
 
 std::unique_ptr<const FusedCode> compile_fused_code(const ir::Fusion& fusion, DType out,
-                                                   std::optional<FusedIsa> isa) {
+                                                   std::optional<FusedIsa> isa, int fold_width) {
   if (!isa && !fused_jit_available()) return nullptr;
   // A load is a splat over a sub-block where load_all reads it as one: a broadcast whose runs
   // are long enough to cut sub-blocks at (kMinRun), or one value throughout. A contiguous
@@ -560,7 +619,27 @@ std::unique_ptr<const FusedCode> compile_fused_code(const ir::Fusion& fusion, DT
     else
       loads.push_back(Load::Elements);
   }
-  return FusedCode::compile(fusion, loads, out, isa ? *isa : fused_isas().back());
+  return FusedCode::compile(fusion, loads, out, isa ? *isa : fused_isas().back(), fold_width);
+}
+
+void fold_row_groups(const float* v, int64_t len, int64_t width, double* sums) {
+  auto fold = [&]<int W>() {
+    for (int64_t i = 0; i < len; i += kGroupRows * W) add_row_group<W>(v + i, sums);
+  };
+  switch (width) {
+    case 8: return fold.template operator()<8>();
+    case 16: return fold.template operator()<16>();
+    case 32: return fold.template operator()<32>();
+    case 64: return fold.template operator()<64>();
+    default: LOOM_UNREACHABLE("fold_row_groups: not a fixed row width");
+  }
+}
+
+void fold_fusion_rows(const ir::Fusion& fusion, std::span<const TensorView> in, int64_t begin,
+                      int64_t len, int64_t width, double* sums, const FusedCode* code) {
+  assert(fusion.compute == DType::Float32 && fixed_rows(width) && "fold_fusion_rows: bad fold");
+  BlockEvaluator<float> eval(fusion, in, code);
+  eval.fold_rows(begin, len, width, sums);
 }
 
 template <class T>

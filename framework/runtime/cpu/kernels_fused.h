@@ -25,8 +25,10 @@ void fused_kernel(const ir::Fusion& fusion, std::span<const TensorView> in,
 // expecting splats where the evaluator reads loads as one value and reading contiguous bfloat16
 // operands itself where the isa can; `out` is the dtype the result is stored in (a reduction's
 // prologue: the compute type). nullptr where it does not apply. Made once per compiled program.
+// fold_width: as FusedCode::compile's (a reduction prologue's rows, rows_fold_width).
 std::unique_ptr<const FusedCode> compile_fused_code(const ir::Fusion& fusion, DType out,
-                                                   std::optional<FusedIsa> isa = std::nullopt);
+                                                   std::optional<FusedIsa> isa = std::nullopt,
+                                                   int fold_width = 0);
 
 // One unary, binary or ternary elementwise op (not Cast) alone, in any dtype its shape
 // inference admits: operands contiguous and of the result's shape. It runs the very step a
@@ -51,6 +53,45 @@ void stacked_reduce_kernel(ir::Op op, const ir::Attr& attr,
 // this shape and are reduced over these axes (column sums over channels-last rows of 8, 16, 32
 // or 64): the CPU target's Target::stack_reductions.
 bool reads_stacked(const Shape& shape, const std::vector<int64_t>& axes);
+
+// The row width at which a Sum or Mean of this shape over these axes folds its prologue's rows
+// straight from the code's registers (FusedCode::fold_rows: column sums over channels-last rows
+// of 16, 32 or 64); 0 where it does not.
+int rows_fold_width(const Shape& shape, const std::vector<int64_t>& axes);
+
+// A column sum over rows of W floats (a channels-last per-channel statistic) takes the rows in
+// groups of kGroupRows: per column, a group's values are added in float as a fixed tree,
+// ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)), and that sum is added to the column's
+// double sum. The group sum is within a few ulps of the exact sum; widening every element to
+// double instead was the loop's bound (kernels_reduce.cpp's fold_fixed_rows). Unlike a double
+// fold, a group can overflow with values near float's largest (PyTorch's float sums too).
+inline constexpr int64_t kGroupRows = 8;
+
+// One group: the rows at r, r + W, ..., r + 7 * W, folded into sums[0, W).
+template <int W>
+inline void add_row_group(const float* r, double* sums) {
+  static_assert(kGroupRows == 8, "the tree sums eight rows");
+  for (int j = 0; j < W; ++j, ++r)
+    sums[j] += static_cast<double>(((r[0] + r[W]) + (r[2 * W] + r[3 * W])) +
+                                   ((r[4 * W] + r[5 * W]) + (r[6 * W] + r[7 * W])));
+}
+
+// The row widths that fold_fixed_rows and fold_fusion_rows take: convolutional networks'
+// channel counts.
+constexpr bool fixed_rows(int64_t width) {
+  return width == 8 || width == 16 || width == 32 || width == 64;
+}
+
+// The len / (kGroupRows * width) whole groups at v (len a multiple of a group), each folded by
+// add_row_group; width as fixed_rows.
+void fold_row_groups(const float* v, int64_t len, int64_t width, double* sums);
+
+// Elements [begin, begin + len) of a float32 fusion's result (begin at a group's start) folded
+// in rows of `width` (fixed_rows) into sums[0, width) as fold_row_groups folds them, a last short
+// group padded with zeros; through the code's fold (FusedCode::fold_rows) where it has one for
+// this width, so the values never go to memory.
+void fold_fusion_rows(const ir::Fusion& fusion, std::span<const TensorView> in, int64_t begin,
+                      int64_t len, int64_t width, double* sums, const FusedCode* code);
 
 // Elements [begin, begin + len) of a fusion's result, in its compute type T (float or
 // double), written to dst: for kernels that take a fused prologue (reductions).

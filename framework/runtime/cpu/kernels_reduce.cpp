@@ -391,16 +391,8 @@ void reduce_in_chunks(const Operand<T>& x, const Shape& shape, const std::vector
 // The rows [at, end) of a chunk of W outputs each (W divides kRun, so every window holds whole
 // rows), folded into accumulators that stay in registers, without the general loop's per-row
 // bookkeeping and with no round trip through memory per row. Maxima fold row by row, as the
-// general loop does. Float sums take the rows in groups of kGroupRows from the chunk's start:
-// a group is summed in float as a fixed tree, ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)),
-// the rows missing from a chunk's last group counting as +0, and each group's sum is added to
-// the double accumulator. Widening every element to double was the loop's bound (one
-// conversion per element against one per group). A group's float sum is within a few ulps of
-// its exact sum, and the groups are still accumulated in double. Unlike a double fold, a
-// group can overflow with values near float's largest: 3e38 + 3e38 - 3e38 - 3e38 in one
-// group gives NaN where the double fold gives 0 (PyTorch's float sums overflow there too).
-constexpr int64_t kGroupRows = 8;
-
+// general loop does. Float sums take the rows in groups of kGroupRows from the chunk's start
+// (add_row_group, kernels_fused.h), the rows missing from a chunk's last group counting as +0.
 template <class T, class R, int W>
 void fold_fixed_rows(PieceReader<T>& reader, int64_t at, int64_t end, typename R::Acc* part) {
   static_assert(kRun % W == 0);
@@ -408,23 +400,16 @@ void fold_fixed_rows(PieceReader<T>& reader, int64_t at, int64_t end, typename R
   for (int j = 0; j < W; ++j) acc[j] = part[j];
   constexpr bool kGrouped = std::is_same_v<T, float> && std::is_same_v<typename R::Acc, double>;
   static_assert(!kGrouped || kRun % (kGroupRows * W) == 0, "a window holds whole groups");
-  static_assert(kGroupRows == 8, "the trees below sum eight rows");
   while (at < end) {
     const int64_t len = std::min(kRun, end - at);
     const T* v = reader.window(at, len);
     if constexpr (kGrouped) {
-      // Groups of rows W apart from r: each column's tree into its accumulator.
-      auto add_group = [&acc](const float* r) {
-        for (int j = 0; j < W; ++j, ++r)
-          acc[j] += static_cast<double>(((r[0] + r[W]) + (r[2 * W] + r[3 * W])) +
-                                        ((r[4 * W] + r[5 * W]) + (r[6 * W] + r[7 * W])));
-      };
       int64_t i = 0;
-      for (; i + kGroupRows * W <= len; i += kGroupRows * W) add_group(v + i);
+      for (; i + kGroupRows * W <= len; i += kGroupRows * W) add_row_group<W>(v + i, acc);
       if (i < len) {  // the chunk's last, short group, its missing rows +0
         float rows[kGroupRows * W] = {};
         std::copy(v + i, v + len, rows);
-        add_group(rows);
+        add_row_group<W>(rows, acc);
       }
     } else {
       for (int64_t i = 0; i < len; i += W)
@@ -433,11 +418,6 @@ void fold_fixed_rows(PieceReader<T>& reader, int64_t at, int64_t end, typename R
     at += len;
   }
   for (int j = 0; j < W; ++j) part[j] = acc[j];
-}
-
-// The row widths that fold_fixed_rows takes: the channel counts of convolutional networks.
-constexpr bool fixed_rows(int64_t inner) {
-  return inner == 8 || inner == 16 || inner == 32 || inner == 64;
 }
 
 template <class T, class R>
@@ -450,6 +430,20 @@ void fold_fixed_rows(PieceReader<T>& reader, int64_t inner, int64_t at, int64_t 
     case 64: return fold_fixed_rows<T, R, 64>(reader, at, end, part);
     default: LOOM_UNREACHABLE("fold_fixed_rows: not a fixed row width");
   }
+}
+
+// Rows [at, end) of operand x (a fixed_rows width), from a group's start, folded into part:
+// a prologue whose code folds rows of this width (FusedCode::fold_rows) folds straight from the
+// code's registers, through fold_fusion_rows, to the same bits as fold_fixed_rows.
+template <class T, class R>
+void fold_rows_of(const Operand<T>& x, int64_t inner, int64_t at, int64_t end,
+                  typename R::Acc* part) {
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<typename R::Acc, double>) {
+    if (x.prologue && x.code && x.code->fold_width() == inner)
+      return fold_fusion_rows(*x.prologue, x.prologue_in, at, end - at, inner, part, x.code);
+  }
+  PieceReader<T> reader(x, end);
+  fold_fixed_rows<T, R>(reader, inner, at, end, part);
 }
 
 // `xs` holds one operand, or (a stacked sum, compiler/stack_reductions.h) several of one
@@ -471,15 +465,13 @@ void reduce_rows_in_chunks(std::span<const Operand<T>> xs, int64_t rows, int64_t
       static_assert(kPiece % (kGroupRows * 64) == 0 && kPiece % kRun == 0);
       for (int64_t at = begin; at < end; at += kPiece) {
         const int64_t stop = std::min(end, at + kPiece);
-        for (int64_t j = 0; j < n_ops; ++j) {
-          PieceReader<T> reader(xs[j], stop);
-          fold_fixed_rows<T, R>(reader, inner, at, stop, part + j * inner);
-        }
+        for (int64_t j = 0; j < n_ops; ++j)
+          fold_rows_of<T, R>(xs[j], inner, at, stop, part + j * inner);
       }
       return;
     }
+    if (fixed_rows(inner)) return fold_rows_of<T, R>(xs[0], inner, begin, end, part);
     PieceReader<T> reader(xs[0], end);
-    if (fixed_rows(inner)) return fold_fixed_rows<T, R>(reader, inner, begin, end, part);
     int64_t k = 0;  // the output of the element at `at`
     for (int64_t at = begin; at < end;) {
       const int64_t len = std::min(kRun, end - at);
@@ -747,6 +739,12 @@ bool stacks(const Layout& l) { return rows_in_chunks(l) && fixed_rows(l.inner); 
 
 bool reads_stacked(const Shape& shape, const std::vector<int64_t>& axes) {
   return stacks(layout_of(shape, axes));
+}
+
+int rows_fold_width(const Shape& shape, const std::vector<int64_t>& axes) {
+  const Layout l = layout_of(shape, axes);
+  return rows_in_chunks(l) && l.inner % 16 == 0 && fixed_rows(l.inner) ? static_cast<int>(l.inner)
+                                                                         : 0;
 }
 
 void stacked_reduce_kernel(Op op, const ir::Attr& attr,
