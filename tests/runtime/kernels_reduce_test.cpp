@@ -373,12 +373,16 @@ TEST(ReduceRowsInChunks, FloatColumnSumsFoldGroupsOfEightRowsInTheDefinedOrder) 
 
 // A stacked sum (compiler/stack_reductions.h) over two fused prologues of three operands, x and
 // (x - c) * y: each row of its result has the bits of that prologue's sum alone, where the kernel
-// reads the prologues piece by piece together (rows of 16, reads_stacked) and where it runs
-// them one after another (rows of 12).
+// reads the prologues piece by piece together (rows of 16, reads_stacked), where their code
+// folds them in one pass (compile_stacked_fold: rows of 16, 32 and 64, with and without a short
+// last group of rows, which the pieces then take) and where it runs them one after another
+// (rows of 12).
 TEST(StackedReduce, EachRowHasTheBitsOfItsReductionAlone) {
   using ir::Op;
-  for (auto [width, rows] : {std::pair<int64_t, int64_t>{16, 5000}, {64, 512}, {64, 3000},
-                              {12, 5000}}) {
+  const bool avx512 = !runtime::fused_isas().empty() && runtime::is_avx512(runtime::fused_isas().back());
+  if (!avx512) std::printf("no AVX-512 fused code here: the stacked fold is not checked\n");
+  for (auto [width, rows] : {std::pair<int64_t, int64_t>{16, 5000}, {16, 5003}, {32, 1029},
+                              {64, 512}, {64, 3000}, {12, 5000}}) {
     const int64_t n = rows * width;
     std::vector<float> x(static_cast<std::size_t>(n)), y(x.size());
     for (std::size_t i = 0; i < x.size(); ++i) {
@@ -417,13 +421,22 @@ TEST(StackedReduce, EachRowHasTheBitsOfItsReductionAlone) {
     // without.
     const auto code_a = runtime::compile_fused_code(a, DType::Float32);
     const auto code_b = runtime::compile_fused_code(b, DType::Float32);
-    for (bool machine_code : {true, false}) {
-    std::vector<float> together(static_cast<std::size_t>(2 * width));
     const ir::Fusion* prologues[] = {&a, &b};
+    const int fold_width = runtime::rows_fold_width(shape, {0});
+    EXPECT_EQ(fold_width, width == 12 ? 0 : width);
+    const auto fold = runtime::compile_stacked_fold(prologues, fold_width);
+    if (avx512 && fold_width) {
+      ASSERT_TRUE(fold) << width;
+      EXPECT_EQ(fold->fusion.loads.size(), 3u) << "x is loaded once";
+    }
+    for (int path : {0, 1, 2}) {  // the code folding together, the code per piece, no code
+    const bool machine_code = path < 2;
+    std::vector<float> together(static_cast<std::size_t>(2 * width));
     const runtime::FusedCode* codes[] = {machine_code ? code_a.get() : nullptr,
                                          machine_code ? code_b.get() : nullptr};
     runtime::stacked_reduce_kernel(Op::Sum, axes, prologues, codes, in,
-                                   {together.data(), DType::Float32, {2, width}});
+                                   {together.data(), DType::Float32, {2, width}},
+                                   path == 0 ? fold.get() : nullptr);
     for (int k = 0; k < 2; ++k) {
       std::vector<float> alone(static_cast<std::size_t>(width));
       runtime::fused_reduce_kernel(Op::Sum, axes, k == 0 ? a : b, in,
@@ -431,7 +444,7 @@ TEST(StackedReduce, EachRowHasTheBitsOfItsReductionAlone) {
       EXPECT_EQ(std::vector<float>(together.begin() + k * width,
                                    together.begin() + (k + 1) * width),
                 alone)
-          << rows << " rows of " << width << ", prologue " << k << ", code " << machine_code;
+          << rows << " rows of " << width << ", prologue " << k << ", path " << path;
     }
     }
   }

@@ -105,6 +105,7 @@ class CpuExecutable final : public Executable {
         stack.prologues.push_back(f.get());
         stack.codes.push_back(stack.owned.back().get());
       }
+      if (fold_width) stack.fold = compile_stacked_fold(stack.prologues, fold_width);
     }
   }
   ir::Program program;
@@ -116,6 +117,7 @@ class CpuExecutable final : public Executable {
     std::vector<const ir::Fusion*> prologues;
     std::vector<const FusedCode*> codes;
     std::vector<std::unique_ptr<const FusedCode>> owned;  // the code of `stacked`
+    std::unique_ptr<const StackedFold> fold;  // all of them folded in one pass, or nullptr
   };
   std::vector<Stack> stacks;
   // Run state, touched only by the device thread. The kernels' views (dtype and shape) are
@@ -179,7 +181,7 @@ int run_program(const CpuExecutable& exe, const BufferList& inputs, const Buffer
       run_kernel(in.op, in.attr, views, out);
     else if (!in.stacked.empty())
       stacked_reduce_kernel(in.op, in.attr, exe.stacks[i].prologues, exe.stacks[i].codes, views,
-                            out);
+                            out, exe.stacks[i].fold.get());
     else if (ir::op_info(in.op).group == ir::OpGroup::Reduce)
       fused_reduce_kernel(in.op, in.attr, *in.fusion, views, out, exe.fused_code[i].get());
     else

@@ -83,24 +83,28 @@ struct DoesNotFit {};
 
 struct FusedCode::Generator : Xbyak::CodeGenerator {
   static constexpr int kZero = 30;  // AVX-512: a zero vector throughout
-  // fold_rows: the partial sums of a group of rows take zmm31, zmm27 and zmm26, so values
-  // have zmm0-zmm25.
-  static constexpr int kFoldValueRegs = 26;
-  static constexpr int kFoldPartial[] = {31, 27, 26};
+  // fold_rows: the partial sums of a group of rows, three per folded result, take zmm31 and
+  // then zmm27, zmm26, ... down; values keep the registers below them.
+  static constexpr int kMaxFolded = 6;
+  static int fold_partial(int k) { return k == 0 ? 31 : 28 - k; }
 
   // The code for fusion f on isa, its loads read as `loads` say, its result stored as out
-  // (Float32 or BFloat16); or, with fold_width (AVX-512 only), folded in rows of that many
-  // values (FusedCode::fold_rows) instead of stored.
+  // (Float32 or BFloat16); or, with fold_width (AVX-512 only), values `folded` (the last
+  // value where empty) folded in rows of that many values (FusedCode::fold_rows) instead.
   Generator(const ir::Fusion& f, const std::vector<bool>& before, const std::vector<Load>& loads,
-            FusedIsa isa, DType out, int fold_width = 0)
+            FusedIsa isa, DType out, int fold_width = 0, std::vector<int> folded = {})
       : Xbyak::CodeGenerator(4096, Xbyak::AutoGrow), f_(f), before_(before), loads_(loads),
         wide_(is_avx512(isa)), bf16_(isa == FusedIsa::Avx512Bf16), lanes_(wide_ ? 16 : 8),
-        value_regs_(wide_ ? (fold_width ? kFoldValueRegs : 28) : 13),
+        folded_(fold_width && folded.empty()
+                    ? std::vector<int>{static_cast<int>(f.loads.size() + f.steps.size()) - 1}
+                    : std::move(folded)),
+        value_regs_(wide_ ? 28 - (fold_width ? 3 * static_cast<int>(folded_.size()) - 1 : 0) : 13),
         narrow_out_(out == DType::BFloat16), bool_out_(out == DType::Bool),
         fold_width_(fold_width),
         n_loads_(static_cast<int>(f.loads.size())),
         n_values_(n_loads_ + static_cast<int>(f.steps.size())) {
     assert((!fold_width || (wide_ && fold_width % 16 == 0)) && "fused code: a fold it cannot do");
+    if (static_cast<int>(folded_.size()) > kMaxFolded) throw DoesNotFit{};
     plan();
     emit();
   }
@@ -461,15 +465,14 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
   }
 
   // fold_rows' loop (rsi: the double sums, rdx: n, a multiple of 8 * width): rows of `width`
-  // values taken in groups of 8 from element 0; per group and per column the 8 values are added
-  // in float as ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)), that sum widened to double
-  // and added to the column's sum, as kernels_reduce.cpp's fold_fixed_rows does, to the bit.
-  // A group is computed a column vector (16 columns) at a time, its 8 rows one after another,
-  // so each column vector's tree needs three partials; rcx is the group's first element and
-  // rax the vector's (the body's index).
+  // values taken in groups of 8 from element 0; per group, per folded value and per column the
+  // 8 values are added in float as ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)), that sum
+  // widened to double and added to the column's sum (folded value j's at rsi + j * width), as
+  // kernels_reduce.cpp's fold_fixed_rows does, to the bit. A group is computed a column vector
+  // (16 columns) at a time, its 8 rows one after another, so each tree needs three partials;
+  // rcx is the group's first element and rax the vector's (the body's index).
   void fold_loop() {
     const int w = fold_width_;
-    const Xbyak::Zmm p0(kFoldPartial[0]), p1(kFoldPartial[1]), p2(kFoldPartial[2]);
     const Xbyak::Zmm s1(28), s2(29);
     Xbyak::Label loop, done;
     xor_(ecx, ecx);
@@ -479,27 +482,36 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
     for (int h = 0; h < w / 16; ++h) {
       for (int r = 0; r < 8; ++r) {
         lea(rax, ptr[rcx + r * w + h * 16]);
-        const Xbyak::Zmm v(compute(false).getIdx());
-        switch (r) {  // the tree: p0 = (r0 + r1) + (r2 + r3), p1 = (r4 + r5) + (r6 + r7)
-          case 0: vmovaps(p0, v); break;
-          case 1: vaddps(p0, p0, v); break;
-          case 2: vmovaps(p1, v); break;
-          case 3: vaddps(p1, p1, v); vaddps(p0, p0, p1); break;
-          case 4: vmovaps(p1, v); break;
-          case 5: vaddps(p1, p1, v); break;
-          case 6: vmovaps(p2, v); break;
-          case 7: vaddps(p2, p2, v); vaddps(p1, p1, p2); vaddps(p0, p0, p1); break;
+        compute(false);
+        for (std::size_t j = 0; j < folded_.size(); ++j) {
+          const Xbyak::Zmm v(register_of_[folded_[j]]);
+          const int k = 3 * static_cast<int>(j);
+          const Xbyak::Zmm p0(fold_partial(k)), p1(fold_partial(k + 1)), p2(fold_partial(k + 2));
+          switch (r) {  // the tree: p0 = (r0 + r1) + (r2 + r3), p1 = (r4 + r5) + (r6 + r7)
+            case 0: vmovaps(p0, v); break;
+            case 1: vaddps(p0, p0, v); break;
+            case 2: vmovaps(p1, v); break;
+            case 3: vaddps(p1, p1, v); vaddps(p0, p0, p1); break;
+            case 4: vmovaps(p1, v); break;
+            case 5: vaddps(p1, p1, v); break;
+            case 6: vmovaps(p2, v); break;
+            case 7: vaddps(p2, p2, v); vaddps(p1, p1, p2); vaddps(p0, p0, p1); break;
+          }
         }
         release();
       }
-      // Columns h * 16 .. + 7 and + 8 .. + 15 of the sums: the tree's halves widened and added.
-      vcvtps2pd(s1, Xbyak::Ymm(p0.getIdx()));
-      vaddpd(s1, s1, ptr[rsi + h * 128]);
-      vmovupd(ptr[rsi + h * 128], s1);
-      vextractf32x8(Xbyak::Ymm(s2.getIdx()), p0, 1);
-      vcvtps2pd(s2, Xbyak::Ymm(s2.getIdx()));
-      vaddpd(s2, s2, ptr[rsi + h * 128 + 64]);
-      vmovupd(ptr[rsi + h * 128 + 64], s2);
+      // Columns h * 16 .. + 7 and + 8 .. + 15 of each sum: the tree's halves widened and added.
+      for (std::size_t j = 0; j < folded_.size(); ++j) {
+        const Xbyak::Zmm p0(fold_partial(3 * static_cast<int>(j)));
+        const int at = (static_cast<int>(j) * w + h * 16) * 8;
+        vcvtps2pd(s1, Xbyak::Ymm(p0.getIdx()));
+        vaddpd(s1, s1, ptr[rsi + at]);
+        vmovupd(ptr[rsi + at], s1);
+        vextractf32x8(Xbyak::Ymm(s2.getIdx()), p0, 1);
+        vcvtps2pd(s2, Xbyak::Ymm(s2.getIdx()));
+        vaddpd(s2, s2, ptr[rsi + at + 64]);
+        vmovupd(ptr[rsi + at + 64], s2);
+      }
     }
     add(rcx, 8 * w);
     cmp(rcx, rdx);
@@ -672,6 +684,7 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
   const bool wide_;         // AVX-512: zmm registers, k masks
   const bool bf16_;         // AVX512_BF16 roundings (convert_bf16)
   const int lanes_;         // floats per vector
+  const std::vector<int> folded_;  // the values fold_rows folds (before value_regs_, which counts them)
   const int value_regs_;    // vector registers for values: 0 .. value_regs_ - 1
   const bool narrow_out_;   // the result is stored as bfloat16
   const bool bool_out_;     // the result is stored as bool
@@ -709,29 +722,44 @@ const std::vector<FusedIsa>& fused_isas() {
   return isas;
 }
 
-std::unique_ptr<const FusedCode> FusedCode::compile(const ir::Fusion& f, const std::vector<Load>& loads,
-                                                    DType out, FusedIsa isa, int fold_width) {
+namespace {
+
+// What compile and compile_fold generate from: per value, whether it is computed before the
+// code (a splat, or a step on splats only), and how each load is read. False where the code
+// does not apply (isa not here, another compute type, a step it does not take).
+bool plan_code(const ir::Fusion& f, const std::vector<FusedCode::Load>& loads, FusedIsa isa,
+               std::vector<bool>& before, std::vector<FusedCode::Load>& reads) {
+  using Load = FusedCode::Load;
   const auto& isas = fused_isas();
   if (std::find(isas.begin(), isas.end(), isa) == isas.end() || f.compute != DType::Float32 ||
       f.steps.empty())
-    return nullptr;
-  const int n_loads = static_cast<int>(f.loads.size());
+    return false;
   assert(loads.size() == f.loads.size() && "fused code: one read per load");
-  std::vector<bool> before;
-  std::vector<Load> reads(loads);
-  for (int k = 0; k < n_loads; ++k) {
-    before.push_back(reads[k] == Load::Splat);
+  before.clear();
+  reads = loads;
+  for (auto& read : reads) {
+    before.push_back(read == Load::Splat);
     // Under AVX2 the evaluator converts bfloat16 operands into its registers.
-    const bool in_place = reads[k] == Load::BFloat16Elements || reads[k] == Load::BoolElements;
-    if (in_place && !is_avx512(isa)) reads[k] = Load::Elements;
+    const bool in_place = read == Load::BFloat16Elements || read == Load::BoolElements;
+    if (in_place && !is_avx512(isa)) read = Load::Elements;
   }
   for (const auto& s : f.steps) {
     bool splats = true;
     for (int u : {s.a, s.b, s.c})
       if (u >= 0 && !before[u]) splats = false;
-    if (!splats && !takes(s, isa)) return nullptr;
+    if (!splats && !takes(s, isa)) return false;
     before.push_back(splats);  // Constant: no operands, so computed before
   }
+  return true;
+}
+
+}  // namespace
+
+std::unique_ptr<const FusedCode> FusedCode::compile(const ir::Fusion& f, const std::vector<Load>& loads,
+                                                    DType out, FusedIsa isa, int fold_width) {
+  std::vector<bool> before;
+  std::vector<Load> reads;
+  if (!plan_code(f, loads, isa, before, reads)) return nullptr;
   if (before.back()) return nullptr;  // one value throughout: nothing per element
   const auto& last = f.steps.back();
   const bool rounds_last = last.op == Op::Cast && last.dtype == DType::BFloat16;
@@ -773,6 +801,35 @@ std::unique_ptr<const FusedCode> FusedCode::compile(const ir::Fusion& f, const s
   return code;
 }
 
+std::unique_ptr<const FusedCode> FusedCode::compile_fold(const ir::Fusion& f,
+                                                         const std::vector<Load>& loads,
+                                                         FusedIsa isa, int width,
+                                                         const std::vector<int>& folded) {
+  std::vector<bool> before;
+  std::vector<Load> reads;
+  if (width <= 0 || width % 16 != 0 || !is_avx512(isa) || folded.empty() ||
+      !plan_code(f, loads, isa, before, reads))
+    return nullptr;
+  for (int v : folded)
+    if (before[static_cast<std::size_t>(v)]) return nullptr;  // one value throughout
+  std::unique_ptr<FusedCode> code(new FusedCode());
+  try {
+    auto gen = std::make_unique<Generator>(f, before, reads, isa, DType::Float32, width, folded);
+    gen->readyRE();
+    code->fold_ = gen->getCode<FoldFn>();
+    code->fold_gen_ = std::move(gen);
+  } catch (const DoesNotFit&) {
+    return nullptr;
+  } catch (const Xbyak::Error&) {
+    return nullptr;
+  }
+  code->fold_width_ = width;
+  code->before_ = std::move(before);
+  code->loads_ = std::move(reads);
+  code->isa_ = isa;
+  return code;
+}
+
 #else  // no code generator for this architecture: the block evaluator runs every fusion
 
 struct FusedCode::Generator {};
@@ -782,6 +839,10 @@ const std::vector<FusedIsa>& fused_isas() {
 }
 std::unique_ptr<const FusedCode> FusedCode::compile(const ir::Fusion&, const std::vector<Load>&, DType,
                                                     FusedIsa, int) {
+  return nullptr;
+}
+std::unique_ptr<const FusedCode> FusedCode::compile_fold(const ir::Fusion&, const std::vector<Load>&,
+                                                         FusedIsa, int, const std::vector<int>&) {
   return nullptr;
 }
 

@@ -68,6 +68,14 @@ class FusedCode {
   // can also fold its result in rows of that width (fold_rows), where its registers allow.
   static std::unique_ptr<const FusedCode> compile(const ir::Fusion& f, const std::vector<Load>& loads,
                                                   DType out, FusedIsa isa, int fold_width = 0);
+  // Code that only folds (fold_rows, not run): values `folded` of f (several prologues'
+  // results, merged into one fusion by stacked reductions), folded together in rows of `width`
+  // (16, 32 or 64; AVX-512 only), value folded[j] into sums + j * width. nullptr where it does
+  // not apply (as compile; a folded value computed before; too many registers).
+  static std::unique_ptr<const FusedCode> compile_fold(const ir::Fusion& f,
+                                                       const std::vector<Load>& loads,
+                                                       FusedIsa isa, int width,
+                                                       const std::vector<int>& folded);
   ~FusedCode();
   FusedCode(const FusedCode&) = delete;
   FusedCode& operator=(const FusedCode&) = delete;
@@ -98,8 +106,9 @@ class FusedCode {
   // n elements (a multiple of 8 * fold_width(), the first at a row group's start) folded
   // straight from registers, nothing stored: per group of 8 rows and per column, the rows'
   // values added in float as ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)), which is
-  // widened and added to sums[column] (double). kernels_reduce.cpp's fold_fixed_rows folds the
-  // same groups the same way, to the bit. values as for run.
+  // widened and added to sums[column] (double); code from compile_fold folds each of its values
+  // so, into sums + j * fold_width(). kernels_reduce.cpp's fold_fixed_rows folds the same groups
+  // the same way, to the bit. values as for run.
   void fold_rows(const void* const* values, double* sums, int64_t n) const {
     fold_(values, sums, n);
   }

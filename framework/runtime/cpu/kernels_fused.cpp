@@ -237,6 +237,22 @@ class BlockEvaluator {
     }
   }
 
+  // Elements [begin, begin + len) of every value the code folds (compile_fold), in sub-blocks
+  // of whole groups through the code alone; returns where it stopped (fold_stacked_rows).
+  int64_t fold_rows_together(int64_t begin, int64_t len, int64_t width, double* sums) {
+    const int64_t group = kGroupRows * width;
+    assert(code_ && code_->fold_width() == width && "fold_rows_together: no fold");
+    expand_patterns(len);
+    seek_all(begin);
+    int64_t pos = begin;
+    for (const int64_t end = begin + len; pos < end;) {
+      const int64_t n = load_all(pos, std::min(kCodeBlock, end - pos), group);
+      if (n % group != 0 || !run_code_fold(n, sums)) break;
+      pos += n;
+    }
+    return pos;
+  }
+
   // Elements [begin, begin + len) of the (float32) result folded in rows of `width` values into
   // sums[0, width), as FusedCode::fold_rows does: groups of kGroupRows rows from `begin` (a
   // group's start), a last short group padded with zeros. Sub-blocks of whole groups go through
@@ -592,6 +608,26 @@ void run_alone(Op op, std::span<const TensorView> in, const TensorView& out) {
   });
 }
 
+// How the code reads each of the fusion's loads: a load is a splat over a sub-block where
+// load_all reads it as one (a broadcast whose runs are long enough to cut sub-blocks at,
+// kMinRun, or one value throughout); a contiguous bfloat16 or bool operand is read in place by
+// code that takes it.
+std::vector<FusedCode::Load> code_loads(const ir::Fusion& fusion) {
+  using Load = FusedCode::Load;
+  std::vector<Load> loads;
+  for (const auto& l : fusion.loads) {
+    if (!is_flat(l) && l.strides.back() == 0 && (l.sizes.size() == 1 || l.sizes.back() >= kMinRun))
+      loads.push_back(Load::Splat);
+    else if (is_flat(l) && l.dtype == DType::BFloat16)
+      loads.push_back(Load::BFloat16Elements);
+    else if (is_flat(l) && l.dtype == DType::Bool)
+      loads.push_back(Load::BoolElements);
+    else
+      loads.push_back(Load::Elements);
+  }
+  return loads;
+}
+
 }  // namespace
 
 void fused_kernel(const ir::Fusion& fusion, std::span<const TensorView> in,
@@ -604,22 +640,8 @@ void fused_kernel(const ir::Fusion& fusion, std::span<const TensorView> in,
 std::unique_ptr<const FusedCode> compile_fused_code(const ir::Fusion& fusion, DType out,
                                                    std::optional<FusedIsa> isa, int fold_width) {
   if (!isa && !fused_jit_available()) return nullptr;
-  // A load is a splat over a sub-block where load_all reads it as one: a broadcast whose runs
-  // are long enough to cut sub-blocks at (kMinRun), or one value throughout. A contiguous
-  // bfloat16 or bool operand is read in place by code that takes it.
-  std::vector<FusedCode::Load> loads;
-  for (const auto& l : fusion.loads) {
-    using Load = FusedCode::Load;
-    if (!is_flat(l) && l.strides.back() == 0 && (l.sizes.size() == 1 || l.sizes.back() >= kMinRun))
-      loads.push_back(Load::Splat);
-    else if (is_flat(l) && l.dtype == DType::BFloat16)
-      loads.push_back(Load::BFloat16Elements);
-    else if (is_flat(l) && l.dtype == DType::Bool)
-      loads.push_back(Load::BoolElements);
-    else
-      loads.push_back(Load::Elements);
-  }
-  return FusedCode::compile(fusion, loads, out, isa ? *isa : fused_isas().back(), fold_width);
+  return FusedCode::compile(fusion, code_loads(fusion), out, isa ? *isa : fused_isas().back(),
+                            fold_width);
 }
 
 void fold_row_groups(const float* v, int64_t len, int64_t width, double* sums) {
@@ -633,6 +655,58 @@ void fold_row_groups(const float* v, int64_t len, int64_t width, double* sums) {
     case 64: return fold.template operator()<64>();
     default: LOOM_UNREACHABLE("fold_row_groups: not a fixed row width");
   }
+}
+
+std::unique_ptr<const StackedFold> compile_stacked_fold(
+    std::span<const ir::Fusion* const> prologues, int width) {
+  if (prologues.empty() || !fused_jit_available()) return nullptr;
+  auto fold = std::make_unique<StackedFold>();
+  ir::Fusion& m = fold->fusion;
+  m.compute = prologues[0]->compute;
+  m.shape = prologues[0]->shape;
+  std::vector<std::vector<int>> value_of;  // per prologue: its values' indices in m
+  for (const ir::Fusion* p : prologues) {
+    if (p->compute != m.compute || p->shape != m.shape) return nullptr;
+    auto& map = value_of.emplace_back();
+    for (const auto& l : p->loads) {
+      auto same = [&](const FusedLoad& o) {
+        return o.arg == l.arg && o.dtype == l.dtype && o.sizes == l.sizes && o.strides == l.strides;
+      };
+      const auto at = std::find_if(m.loads.begin(), m.loads.end(), same);
+      map.push_back(static_cast<int>(at - m.loads.begin()));
+      if (at == m.loads.end()) m.loads.push_back(l);
+    }
+  }
+  // The steps after all the loads, their operands renumbered.
+  const auto n_loads = static_cast<int>(m.loads.size());
+  for (std::size_t j = 0; j < prologues.size(); ++j) {
+    const ir::Fusion& p = *prologues[j];
+    auto& map = value_of[j];
+    for (const auto& step : p.steps) {
+      FusedStep s = step;
+      for (int* u : {&s.a, &s.b, &s.c})
+        if (*u >= 0) *u = map[static_cast<std::size_t>(*u)];
+      map.push_back(n_loads + static_cast<int>(m.steps.size()));
+      m.steps.push_back(s);
+    }
+    fold->results.push_back(map.back());
+  }
+  // A register for every value the evaluator cannot read in place (as fuse_elementwise.cpp
+  // assigns them, without reuse).
+  const int n_values = n_loads + static_cast<int>(m.steps.size());
+  for (int v = 0; v < n_values; ++v) {
+    const bool direct = v < n_loads && m.loads[v].dtype == m.compute && is_flat(m.loads[v]);
+    m.register_of.push_back(direct ? -1 : m.num_registers++);
+  }
+  fold->code = FusedCode::compile_fold(m, code_loads(m), fused_isas().back(), width, fold->results);
+  if (!fold->code) return nullptr;
+  return fold;
+}
+
+int64_t fold_stacked_rows(const StackedFold& fold, std::span<const TensorView> in, int64_t begin,
+                          int64_t len, int64_t width, double* sums) {
+  BlockEvaluator<float> eval(fold.fusion, in, fold.code.get());
+  return eval.fold_rows_together(begin, len, width, sums);
 }
 
 void fold_fusion_rows(const ir::Fusion& fusion, std::span<const TensorView> in, int64_t begin,

@@ -11,10 +11,13 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <vector>
 
 namespace loom::runtime {
 
 inline constexpr int64_t kFusedBlock = 512;
+
+struct StackedFold;  // below
 
 // With `code` (compile_fused_code), sub-blocks run as its machine code where they can; the
 // result is the same to the bit either way.
@@ -44,10 +47,12 @@ void fused_reduce_kernel(ir::Op op, const ir::Attr& attr, const ir::Fusion& prol
 // Sums or means of several prologues over the same operands `in`, reduced over the same axes
 // (compiler/stack_reductions.h): out is [prologues.size(), reduced shape...], row j the
 // reduction of prologues[j] (its code codes[j], or nullptr), each the bits it has alone.
+// With `fold` (compile_stacked_fold), their rows are folded together in one pass.
 void stacked_reduce_kernel(ir::Op op, const ir::Attr& attr,
                            std::span<const ir::Fusion* const> prologues,
                            std::span<const FusedCode* const> codes,
-                           std::span<const TensorView> in, const TensorView& out);
+                           std::span<const TensorView> in, const TensorView& out,
+                           const StackedFold* fold = nullptr);
 
 // Whether stacked_reduce_kernel reads its prologues together, piece by piece, when they have
 // this shape and are reduced over these axes (column sums over channels-last rows of 8, 16, 32
@@ -92,6 +97,28 @@ void fold_row_groups(const float* v, int64_t len, int64_t width, double* sums);
 // this width, so the values never go to memory.
 void fold_fusion_rows(const ir::Fusion& fusion, std::span<const TensorView> in, int64_t begin,
                       int64_t len, int64_t width, double* sums, const FusedCode* code);
+
+// A stacked sum's prologues (compiler/stack_reductions.h) merged into one fusion, their shared
+// loads read once, with code that folds all their results together (FusedCode::compile_fold):
+// one pass over the operands instead of one per prologue.
+struct StackedFold {
+  ir::Fusion fusion;          // the prologues' loads (each distinct one once) and steps
+  std::vector<int> results;   // per prologue: its result among fusion's values
+  std::unique_ptr<const FusedCode> code;
+};
+
+// The stacked fold of `prologues` in rows of `width` (rows_fold_width); nullptr where there is
+// no such code (no AVX-512, registers).
+std::unique_ptr<const StackedFold> compile_stacked_fold(
+    std::span<const ir::Fusion* const> prologues, int width);
+
+// Folds elements [begin, begin + len) of every prologue of `fold` (begin at a group's start)
+// into sums + j * width for prologue j, as fold_fusion_rows folds each alone, in sub-blocks of
+// whole groups; stops where a sub-block is not (a short last group, a load the code does not
+// take there) and returns where it stopped, for the caller to fold the rest prologue by
+// prologue.
+int64_t fold_stacked_rows(const StackedFold& fold, std::span<const TensorView> in, int64_t begin,
+                          int64_t len, int64_t width, double* sums);
 
 // Elements [begin, begin + len) of a fusion's result, in its compute type T (float or
 // double), written to dst: for kernels that take a fused prologue (reductions).

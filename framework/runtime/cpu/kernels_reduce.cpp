@@ -450,9 +450,12 @@ void fold_rows_of(const Operand<T>& x, int64_t inner, int64_t at, int64_t end,
 // shape, whose results go one after another to po. Several operands take fixed_rows widths:
 // a chunk then goes piece by piece, each operand's prologue evaluated over the piece in turn,
 // so what they load in common is read from memory once and from cache after. A piece is whole
-// windows and groups of rows, so each operand folds exactly as it does alone.
+// windows and groups of rows, so each operand folds exactly as it does alone. With `together`
+// (float sums and means), the operands' rows are folded in one pass (fold_stacked_rows), the
+// pieces taking over only where it stops.
 template <class T, class R>
-void reduce_rows_in_chunks(std::span<const Operand<T>> xs, int64_t rows, int64_t inner, T* po) {
+void reduce_rows_in_chunks(std::span<const Operand<T>> xs, int64_t rows, int64_t inner, T* po,
+                           const StackedFold* together = nullptr) {
   using Acc = typename R::Acc;
   const int64_t rows_per_chunk = std::max<int64_t>(1, kChunkElems / inner);
   const int64_t chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
@@ -463,7 +466,12 @@ void reduce_rows_in_chunks(std::span<const Operand<T>> xs, int64_t rows, int64_t
     const int64_t begin = c * rows_per_chunk * inner;
     if (n_ops > 1) {
       static_assert(kPiece % (kGroupRows * 64) == 0 && kPiece % kRun == 0);
-      for (int64_t at = begin; at < end; at += kPiece) {
+      int64_t from = begin;
+      if constexpr (std::is_same_v<T, float> && std::is_same_v<Acc, double>) {
+        if (together)
+          from = fold_stacked_rows(*together, xs[0].prologue_in, begin, end - begin, inner, part);
+      }
+      for (int64_t at = from; at < end; at += kPiece) {
         const int64_t stop = std::min(end, at + kPiece);
         for (int64_t j = 0; j < n_ops; ++j)
           fold_rows_of<T, R>(xs[j], inner, at, stop, part + j * inner);
@@ -750,7 +758,8 @@ int rows_fold_width(const Shape& shape, const std::vector<int64_t>& axes) {
 void stacked_reduce_kernel(Op op, const ir::Attr& attr,
                            std::span<const ir::Fusion* const> prologues,
                            std::span<const FusedCode* const> codes,
-                           std::span<const TensorView> in, const TensorView& out) {
+                           std::span<const TensorView> in, const TensorView& out,
+                           const StackedFold* fold) {
   assert(!prologues.empty() && codes.size() == prologues.size());
   const ir::Fusion& first = *prologues[0];
   const auto& axes = attr.get<ir::AxesAttr>().axes;
@@ -763,7 +772,7 @@ void stacked_reduce_kernel(Op op, const ir::Attr& attr,
     const Layout l = layout_of(first.shape, axes);
     if (stacks(l) && out.numel() > 0) {
       reduce_rows_in_chunks<T, R>(std::span<const Operand<T>>(xs.begin(), xs.end()), l.n_red,
-                                  l.inner, out.as<T>());
+                                  l.inner, out.as<T>(), fold);
       return;
     }
     // Elsewhere one after another, each into its row of the result.
