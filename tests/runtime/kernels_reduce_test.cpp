@@ -9,6 +9,7 @@
 #include <tbb/global_control.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -49,18 +50,33 @@ TEST(ReduceInChunks, PerChannelSumsMeansAndMaximaMatchADoubleReference) {
   }
 }
 
+// Also over many short runs, the per-channel statistics of small NCHW planes (4x4: 512 per
+// channel), which are read in chunks too, against a double reference.
 TEST(ReduceInChunks, AFusedPrologueGivesTheBitsOfAStoredOperand) {
-  test::fresh_engine();
-  const int64_t n = 32, c = 4, hw = 64;  // runs of 64 (an 8x8 plane), 2048 per channel
-  auto x = from_vector(activations(n * 16, c, hw), {n * 16, c, 8, 8});
-  auto mean = x.mean({0, 2, 3}, true);
-  auto fused = ((x - mean) * (x - mean)).sum({0, 2, 3}).to_vector<float>();
-  std::vector<float> stored;
-  {
-    EagerModeGuard eager{true};  // every op alone: the reduction reads a stored operand
-    stored = ((x - mean) * (x - mean)).sum({0, 2, 3}).to_vector<float>();
+  for (auto [n, c, side] : {std::array<int64_t, 3>{512, 4, 8}, {32, 512, 4}}) {
+    test::fresh_engine();
+    const int64_t hw = side * side;
+    const auto values = activations(n, c, hw);
+    auto x = from_vector(values, {n, c, side, side});
+    auto mean = x.mean({0, 2, 3}, true);
+    auto fused = ((x - mean) * (x - mean)).sum({0, 2, 3}).to_vector<float>();
+    std::vector<float> stored;
+    {
+      EagerModeGuard eager{true};  // every op alone: the reduction reads a stored operand
+      stored = ((x - mean) * (x - mean)).sum({0, 2, 3}).to_vector<float>();
+    }
+    EXPECT_EQ(fused, stored) << side << "x" << side;
+    const auto m = mean.to_vector<float>();
+    for (int64_t ch = 0; ch < c; ++ch) {
+      double sq = 0;
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t p = 0; p < hw; ++p) {
+          const double d = values[static_cast<std::size_t>((i * c + ch) * hw + p)] - double(m[ch]);
+          sq += d * d;
+        }
+      EXPECT_NEAR(fused[static_cast<std::size_t>(ch)], sq, 1e-5 * sq) << side << " channel " << ch;
+    }
   }
-  EXPECT_EQ(fused, stored);
 }
 
 // A global average pool over a channels-last [N, H, W, C] whose operand is a fused prologue
