@@ -172,6 +172,7 @@ class Fuser {
   void price_recompute() {
     const auto n = static_cast<int>(p_.instrs.size());
     recompute_.assign(n, false);
+    cheaper_.assign(n, false);
     recipe_.assign(n, std::nullopt);
     std::vector<double> bytes(n, 0);  // per element, read from memory to compute it again
     std::vector<int> steps(n, 0);
@@ -193,6 +194,7 @@ class Fuser {
       bytes[i] = b;
       steps[i] = k;
       recompute_[i] = k <= kMaxRecomputeSteps && b <= static_cast<double>(dtype_size(in.dtype));
+      cheaper_[i] = recompute_[i] && b < static_cast<double>(dtype_size(in.dtype));
     }
     for (int i = 0; i < n; ++i) recipe_[i] = make_recipe(i);
   }
@@ -271,8 +273,9 @@ class Fuser {
 
   // What group g loads from memory once its fusion is built: the operands of its members
   // that are not members, with a value recomputed in every reader counted as what it is
-  // computed from (it joins g when visited).
-  Loads group_loads(int g) const {
+  // computed from (it joins g when visited), but for instruction `except` (the value being
+  // placed: whether it is recomputed there is the question), counted as loaded.
+  Loads group_loads(int g, int except) const {
     Loads out;
     const auto& members = groups_[g].members;
     for (int m : members)
@@ -280,7 +283,7 @@ class Fuser {
         if (a >= n_in_ && std::find(members.begin(), members.end(), a - n_in_) != members.end())
           continue;
         const Recipe* sub = a >= n_in_ && recipe_[a - n_in_] ? &*recipe_[a - n_in_] : nullptr;
-        if (sub && recompute_[a - n_in_]) {
+        if (sub && recompute_[a - n_in_] && a - n_in_ != except) {
           for (const auto& l : sub->loads) add_to(out, l.first, l.second);
         } else {
           add_load(a, p_.instrs[m].shape, out);
@@ -304,7 +307,7 @@ class Fuser {
     const double compute = kStepBytes * static_cast<double>(r->steps.size());
     double recompute = 0;
     for (int g : gs) {
-      Loads loads = group_loads(g);
+      Loads loads = group_loads(g, i);
       recompute += compute + missing(r->loads, loads);
       for (const auto& l : r->loads) add_to(loads, l.first, l.second);
       const auto streams = std::count_if(loads.begin(), loads.end(),
@@ -343,8 +346,13 @@ class Fuser {
         if (!can_join(i, g)) return false;
       return true;
     };
+    // A cheap value that is stored anyway (`other` reads it) is recomputed in its readers only
+    // where that reads fewer bytes than loading it: at a tie (a ReLU over a residual sum, whose
+    // ReLU a conv reads) the readers load the stored value, and what it is computed from need
+    // not be stored for them.
+    const bool recompute = recompute_[i] && (!other || cheaper_[i]);
     const bool join = !gs.empty() && fits_all() &&
-                      ((gs.size() == 1 && !other) || recompute_[i] || shares_loads(i, gs, other));
+                      ((gs.size() == 1 && !other) || recompute || shares_loads(i, gs, other));
     if (join)
       for (int g : gs) {
         groups_of_[i].push_back(g);
@@ -533,6 +541,7 @@ class Fuser {
   std::vector<std::vector<int>> groups_of_;  // per instruction: the fusions computing it
   std::vector<bool> plain_;      // per instruction: also emitted as itself, unfused
   std::vector<bool> recompute_;  // per instruction: cheap to compute in each reader's fusion
+  std::vector<bool> cheaper_;    // ... from fewer bytes than loading it takes
   std::vector<std::optional<Recipe>> recipe_;  // per instruction: see make_recipe
   std::vector<Group> groups_;
 };

@@ -131,9 +131,9 @@ TEST(FuseElementwise, CheapValuesAreComputedWhereTheyAreRead) {
 }
 
 // A float32 BatchNorm and ReLU over [N, C, H, W], its normalised value also read by two other
-// chains (a residual add and the ReLU's gradient mask): the per-channel mean, scale and shift
-// are broadcasts small enough to stay in cache, so the centring and scaling are recomputed in
-// every reader, and nothing but the ReLU's result (and the readers' own results) is stored.
+// chains (a residual add and a mask): the per-channel mean, scale and shift are broadcasts
+// small enough to stay in cache, so the centring and scaling are recomputed in every reader,
+// and nothing but the ReLU's result (and the readers' own results) is stored.
 TEST(FuseElementwise, ABatchNormsScaleAndShiftAreRecomputedInEachReader) {
   test::fresh_engine();
   const int64_t n = 8, c = 16, hw = 64;
@@ -145,8 +145,8 @@ TEST(FuseElementwise, ABatchNormsScaleAndShiftAreRecomputedInEachReader) {
   mark_step();
   auto normed = (x - mean) * scale + shift;
   auto out = relu(normed);
-  auto residual = relu(normed) + skip;
-  auto mask = gt(relu(normed), zeros({})).to(DType::Float32) * skip;
+  auto residual = normed + skip;
+  auto mask = gt(normed, zeros({})).to(DType::Float32) * skip;
   auto p = test::compile_for_cpu(ir::build_graph(
       {out.impl()->pending(), residual.impl()->pending(), mask.impl()->pending()}));
   int stored = 0;
@@ -164,8 +164,48 @@ TEST(FuseElementwise, ABatchNormsScaleAndShiftAreRecomputedInEachReader) {
     EagerModeGuard eager(true);
     auto en = (x - mean) * scale + shift;
     e_out = relu(en).to_vector<float>();
-    e_res = (relu(en) + skip).to_vector<float>();
-    e_mask = (gt(relu(en), zeros({})).to(DType::Float32) * skip).to_vector<float>();
+    e_res = (en + skip).to_vector<float>();
+    e_mask = (gt(en, zeros({})).to(DType::Float32) * skip).to_vector<float>();
+  }
+  EXPECT_EQ(out.to_vector<float>(), e_out);
+  EXPECT_EQ(residual.to_vector<float>(), e_res);
+  EXPECT_EQ(mask.to_vector<float>(), e_mask);
+}
+
+// A cheap value stored anyway (here a result of the program, as a ReLU read by a conv is) is
+// loaded by its other readers, not recomputed from its operand, when recomputing reads as many
+// bytes as loading: a residual block's ReLU over the sum of a BatchNorm and the skip, read by
+// the next block's residual add and the gradient's mask. Then the sum itself is never stored:
+// it is computed in the ReLU's fusion alone.
+TEST(FuseElementwise, AValueStoredAnywayIsLoadedByItsReadersNotRecomputed) {
+  test::fresh_engine();
+  const int64_t n = 8, c = 16, hw = 64;
+  auto x = from_vector(values(n * c * hw), {n, c, 8, 8});
+  auto scale = from_vector(values(c, 0.7f), {1, c, 1, 1});
+  auto skip = from_vector(values(n * c * hw, 0.05f), {n, c, 8, 8});
+  auto next = from_vector(values(n * c * hw, 0.02f), {n, c, 8, 8});
+  mark_step();
+  auto sum = x * scale + skip;
+  auto out = relu(sum);
+  auto residual = out + next;
+  auto mask = gt(out, zeros({})).to(DType::Float32) * next;
+  auto p = test::compile_for_cpu(ir::build_graph(
+      {out.impl()->pending(), residual.impl()->pending(), mask.impl()->pending()}));
+  int stored = 0, adds_of_skip = 0;
+  for (const auto& in : p.instrs) {
+    if (!in.fusion || shape_numel(in.shape) != n * c * hw) continue;
+    ++stored;
+    for (const auto& st : in.fusion->steps) adds_of_skip += st.op == ir::Op::Add;
+  }
+  EXPECT_EQ(stored, 3) << "the three results only, the sum in the ReLU's fusion\n" << ir::to_text(p);
+  EXPECT_EQ(adds_of_skip, 2) << "the skip is added once; the residual adds `next`\n" << ir::to_text(p);
+  std::vector<float> e_out, e_res, e_mask;
+  {
+    EagerModeGuard eager(true);
+    auto es = x * scale + skip;
+    e_out = relu(es).to_vector<float>();
+    e_res = (relu(es) + next).to_vector<float>();
+    e_mask = (gt(relu(es), zeros({})).to(DType::Float32) * next).to_vector<float>();
   }
   EXPECT_EQ(out.to_vector<float>(), e_out);
   EXPECT_EQ(residual.to_vector<float>(), e_res);
