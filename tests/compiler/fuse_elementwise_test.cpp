@@ -197,8 +197,10 @@ TEST(FuseElementwise, AValueStoredAnywayIsLoadedByItsReadersNotRecomputed) {
     ++stored;
     for (const auto& st : in.fusion->steps) adds_of_skip += st.op == ir::Op::Add;
   }
-  EXPECT_EQ(stored, 3) << "the three results only, the sum in the ReLU's fusion\n" << ir::to_text(p);
-  EXPECT_EQ(adds_of_skip, 2) << "the skip is added once; the residual adds `next`\n" << ir::to_text(p);
+  EXPECT_EQ(stored, 3) << "the three results only, the sum in the ReLU's fusion\n"
+                       << ir::to_text(p);
+  EXPECT_EQ(adds_of_skip, 2) << "the skip is added once; the residual adds `next`\n"
+                             << ir::to_text(p);
   std::vector<float> e_out, e_res, e_mask;
   {
     EagerModeGuard eager(true);

@@ -31,7 +31,8 @@ void reference_fold(const float* v, int64_t len, int64_t width, double* sums) {
     for (int64_t j = 0; j < width; ++j) {
       float r[8] = {};
       for (int64_t k = 0; k < 8 && g + k * width < len; ++k) r[k] = v[g + k * width + j];
-      sums[j] += static_cast<double>(((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7])));
+      sums[j] += static_cast<double>(((r[0] + r[1]) + (r[2] + r[3])) +
+                                     ((r[4] + r[5]) + (r[6] + r[7])));
     }
 }
 
@@ -98,20 +99,24 @@ TEST(FoldRows, EveryPathGivesTheBitsOfTheDefinition) {
       std::vector<double> want(static_cast<std::size_t>(width), 0.25);
       reference_fold(stored.data(), len, width, want.data());
 
-      const auto folding = compile_fused_code(f, DType::Float32, std::nullopt, static_cast<int>(width));
+      const auto folding =
+          compile_fused_code(f, DType::Float32, std::nullopt, static_cast<int>(width));
       const auto storing = compile_fused_code(f, DType::Float32);
       if (avx512) {
         ASSERT_TRUE(folding && storing) << "width " << width;
         EXPECT_EQ(folding->fold_width(), width) << "width " << width;
         EXPECT_EQ(storing->fold_width(), 0);
       }
-      for (const FusedCode* code : {folding.get(), storing.get(), static_cast<const FusedCode*>(nullptr)}) {
+      const FusedCode* none = nullptr;
+      for (const FusedCode* code : {folding.get(), storing.get(), none}) {
         std::vector<double> got(static_cast<std::size_t>(width), 0.25);
         fold_fusion_rows(f, ops.views, begin, len, width, got.data(), code);
-        const std::string what = "width " + std::to_string(width) + (strided ? ", strided" : "") +
-                                 (code == nullptr ? ", no code" : code->fold_width() ? ", fold" : ", code");
+        const std::string what =
+            "width " + std::to_string(width) + (strided ? ", strided" : "") +
+            (code == nullptr ? ", no code" : code->fold_width() ? ", fold" : ", code");
         for (int64_t j = 0; j < width; ++j)
-          ASSERT_EQ(got[static_cast<std::size_t>(j)], want[static_cast<std::size_t>(j)]) << what << ", column " << j;
+          ASSERT_EQ(got[static_cast<std::size_t>(j)], want[static_cast<std::size_t>(j)])
+              << what << ", column " << j;
       }
     }
   }

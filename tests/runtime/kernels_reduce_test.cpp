@@ -395,7 +395,8 @@ TEST(ReduceRowsInChunks, FloatColumnSumsFoldGroupsOfEightRowsInTheDefinedOrder) 
 // (rows of 12).
 TEST(StackedReduce, EachRowHasTheBitsOfItsReductionAlone) {
   using ir::Op;
-  const bool avx512 = !runtime::fused_isas().empty() && runtime::is_avx512(runtime::fused_isas().back());
+  const bool avx512 =
+      !runtime::fused_isas().empty() && runtime::is_avx512(runtime::fused_isas().back());
   if (!avx512) std::printf("no AVX-512 fused code here: the stacked fold is not checked\n");
   for (auto [width, rows] : {std::pair<int64_t, int64_t>{16, 5000}, {16, 5003}, {32, 1029},
                               {64, 512}, {64, 3000}, {12, 5000}}) {

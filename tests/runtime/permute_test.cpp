@@ -35,7 +35,8 @@ std::vector<uint8_t> permuted(const std::vector<uint8_t>& x, const Shape& shape,
   std::vector<int64_t> idx(rank, 0);
   for (std::size_t o = 0; o < x.size() / width; ++o) {
     int64_t from = 0;
-    for (std::size_t d = 0; d < rank; ++d) from += idx[d] * stride[static_cast<std::size_t>(perm[d])];
+    for (std::size_t d = 0; d < rank; ++d)
+      from += idx[d] * stride[static_cast<std::size_t>(perm[d])];
     std::memcpy(&out[o * width], &x[static_cast<std::size_t>(from) * width], width);
     for (std::size_t d = rank; d-- > 0;) {
       if (++idx[d] < out_shape[d]) break;

@@ -684,7 +684,7 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
   const bool wide_;         // AVX-512: zmm registers, k masks
   const bool bf16_;         // AVX512_BF16 roundings (convert_bf16)
   const int lanes_;         // floats per vector
-  const std::vector<int> folded_;  // the values fold_rows folds (before value_regs_, which counts them)
+  const std::vector<int> folded_;  // the values fold_rows folds (value_regs_ counts them)
   const int value_regs_;    // vector registers for values: 0 .. value_regs_ - 1
   const bool narrow_out_;   // the result is stored as bfloat16
   const bool bool_out_;     // the result is stored as bool
@@ -755,8 +755,9 @@ bool plan_code(const ir::Fusion& f, const std::vector<FusedCode::Load>& loads, F
 
 }  // namespace
 
-std::unique_ptr<const FusedCode> FusedCode::compile(const ir::Fusion& f, const std::vector<Load>& loads,
-                                                    DType out, FusedIsa isa, int fold_width) {
+std::unique_ptr<const FusedCode> FusedCode::compile(const ir::Fusion& f,
+                                                    const std::vector<Load>& loads, DType out,
+                                                    FusedIsa isa, int fold_width) {
   std::vector<bool> before;
   std::vector<Load> reads;
   if (!plan_code(f, loads, isa, before, reads)) return nullptr;
@@ -841,8 +842,9 @@ std::unique_ptr<const FusedCode> FusedCode::compile(const ir::Fusion&, const std
                                                     FusedIsa, int) {
   return nullptr;
 }
-std::unique_ptr<const FusedCode> FusedCode::compile_fold(const ir::Fusion&, const std::vector<Load>&,
-                                                         FusedIsa, int, const std::vector<int>&) {
+std::unique_ptr<const FusedCode> FusedCode::compile_fold(const ir::Fusion&,
+                                                         const std::vector<Load>&, FusedIsa, int,
+                                                         const std::vector<int>&) {
   return nullptr;
 }
 
