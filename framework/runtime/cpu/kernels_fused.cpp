@@ -58,14 +58,12 @@ struct Patterns;    // one period of each pattern load
 struct InPlace;     // the bfloat16 loads the code reads itself
 struct Stage;       // fold_rows' values awaiting a whole group
 
-// Registers start on a 64-byte boundary (kFusedBlock elements apart), so vector_map works on
-// them in place.
+// Registers start on a 64-byte boundary (thread_scratch's, kFusedBlock elements apart), so
+// vector_map works on them in place.
 template <class T>
 T* scratch_registers(std::size_t n) {
-  constexpr std::size_t kAlign = 64 / sizeof(T);
-  T* regs = thread_scratch<T, Registers>(n + kAlign);
-  const auto misalign = reinterpret_cast<std::uintptr_t>(regs) % 64 / sizeof(T);
-  return regs + (misalign ? kAlign - misalign : 0);
+  static_assert(kScratchAlignment % 64 == 0 && kFusedBlock * sizeof(T) % 64 == 0);
+  return thread_scratch<T, Registers>(n);
 }
 
 // A sub-block ends where a broadcast or in-place run ends when that run has at least this many

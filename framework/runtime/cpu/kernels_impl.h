@@ -132,10 +132,11 @@ T* thread_scratch(std::size_t n) {
   thread_local std::unique_ptr<T[], Free> buf;  // grows to the largest n, then never again
   thread_local std::size_t size = 0;
   if (size < n) {
-    buf.reset();
-    buf.reset(static_cast<T*>(
+    // The old buffer stays until the new one is made, so a failed allocation leaves it whole.
+    std::unique_ptr<T[], Free> grown(static_cast<T*>(
         ::operator new[](n * sizeof(T), std::align_val_t{kScratchAlignment})));
-    std::uninitialized_value_construct_n(buf.get(), n);
+    std::uninitialized_value_construct_n(grown.get(), n);
+    buf = std::move(grown);
     size = n;
   }
   return buf.get();
