@@ -33,7 +33,7 @@ void check_supported(const ir::Program& p, const ir::Target& target) {
 }  // namespace
 
 // The pass order, stated here once: lower, widen_bfloat16, move_casts_across_movement,
-// check_supported, simplify, gather_before_elementwise, eliminate_dead_code, fuse_epilogue,
+// read_exact_roundings, check_supported, simplify, gather_before_elementwise, eliminate_dead_code, fuse_epilogue,
 // assign_channels_last, fuse_elementwise, fuse_reduce_prologue, stack_reductions,
 // fold_transpose, eliminate_dead_code, plan_memory.
 // A target skips the rewrites it does not take; lowering, the check, simplification, gathering
@@ -51,6 +51,8 @@ ir::Program compile(const ir::Graph& graph, const ir::Target& target) {
   after("widen_bfloat16", p);
   p = move_casts_across_movement(std::move(p), target);
   after("move_casts_across_movement", p);
+  p = read_exact_roundings(std::move(p));
+  after("read_exact_roundings", p);
   check_supported(p, target);
   p = simplify(std::move(p));
   after("simplify", p);

@@ -1,5 +1,7 @@
 #include "compiler/widen.h"
 
+#include <loom/bfloat16.h>
+
 #include <algorithm>
 #include <vector>
 
@@ -128,6 +130,83 @@ ir::Program move_casts_across_movement(ir::Program p, const ir::Target& target) 
       continue;
     }
     slot_map[n_in + i] = emit(std::move(in));
+  }
+  p.instrs = std::move(out);
+  for (auto& o : p.outputs) o = slot_map[o];
+  return p;
+}
+
+ir::Program read_exact_roundings(ir::Program p) {
+  const auto n_in = static_cast<int>(p.inputs.size());
+  const auto n = static_cast<int>(p.instrs.size());
+  auto producer = [&](int slot) -> const ir::Instr* {
+    return slot >= n_in ? &p.instrs[static_cast<std::size_t>(slot - n_in)] : nullptr;
+  };
+  auto is_float = [](DType t) { return t == DType::Float32 || t == DType::Float64; };
+  // Per instruction: every value it makes is a bfloat16 value (so rounding it changes nothing).
+  std::vector<bool> exact(static_cast<std::size_t>(n), false);
+  auto exact_slot = [&](int slot) {
+    return slot >= n_in && exact[static_cast<std::size_t>(slot - n_in)];
+  };
+  std::vector<int> roundings(static_cast<std::size_t>(n), 0), others(static_cast<std::size_t>(n), 0);
+  for (int i = 0; i < n; ++i) {
+    const ir::Instr& in = p.instrs[static_cast<std::size_t>(i)];
+    bool e = false;
+    if (is_float(in.dtype)) {
+      switch (in.op) {
+        case ir::Op::Cast: e = p.slot_type(in.args[0]).dtype == DType::BFloat16; break;
+        case ir::Op::Constant: {
+          const double v = in.attr.get<ir::ScalarAttr>().value;
+          e = static_cast<double>(round_to_bfloat16(static_cast<float>(v))) == v;
+          break;
+        }
+        case ir::Op::Relu: case ir::Op::Neg: case ir::Op::Abs: case ir::Op::Reshape:
+        case ir::Op::Permute: case ir::Op::Slice: case ir::Op::Expand:
+          e = exact_slot(in.args[0]);
+          break;
+        case ir::Op::Maximum: case ir::Op::Minimum:
+          e = exact_slot(in.args[0]) && exact_slot(in.args[1]);
+          break;
+        case ir::Op::Where: e = exact_slot(in.args[1]) && exact_slot(in.args[2]); break;
+        default: break;
+      }
+    }
+    exact[static_cast<std::size_t>(i)] = e;
+    for (int a : in.args) {
+      if (a < n_in) continue;
+      const bool rounds = in.op == ir::Op::Cast && in.dtype == DType::BFloat16;
+      ++(rounds ? roundings : others)[static_cast<std::size_t>(a - n_in)];
+    }
+  }
+  // Worth it where an elementwise value with a rounding also has other readers.
+  auto rewritten = [&](int i) {
+    const auto k = static_cast<std::size_t>(i);
+    return exact[k] && roundings[k] > 0 && others[k] > 0 &&
+           ir::is_elementwise(p.instrs[k].op);
+  };
+  bool any = false;
+  for (int i = 0; i < n && !any; ++i) any = rewritten(i);
+  if (!any) return p;
+
+  std::vector<ir::Instr> out;
+  out.reserve(p.instrs.size() + 8);
+  std::vector<int> slot_map(p.num_slots());
+  for (int s = 0; s < n_in; ++s) slot_map[s] = s;
+  auto emit = [&](ir::Instr in) {
+    out.push_back(std::move(in));
+    return n_in + static_cast<int>(out.size()) - 1;
+  };
+  for (int i = 0; i < n; ++i) {
+    ir::Instr in = std::move(p.instrs[static_cast<std::size_t>(i)]);
+    for (auto& a : in.args) a = slot_map[a];
+    const DType dtype = in.dtype;
+    const Shape shape = in.shape;
+    const int slot = emit(std::move(in));
+    slot_map[n_in + i] = slot;
+    if (!rewritten(i)) continue;
+    // Every later reader reads the rounding widened back; the rounding itself then becomes a
+    // round trip, which simplify.h folds into the rounding made here.
+    slot_map[n_in + i] = emit(cast(emit(cast(slot, DType::BFloat16, shape)), dtype, shape));
   }
   p.instrs = std::move(out);
   for (auto& o : p.outputs) o = slot_map[o];

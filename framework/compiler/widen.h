@@ -41,4 +41,17 @@ ir::Program widen_bfloat16(ir::Program p, const ir::Target& target);
 // cast or permute stays for its other readers; dead_code.cpp removes it when there are none.
 ir::Program move_casts_across_movement(ir::Program p, const ir::Target& target);
 
+// Where a float value is exactly a bfloat16 value (a widened bfloat16, and what relu, neg,
+// abs, max, min, where and movement make of such values) and is both rounded to bfloat16 and
+// read by other instructions, those readers read the rounding widened back instead, the same
+// values:
+//   %2 = Relu f32 (%1); %3 = Cast bf16 (%2); %4 = Add f32 (%2, %x)
+//     →  %2 = Relu f32 (%1); %a = Cast bf16 (%2); %b = Cast f32 (%a); %4 = Add f32 (%b, %x)
+// (%3, now a round trip of %a, is %a after simplify.h). Under autocast a residual block's
+// ReLU over its bfloat16 sum is rounded for the next conv and also read by the next residual
+// add and by the backward's mask; those then load the stored rounding, and the sum is
+// computed inside the rounding's fusion instead of being stored for them (fuse_elementwise.h).
+// Exact but for a signalling NaN, which the rounding makes quiet.
+ir::Program read_exact_roundings(ir::Program p);
+
 }  // namespace loom::compiler

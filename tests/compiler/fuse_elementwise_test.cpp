@@ -214,6 +214,43 @@ TEST(FuseElementwise, AValueStoredAnywayIsLoadedByItsReadersNotRecomputed) {
   EXPECT_EQ(mask.to_vector<float>(), e_mask);
 }
 
+// Under autocast a residual block's bfloat16 sum goes through a ReLU that is rounded for the
+// next conv and read by two other chains (compiler/widen.h's read_exact_roundings): those read
+// the rounding, the ReLU's values exactly, so the sum is computed in the rounding's fusion and
+// never stored. A value that is not exactly a bfloat16 (the sum scaled by 0.3) keeps its
+// readers, and every result keeps the bits of one op at a time.
+TEST(FuseElementwise, ReadersOfAnExactlyRoundedValueReadTheRounding) {
+  for (bool exact : {true, false}) {
+    test::fresh_engine();
+    const int64_t n = 8, c = 16, hw = 64;
+    auto a = from_vector(values(n * c * hw), {n, c, 8, 8});
+    auto b = from_vector(values(n * c * hw, 0.05f), {n, c, 8, 8});
+    auto z = from_vector(values(n * c * hw, 0.02f), {n, c, 8, 8});
+    mark_step();
+    auto f = [&](const Tensor& x, const Tensor& y, const Tensor& w) {
+      auto sum = (x + y).to(DType::BFloat16).to(DType::Float32);
+      auto r = exact ? relu(sum) : relu(sum) * 0.3;
+      return std::vector<Tensor>{r.to(DType::BFloat16), r + w,
+                                 gt(r, zeros({})).to(DType::Float32) * w};
+    };
+    auto outs = f(a, b, z);
+    auto p = test::compile_for_cpu(ir::build_graph(
+        {outs[0].impl()->pending(), outs[1].impl()->pending(), outs[2].impl()->pending()}));
+    int stored = 0;
+    for (const auto& in : p.instrs) stored += in.fusion && shape_numel(in.shape) == n * c * hw;
+    if (exact) EXPECT_EQ(stored, 3) << "the three results only\n" << ir::to_text(p);
+    mark_step();  // the three computed in one program, as compiled above
+    std::vector<std::vector<float>> want;
+    {
+      EagerModeGuard eager(true);
+      for (const auto& t : f(a, b, z)) want.push_back(t.to(DType::Float32).to_vector<float>());
+    }
+    for (std::size_t k = 0; k < outs.size(); ++k)
+      EXPECT_EQ(outs[k].to(DType::Float32).to_vector<float>(), want[k])
+          << "result " << k << (exact ? "" : ", inexact");
+  }
+}
+
 // A value is stored when computing it in each reader moves more bytes than storing it once: a
 // sum of two float32 tensors read by three chains (8 bytes an element in each reader, against
 // 8 to compute it once, 4 to store it and 4 per reader to load it).
