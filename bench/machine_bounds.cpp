@@ -275,25 +275,32 @@ double best_compiled_seconds(const Options& o, const std::function<Tensor()>& f)
 // The batch-norm work of a bfloat16 ResNet step as the channels-last layout pass leaves it
 // (compiler/channels_last.h): a conv's bfloat16 output x in [N,H,W,C], its per-channel mean and
 // variance in float32, and the normalised, scaled and shifted ReLU written back as bfloat16
-// for the next conv. The bytes are those of the bfloat16 tensors (2 per element) read and
-// written once each.
+// for the next conv; and the backward's two sums over the gradient g, which the compiler stacks
+// into one pass (compiler/stack_reductions.h). The bytes are those of the bfloat16 tensors (2
+// per element) read and written once each.
 void bench_fused_bf16_channels_last(const Options& o, Table& t, double triad) {
   struct Chain {
     const char* name;
     int reads, writes;  // full-size bfloat16 tensors
-    Tensor (*fn)(const Tensor& x, const Tensor& scale, const Tensor& shift);
+    Tensor (*fn)(const Tensor& x, const Tensor& g, const Tensor& scale, const Tensor& shift);
   };
   const Chain chains[] = {
       {"bn stats bf16 NHWC: mean(x), mean((x-mean)^2)", 2, 0,
-       [](const Tensor& x, const Tensor&, const Tensor&) {
+       [](const Tensor& x, const Tensor&, const Tensor&, const Tensor&) {
          Tensor xf = x.to(DType::Float32);
          Tensor m = mean(xf, {0, 1, 2}, true);
          Tensor d = xf - m;
          return mean(d * d, {0, 1, 2}, true) + m;
        }},
       {"bn+relu bf16 NHWC: bf16(relu((x-m[c])*s[c] + b[c]))", 1, 1,
-       [](const Tensor& x, const Tensor& scale, const Tensor& shift) {
+       [](const Tensor& x, const Tensor&, const Tensor& scale, const Tensor& shift) {
          return relu(x.to(DType::Float32) * scale + shift).to(DType::BFloat16);
+       }},
+      {"bn backward sums bf16 NHWC: sum(g), sum(g*(x-m[c])*s[c])", 2, 0,
+       [](const Tensor& x, const Tensor& g, const Tensor& scale, const Tensor& shift) {
+         Tensor gf = g.to(DType::Float32);
+         Tensor xhat = (x.to(DType::Float32) - shift) * scale;
+         return sum(gf, {0, 1, 2}, true) + sum(gf * xhat, {0, 1, 2}, true);
        }},
   };
   const Shape shapes[] = {{128, 32, 32, 16}, {128, 8, 8, 64}};
@@ -302,9 +309,9 @@ void bench_fused_bf16_channels_last(const Options& o, Table& t, double triad) {
     const int64_t numel = shape_numel(shape);
     for (const auto& chain : chains) {
       progress(std::string("loom ") + chain.name + " " + dims);
-      Tensor x = randn(shape, 30).to(DType::BFloat16);
+      Tensor x = randn(shape, 30).to(DType::BFloat16), g = randn(shape, 33).to(DType::BFloat16);
       Tensor scale = randn({1, 1, 1, shape[3]}, 31) + 1.5, shift = randn({1, 1, 1, shape[3]}, 32);
-      const double s = best_compiled_seconds(o, [&] { return chain.fn(x, scale, shift); });
+      const double s = best_compiled_seconds(o, [&] { return chain.fn(x, g, scale, shift); });
       const double bytes = 2.0 * static_cast<double>((chain.reads + chain.writes) * numel);
       t.add({.section = "fused", .benchmark = std::string(chain.name) + " " + dims, .mode = "captured",
              .precision = "bf16", .time = format_time(s), .rate = format("%.1f GB/s", bytes / s / 1e9),
