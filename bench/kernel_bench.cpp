@@ -36,6 +36,7 @@
 #include "runtime/cpu/conv/conv_weight_bf16.h"
 #include "runtime/cpu/conv/conv_winograd_bf16.h"
 #include "runtime/cpu/kernels.h"
+#include "runtime/cpu/kernels_impl.h"
 #include "runtime/cpu/onednn.h"
 
 #include <loom/bfloat16.h>
@@ -373,6 +374,60 @@ void BM_Reduce(benchmark::State& state) {
   state.SetLabel(c.what);
 }
 BENCHMARK(BM_Reduce)->DenseRange(0, std::size(kReductions) - 1)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// Permutes that move the innermost dimension, at ResNet activation shapes, float32 and
+// bfloat16: loom's tiled transpose (strided_copy, kernel 0) against oneDNN's reorder (1), back
+// to back (BM_Permute/case/dtype/kernel). kernels_movement.cpp's onednn_transposes chooses by
+// these rows. GB/s counts the tensor read and written once.
+struct PermuteCase {
+  Shape shape;
+  std::vector<int64_t> perm;
+  const char* what;
+};
+const PermuteCase kPermutes[] = {
+    {{32, 64, 32, 32}, {0, 2, 3, 1}, "ResNet-18 layer 1, NCHW to NHWC"},
+    {{32, 32, 32, 64}, {0, 3, 1, 2}, "ResNet-18 layer 1, NHWC to NCHW"},
+    {{32, 16, 16, 128}, {0, 3, 1, 2}, "ResNet-18 layer 2, NHWC to NCHW"},
+    {{128, 32, 32, 16}, {0, 3, 1, 2}, "ResNet-20 stage 1, NHWC to NCHW"},
+    {{32, 32, 32, 32}, {0, 3, 1, 2}, "32 channels onto 32x32 planes, NHWC to NCHW"},
+    {{128, 16, 32, 32}, {0, 3, 1, 2}, "32 channels onto 16x32 planes, NHWC to NCHW"},
+};
+
+void BM_Permute(benchmark::State& state) {
+  namespace onednn = loom::runtime::onednn;
+  const PermuteCase& c = kPermutes[state.range(0)];
+  const DType dtype = dtype_arg(state.range(1));
+  const bool reorder = state.range(2) == 1;
+  Shape out_shape;
+  for (int64_t d : c.perm) out_shape.push_back(c.shape[static_cast<std::size_t>(d)]);
+  Buffer x(c.shape, dtype), out(out_shape, dtype);
+  const auto in_strides = loom::runtime::contiguous_strides(c.shape);
+  const auto out_strides = loom::runtime::contiguous_strides(out_shape);
+  loom::runtime::Strides src(c.perm.size());
+  for (std::size_t i = 0; i < src.size(); ++i)
+    src[i] = in_strides[static_cast<std::size_t>(c.perm[i])];
+  onednn::Strided s;
+  for (std::size_t i = 0; i < 4; ++i) {
+    s.dims[i] = out_shape[i];
+    s.src[i] = src[i];
+    s.dst[i] = out_strides[i];
+  }
+  for (auto _ : state) {
+    if (reorder) onednn::reorder(s, dtype, x.ptr(), out.ptr());
+    else loom::runtime::strided_copy(x.ptr(), src, 0, out.ptr(), out_strides, 0, out_shape, dtype);
+  }
+  const double bytes = 2.0 * static_cast<double>(loom::shape_numel(c.shape) * dtype_size(dtype));
+  state.counters["GB/s"] =
+      benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(c.what) + (dtype == DType::BFloat16 ? " bfloat16" : " float32") +
+                 (reorder ? ", oneDNN reorder" : ", loom tiles"));
+}
+BENCHMARK(BM_Permute)->Apply([](auto* b) {
+  for (int64_t i = 0; i < static_cast<int64_t>(std::size(kPermutes)); ++i)
+    for (int64_t dtype : {0, 1})
+      for (int64_t reorder : {0, 1}) b->Args({i, dtype, reorder});
+  b->UseRealTime()->Unit(benchmark::kMicrosecond);
+});
 
 // The decoder's products (8x256 tokens, hidden 512, SwiGLU 1408, vocab 8192, 8 heads of 64), a
 // 2048^3 square one and small ones (the ResNets' classifiers, 64^3, 128^3): [batch] m x k times k x n, A stored transposed when ta, B when tb.
