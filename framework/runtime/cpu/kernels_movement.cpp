@@ -22,7 +22,7 @@ namespace {
 // everywhere. The exception, kept on the tiles: float32 NHWC to NCHW from 32 channels onto
 // planes of 512 elements or more ([32,32,32,32]: 0.66, [128,16,32,32]: 0.57; from 16 or 64
 // channels, or onto 256-element planes, oneDNN wins). kernel_bench's BM_Permute rows time the
-// two back to back (the same day: 1.3 to 2.1 in float32, 1.7 to 2.0 in bfloat16, and 0.66 and
+// two back to back (the same day: 1.3 to 2.1 in float32, 1.8 to 2.0 in bfloat16, and 0.66 and
 // 0.68 at the two float32 exceptions, where bfloat16 was even and 1.6).
 constexpr int64_t kOneDnnMinPermute = int64_t{1} << 15;
 
