@@ -5,18 +5,16 @@
 //   ... kept innermost:    a block of neighbouring outputs folds whole input rows at once
 //                          (e.g. a column sum), so memory is read in order; with few outputs
 //                          (a column sum of a tall matrix) the rows are split in chunks.
+// What each reduction folds, element by element and run by run, is reduce_ops.h.
 #include "runtime/cpu/kernels_fused.h"
 #include "runtime/cpu/kernels_impl.h"
+#include "runtime/cpu/reduce_ops.h"
 
 #include "ir/unreachable.h"
-
-#include <immintrin.h>
 
 #include <algorithm>
 #include <array>
 #include <cassert>
-#include <cmath>
-#include <limits>
 #include <span>
 #include <type_traits>
 #include <vector>
@@ -25,6 +23,10 @@ namespace loom::runtime {
 namespace {
 
 using ir::Op;
+using reduce_ops::is_nan;
+using reduce_ops::MaxOp;
+using reduce_ops::MeanOp;
+using reduce_ops::SumOp;
 
 struct Dim {
   int64_t size;
@@ -34,156 +36,6 @@ using Dims = SmallVector<Dim, 8>;
 
 // Outputs folded together per task in the kept-innermost layout.
 constexpr int64_t kBlock = 256;
-
-template <class T>
-bool is_nan(T v) {
-  if constexpr (std::is_floating_point_v<T>) return std::isnan(v);
-  else return false;
-}
-
-// Float sums accumulate in double, integer sums in int64.
-template <class T>
-using SumAcc = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
-
-template <class T>
-struct SumOp {
-  using Acc = SumAcc<T>;
-  static Acc init() { return Acc(0); }
-  static void fold(Acc& a, T v) { a += static_cast<Acc>(v); }
-  // A contiguous run: 32 partial sums in a fixed pattern (element i into lane i % 32, the
-  // last partial row into lanes 0, 1, ...), then folded pairwise (lane k + lane k + 16, ..., +1):
-  // the result is the same every time, and 32 independent chains keep the adds' latency
-  // hidden. Float runs on AVX-512 take the same sums in four vectors of eight doubles.
-  static constexpr int64_t kLanes = 32;
-  static void fold_run(Acc& a, const T* p, int64_t n) {
-#if defined(__AVX512F__) && defined(__AVX512VL__)
-    if constexpr (std::is_same_v<T, float>) {
-      // Four named accumulators (an array of vectors went through the stack).
-      __m512d s0 = _mm512_setzero_pd(), s1 = s0, s2 = s0, s3 = s0;
-      auto widen = [](const float* q) { return _mm512_cvtps_pd(_mm256_loadu_ps(q)); };
-      int64_t i = 0;
-      for (; i + kLanes <= n; i += kLanes) {
-        s0 = _mm512_add_pd(s0, widen(p + i));
-        s1 = _mm512_add_pd(s1, widen(p + i + 8));
-        s2 = _mm512_add_pd(s2, widen(p + i + 16));
-        s3 = _mm512_add_pd(s3, widen(p + i + 24));
-      }
-      // The partial row into lanes 0, 1, ...; the other lanes add +0, which changes no sum
-      // (every lane starts at +0).
-      if (i < n) {
-        auto part = [&](int64_t g) {
-          const auto count = static_cast<unsigned>(std::clamp<int64_t>(n - i - 8 * g, 0, 8));
-          const auto mask = static_cast<__mmask8>((1u << count) - 1);
-          return _mm512_cvtps_pd(_mm256_maskz_loadu_ps(mask, p + i + 8 * g));
-        };
-        s0 = _mm512_add_pd(s0, part(0));
-        s1 = _mm512_add_pd(s1, part(1));
-        s2 = _mm512_add_pd(s2, part(2));
-        s3 = _mm512_add_pd(s3, part(3));
-      }
-      // Pairwise: + 16, + 8 across the vectors, then + 4, + 2, + 1 within the first.
-      s0 = _mm512_add_pd(_mm512_add_pd(s0, s2), _mm512_add_pd(s1, s3));
-      const __m256d h = _mm256_add_pd(_mm512_castpd512_pd256(s0), _mm512_extractf64x4_pd(s0, 1));
-      const __m128d q = _mm_add_pd(_mm256_castpd256_pd128(h), _mm256_extractf128_pd(h, 1));
-      a += _mm_cvtsd_f64(_mm_add_sd(q, _mm_unpackhi_pd(q, q)));
-      return;
-    }
-#endif
-    Acc lane[kLanes] = {};
-    int64_t i = 0;
-    for (; i + kLanes <= n; i += kLanes)
-      for (int64_t k = 0; k < kLanes; ++k) lane[k] += static_cast<Acc>(p[i + k]);
-    for (int64_t k = 0; i < n; ++i, ++k) lane[k] += static_cast<Acc>(p[i]);
-    for (int64_t w = kLanes / 2; w > 0; w /= 2)
-      for (int64_t k = 0; k < w; ++k) lane[k] += lane[k + w];
-    a += lane[0];
-  }
-  static void combine(Acc& a, Acc b) { a += b; }
-  static T finish(Acc a, int64_t) { return static_cast<T>(a); }
-};
-
-template <class T>
-struct MeanOp : SumOp<T> {
-  static T finish(SumAcc<T> a, int64_t n) { return static_cast<T>(a / static_cast<double>(n)); }
-};
-
-// amax propagates NaN like torch.amax: once the accumulator is NaN, v > NaN is false.
-template <class T>
-struct MaxOp {
-  using Acc = T;
-  static Acc init() {
-    if constexpr (std::is_floating_point_v<T>) return -std::numeric_limits<T>::infinity();
-    else return std::numeric_limits<T>::lowest();
-  }
-  static void fold(Acc& a, T v) {
-    if (is_nan(v) || v > a) a = v;
-  }
-  // A contiguous run: sixteen lane maxima, which vectorise, then their maximum. That is the
-  // run's maximum, and so the sequential fold's result, unless a NaN was read or the maximum
-  // is a zero (+0 and -0 tie, and the sequential fold keeps the first): those runs are folded
-  // again one element at a time.
-  static void fold_run(Acc& a, const T* p, int64_t n) {
-    constexpr int64_t kLanes = 16;
-    if (n < 2 * kLanes) {
-      for (int64_t i = 0; i < n; ++i) fold(a, p[i]);
-      return;
-    }
-#if defined(__AVX512F__)
-    if constexpr (std::is_same_v<T, float>) {  // the lanes below, as the compiler does not
-      __m512 lanes = _mm512_loadu_ps(p);
-      __mmask16 unordered = _mm512_cmp_ps_mask(lanes, lanes, _CMP_UNORD_Q);
-      int64_t i = kLanes;
-      for (; i + kLanes <= n; i += kLanes) {
-        const __m512 v = _mm512_loadu_ps(p + i);
-        unordered = static_cast<__mmask16>(unordered | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q));
-        lanes = _mm512_max_ps(v, lanes);  // v > lane ? v : lane
-      }
-      float m = _mm512_reduce_max_ps(lanes);
-      bool nan = unordered != 0;
-      for (; i < n; ++i) {
-        nan = nan || is_nan(p[i]);
-        m = p[i] > m ? p[i] : m;
-      }
-      if (nan || m == 0.0f) {
-        for (int64_t j = 0; j < n; ++j) fold(a, p[j]);
-        return;
-      }
-      fold(a, m);
-      return;
-    }
-#endif
-    // NaNs are counted in T lanes, a select and an add that vectorise with the maxima.
-    T lane[kLanes], unordered[kLanes];
-    for (int64_t k = 0; k < kLanes; ++k) {
-      lane[k] = p[k];
-      unordered[k] = p[k] != p[k] ? T(1) : T(0);
-    }
-    int64_t i = kLanes;
-    for (; i + kLanes <= n; i += kLanes)
-      for (int64_t k = 0; k < kLanes; ++k) {
-        const T v = p[i + k];
-        unordered[k] += v != v ? T(1) : T(0);
-        lane[k] = v > lane[k] ? v : lane[k];
-      }
-    T m = lane[0];
-    bool nan = false;
-    for (int64_t k = 0; k < kLanes; ++k) {
-      m = lane[k] > m ? lane[k] : m;
-      nan = nan || unordered[k] != T(0);
-    }
-    for (; i < n; ++i) {
-      nan = nan || is_nan(p[i]);
-      m = p[i] > m ? p[i] : m;
-    }
-    if (std::is_floating_point_v<T> && (nan || m == T(0))) {
-      for (int64_t j = 0; j < n; ++j) fold(a, p[j]);
-      return;
-    }
-    fold(a, m);
-  }
-  static void combine(Acc& a, Acc b) { fold(a, b); }
-  static T finish(Acc a, int64_t) { return a; }
-};
 
 // What a reduction reads: its operand in memory, or a fused elementwise prologue evaluated
 // run by run (compiler/fuse_reduce.cpp), so the operand never goes to memory.
