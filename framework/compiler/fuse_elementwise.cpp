@@ -3,12 +3,15 @@
 #include "ir/unreachable.h"
 
 #include <loom/bfloat16.h>
+#include <loom/error.h>
 
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <optional>
+#include <string>
 
 namespace loom::compiler {
 namespace {
@@ -87,15 +90,16 @@ bool tests_operands(Op op) {
 }
 
 // Ops cheap enough to compute again in every fusion that reads their result: a few instructions
-// per element, no transcendental function.
-bool cheap_op(Op op) {
+// per element, no transcendental function; with `costly` (Target::recompute_costly_steps)
+// every elementwise op.
+bool cheap_op(Op op, bool costly) {
   switch (op) {
     case Op::Add: case Op::Sub: case Op::Mul: case Op::Maximum: case Op::Minimum: case Op::Eq:
     case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge: case Op::Where:
     case Op::Neg: case Op::Abs: case Op::Relu: case Op::LogicalNot: case Op::Cast:
       return true;
     default:
-      return false;
+      return costly && ir::is_elementwise(op);
   }
 }
 
@@ -110,7 +114,8 @@ struct Recipe {
 
 class Fuser {
  public:
-  explicit Fuser(const ir::Program& p) : p_(p), n_in_(static_cast<int>(p.inputs.size())) {
+  Fuser(const ir::Program& p, bool costly)
+      : p_(p), n_in_(static_cast<int>(p.inputs.size())), costly_(costly) {
     readers_.resize(p.num_slots());
     is_output_.assign(p.num_slots(), false);
     for (auto o : p.outputs) is_output_[o] = true;
@@ -178,7 +183,7 @@ class Fuser {
     std::vector<int> steps(n, 0);
     for (int i = 0; i < n; ++i) {
       const ir::Instr& in = p_.instrs[i];
-      if (!ir::is_elementwise(in.op) || !cheap_op(in.op)) continue;
+      if (!ir::is_elementwise(in.op) || !cheap_op(in.op, costly_)) continue;
       double b = 0;
       int k = 1;
       for (auto a : in.args) {
@@ -250,7 +255,7 @@ class Fuser {
   // loaded.
   std::optional<Recipe> make_recipe(int i) const {
     const ir::Instr& in = p_.instrs[i];
-    if (!ir::is_elementwise(in.op) || !cheap_op(in.op)) return std::nullopt;
+    if (!ir::is_elementwise(in.op) || !cheap_op(in.op, costly_)) return std::nullopt;
     Recipe r{{}, {i}};
     for (auto a : in.args) {
       const Recipe* sub = a >= n_in_ && recipe_[a - n_in_] ? &*recipe_[a - n_in_] : nullptr;
@@ -536,6 +541,7 @@ class Fuser {
 
   const ir::Program& p_;
   const int n_in_;
+  const bool costly_;  // Target::recompute_costly_steps: see cheap_op
   std::vector<std::vector<int>> readers_;  // per slot: instructions that read it, ascending
   std::vector<bool> is_output_;  // per slot
   std::vector<std::vector<int>> groups_of_;  // per instruction: the fusions computing it
@@ -548,6 +554,20 @@ class Fuser {
 
 }  // namespace
 
-ir::Program fuse_elementwise(ir::Program p) { return Fuser(p).run(); }
+ir::Program fuse_elementwise(ir::Program p, const ir::Target& target) {
+  return Fuser(p, recompute_costly_setting().value_or(target.recompute_costly_steps)).run();
+}
+
+std::optional<bool> recompute_costly_setting() {
+  static const std::optional<bool> setting = []() -> std::optional<bool> {
+    const char* v = std::getenv("LOOM_RECOMPUTE_COSTLY");
+    if (!v) return std::nullopt;
+    const std::string s = v;
+    if (s != "0" && s != "1")
+      throw Error("LOOM_RECOMPUTE_COSTLY: expected 0 or 1, got '" + s + "'");
+    return s == "1";
+  }();
+  return setting;
+}
 
 }  // namespace loom::compiler

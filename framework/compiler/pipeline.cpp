@@ -71,7 +71,7 @@ ir::Program compile(const ir::Graph& graph, const ir::Target& target) {
     after("assign_channels_last", p);
   }
   if (target.fuse_elementwise) {
-    p = fuse_elementwise(std::move(p));
+    p = fuse_elementwise(std::move(p), target);
     after("fuse_elementwise", p);
   }
   if (target.fuse_reduce_prologue) {

@@ -32,6 +32,13 @@ struct Target {
   // asked with the prologue's shape and the reduced axes.
   bool (*stack_reductions)(const Shape& operand, const std::vector<int64_t>& axes) = nullptr;
   bool plan_memory = false;        // intermediates in one arena per program: memory_plan.h
+  // Whether a fused kernel's costly steps (exp, log, division, square roots, sigmoid and the
+  // like) are cheap beside the memory traffic they can save, as on a GPU: fuse_elementwise.h
+  // then computes a value made of them again in each of its readers, as it does a value of
+  // cheap steps, instead of storing it once and loading it back (a softmax's exponentials,
+  // read by its sum and by its gradient). Unset (the CPU, where an exp costs more than the
+  // float it would load), such values are computed once.
+  bool recompute_costly_steps = false;
   // A bit per DType (1 << int(dtype)): convs of that dtype run on channels-last activations,
   // and the layout spreads to their neighbours (compiler/channels_last.h).
   uint8_t channels_last_convs = 0;
