@@ -27,6 +27,10 @@ __device__ __forceinline__ bf16 f_to_bf16(float f) {
   return (bf16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 __device__ __forceinline__ i64 thread_index() { return (i64)blockIdx.x * blockDim.x + threadIdx.x; }
+// Value k of a 4-vector (float4, ushort4, ...); k a constant once the loop is unrolled.
+template <class V> __device__ __forceinline__ auto lane(const V& v, int k) {
+  return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
+}
 )";
   return text;
 }

@@ -50,6 +50,7 @@ struct ProgramCode {
 //   typedef long long i64; typedef unsigned short bf16;
 //   float bf16_to_f(bf16); bf16 f_to_bf16(float)   (round to nearest even, NaN kept quiet)
 //   i64 thread_index()   (blockIdx.x * blockDim.x + threadIdx.x, as i64)
+//   lane(v, k)           (value k of a 4-vector such as float4 or ushort4)
 const std::string& prelude();
 
 // The code of instruction `i` of `p`: dispatches on its op to the generators below.

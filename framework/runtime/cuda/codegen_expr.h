@@ -63,9 +63,10 @@ void check_loads(const ir::Program& p, const ir::Instr& in);
 
 // Lines computing every value of `f` at flat index `idx` of f.shape, each a `const` named v0,
 // v1, .. in f.compute, reading operand k through pointer xk (pointers()); *last is the result's
-// name.
+// name. Where `loaded` is given and names an expression for load j (not empty), that
+// expression (of the operand's storage type, read already) stands for load j's memory access.
 std::string fusion_values(const ir::Fusion& f, const std::string& idx, const std::string& indent,
-                          std::string* last);
+                          std::string* last, const std::vector<std::string>* loaded = nullptr);
 
 // Blocks of `threads` for `n` elements, one per thread, at most kMaxBlocks (a grid-stride loop
 // covers the rest).

@@ -7,6 +7,15 @@
 // (a broadcast dimension costs nothing), converted to the compute type, the steps run as
 // straight-line code on named values, and the result is converted once, as it is stored. The
 // index is 32-bit unless the result is too large for it.
+//
+// A fusion whose result has a multiple of kVector elements, stored in at most 4 bytes, takes
+// kVector of them a thread instead (vector_loop): its result and every operand it reads whole
+// and in order (a plain contiguous load of at most 4 bytes an element) move as one 4- to
+// 16-byte access per thread, so a warp's access covers 128 to 512 contiguous bytes and each
+// thread has four elements' work in flight. Other loads (broadcasts, strided reads) stay one
+// element at a time. The kernel checks at run time that those addresses are aligned for
+// vector access and otherwise runs the element loop, which the same kernel carries.
+// LOOM_CUDA_VECTOR=0 generates the element loop alone (to compare).
 #include "runtime/cuda/codegen.h"
 #include "runtime/cuda/codegen_expr.h"
 
@@ -16,7 +25,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <optional>
+#include <string>
 
 namespace loom::runtime::cuda {
 namespace gen {
@@ -210,13 +222,16 @@ std::string pointers(const ir::Program& p, const ir::Instr& in, const std::strin
 }
 
 std::string fusion_values(const ir::Fusion& f, const std::string& idx, const std::string& indent,
-                          std::string* last) {
+                          std::string* last, const std::vector<std::string>* loaded) {
   const std::string ct = compute_type(f.compute);
   auto name = [](int v) { return named("v", v); };
   std::string s;
   int v = 0;
   for (const auto& l : f.loads) {
-    const std::string at = named("x", l.arg) + "[" + offset_expr(l.sizes, l.strides, idx) + "]";
+    const auto j = static_cast<std::size_t>(v);
+    const std::string at = loaded && !(*loaded)[j].empty()
+                               ? (*loaded)[j]
+                               : named("x", l.arg) + "[" + offset_expr(l.sizes, l.strides, idx) + "]";
     s += indent + "const " + ct + " " + name(v++) + " = " + load_as(at, l.dtype, f.compute) + ";\n";
   }
   for (const auto& st : f.steps) {
@@ -250,6 +265,37 @@ using ir::Op;
 using namespace gen;
 
 constexpr int kThreads = 256;
+constexpr int kVector = 4;  // elements a thread takes at a time in vector_loop
+
+// LOOM_CUDA_VECTOR, read once: "0" turns vector_loop off.
+bool vector_loops_on() {
+  static const bool on = [] {
+    const char* v = std::getenv("LOOM_CUDA_VECTOR");
+    const std::string s = v ? v : "1";
+    if (s != "0" && s != "1") throw Error("LOOM_CUDA_VECTOR: expected 0 or 1, got '" + s + "'");
+    return s == "1";
+  }();
+  return on;
+}
+
+// The CUDA vector type of kVector values of storage dtype `t`, if it has one (values of at
+// most 4 bytes).
+const char* vector_type(DType t) {
+  switch (t) {
+    case DType::Bool: return "uchar4";
+    case DType::BFloat16: return "ushort4";
+    case DType::Int32: return "int4";
+    case DType::Float32: return "float4";
+    case DType::Int64: case DType::Float64: return nullptr;
+  }
+  return nullptr;
+}
+
+// Whether a fused load reads its operand whole and in order: element i of the result at
+// element i of the operand.
+bool reads_in_order(const ir::FusedLoad& l, int64_t n) {
+  return l.sizes.size() == 1 && l.sizes[0] == n && l.strides[0] == 1;
+}
 
 // A cast between storage dtypes (an op alone): bfloat16 through float32, bool "not zero".
 std::string cast_expr(const std::string& v, DType from, DType to) {
@@ -299,6 +345,60 @@ InstrCode grid_loop(const ir::Program& p, const ir::Instr& in, const std::string
   return code;
 }
 
+// A fusion computed kVector elements a thread (see the top of the file), or none when its
+// result's size or dtype does not allow it: `scalar_body` is the element loop's body, run
+// where an address is not aligned for vector access.
+std::optional<InstrCode> vector_loop(const ir::Program& p, const ir::Instr& in,
+                                     const std::string& prefix, const std::string& scalar_body) {
+  const ir::Fusion& f = *in.fusion;
+  const int64_t n = shape_numel(in.shape);
+  const char* out_vector = vector_type(in.dtype);
+  if (!vector_loops_on() || n % kVector != 0 || n < kThreads * kVector || !out_vector)
+    return std::nullopt;
+  const int64_t groups = n / kVector;
+  const int64_t blocks = blocks_for(groups, kThreads);
+  const std::string I = index_type(n + blocks * kThreads * kVector);
+  const std::string V = std::to_string(kVector);
+  // Each operand read in order comes in as one vector r<j>; lane(r, k) is its k-th value.
+  std::string vectors, addresses = "(unsigned long long)o";
+  std::vector<std::string> loaded(f.loads.size());
+  for (std::size_t j = 0; j < f.loads.size(); ++j) {
+    const ir::FusedLoad& l = f.loads[j];
+    const char* vt = vector_type(l.dtype);
+    if (!reads_in_order(l, n) || !vt) continue;
+    const std::string x = named("x", l.arg), r = named("r", static_cast<int64_t>(j));
+    vectors += "      const " + std::string(vt) + " " + r + " = ((const " + vt + "*)" + x + ")[q];\n";
+    loaded[j] = "lane(" + r + ", k)";
+    addresses += " | (unsigned long long)" + x;
+  }
+  std::string last;
+  const std::string values = fusion_values(f, "e", "        ", &last, &loaded);
+  InstrCode code;
+  const std::string entry = prefix + "_main";
+  code.source =
+      kernel_head(entry, kThreads, in.args.size()) + " {\n" + pointers(p, in, "  ") +
+      "  const " + I + " step = (" + I + ")gridDim.x * blockDim.x;\n" +
+      "  const " + I + " first = (" + I + ")blockIdx.x * blockDim.x + threadIdx.x;\n" +
+      "  if (((" + addresses + ") & 15ull) == 0) {\n" +
+      "    for (" + I + " q = first; q < " + std::to_string(groups) + "; q += step) {\n" +
+      vectors +
+      "      " + storage_type(in.dtype) + " w[" + V + "];\n" +
+      "      #pragma unroll\n" +
+      "      for (int k = 0; k < " + V + "; ++k) {\n" +
+      "        const " + I + " e = q * " + V + " + k;\n" + values +
+      "        w[k] = " + store_as(last, f.compute, in.dtype) + ";\n" +
+      "      }\n" +
+      "      ((" + out_vector + "*)o)[q] = make_" + out_vector + "(w[0], w[1], w[2], w[3]);\n" +
+      "    }\n" +
+      "    return;\n" +
+      "  }\n" +
+      "  for (" + I + " i = first; i < " + std::to_string(n) + "; i += step) {\n" + scalar_body +
+      "  }\n" +
+      "}\n";
+  code.launches.push_back({entry, blocks, kThreads, 0});
+  return code;
+}
+
 }  // namespace
 
 InstrCode elementwise_code(const ir::Program& p, int i, const std::string& prefix) {
@@ -315,6 +415,7 @@ InstrCode elementwise_code(const ir::Program& p, int i, const std::string& prefi
   std::string last;
   std::string body = fusion_values(f, "i", "    ", &last);
   body += "    o[i] = " + store_as(last, f.compute, in.dtype) + ";\n";
+  if (auto code = vector_loop(p, in, prefix, body)) return std::move(*code);
   return grid_loop(p, in, prefix, n, body);
 }
 
