@@ -17,7 +17,7 @@
 // Algorithms are chosen once, when the op is made, from the libraries' heuristics (no timed
 // search, so making an op launches nothing): cuBLASLt's first candidate, cuDNN's first that
 // fits kMaxWorkspace, deterministic ones first for the two gradients so that training repeats
-// bit for bit.
+// bit for bit (LOOM_CUDNN_ALGOS=fastest: the first-ranked, as PyTorch takes them).
 //
 // Alignment. cuBLASLt's heuristic assumes 256-byte aligned operands unless told otherwise,
 // and arena offsets are only 64-byte aligned (memory_plan.cpp), so the main algorithm is
@@ -29,6 +29,7 @@
 #include "runtime/cuda/library_layout.h"
 
 #include <loom/error.h>
+#include <loom/lazy.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -52,6 +53,22 @@ bool tf32_allowed() {
     return v != nullptr && std::string_view(v) == "1";
   }();
   return allowed;
+}
+
+// Whether the convolutions' two gradients take cuDNN's first-ranked algorithm even where it is
+// not deterministic, as PyTorch does without torch.backends.cudnn.deterministic:
+// LOOM_CUDNN_ALGOS=fastest, read once, unless loom::use_deterministic_algorithms is on when the
+// op is made. The default, "deterministic", ranks deterministic ones first, so that training
+// repeats bit for bit (and captured steps match lazy ones).
+bool fastest_conv_gradients() {
+  static const bool fastest = [] {
+    const char* v = std::getenv("LOOM_CUDNN_ALGOS");
+    const std::string s = v ? v : "deterministic";
+    if (s != "deterministic" && s != "fastest")
+      throw Error("LOOM_CUDNN_ALGOS: expected deterministic or fastest, got '" + s + "'");
+    return s == "fastest";
+  }();
+  return fastest && !are_deterministic_algorithms_enabled();
 }
 
 // A library descriptor destroyed with its owner. Destroy's status is dropped: a destructor
@@ -440,6 +457,7 @@ class ConvOp final : public LibraryOp {
     };
     int count = 0;
     int returned = 0;
+    const bool fastest = fastest_conv_gradients();
     if (op_ == ir::Op::Conv2d) {
       check(cudnnGetConvolutionForwardAlgorithmMaxCount(handle, &count),
             "cudnnGetConvolutionForwardAlgorithmMaxCount");
@@ -469,7 +487,7 @@ class ConvOp final : public LibraryOp {
         return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, w_.get(), y_.get(), conv_.get(),
                                                             x_.get(), algo, bytes);
       };
-      auto perf = pick(perfs, true, forced_math, conv_.get(), workspace_, ws);
+      auto perf = pick(perfs, !fastest, forced_math, conv_.get(), workspace_, ws);
       if (!perf) perf = pick(perfs, false, forced_math, conv_.get(), workspace_, ws);
       if (!perf) fail();
       bwd_data_ = perf->algo;
@@ -486,7 +504,7 @@ class ConvOp final : public LibraryOp {
         return cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, x_.get(), y_.get(), conv_.get(),
                                                               w_.get(), algo, bytes);
       };
-      auto perf = pick(perfs, true, forced_math, conv_.get(), workspace_, ws);
+      auto perf = pick(perfs, !fastest, forced_math, conv_.get(), workspace_, ws);
       if (!perf) perf = pick(perfs, false, forced_math, conv_.get(), workspace_, ws);
       if (!perf) fail();
       bwd_filter_ = perf->algo;
