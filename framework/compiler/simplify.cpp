@@ -17,7 +17,10 @@ class Simplifier {
   explicit Simplifier(ir::Program& p) : p_(p), n_in_(static_cast<int>(p.inputs.size())) {}
 
   void run() {
-    for (auto& in : p_.instrs) rewrite(in);
+    for (auto& in : p_.instrs) {
+      rewrite(in);
+      forward_aliases(in);
+    }
   }
 
  private:
@@ -45,6 +48,19 @@ class Simplifier {
     in.args = {slot};
     in.attr = ir::ShapeAttr{in.shape};
     in.fusion = nullptr;
+  }
+
+  // An operand that is a Reshape to its own operand's shape (what alias() leaves, or a
+  // reshape the trace asked for to the same shape) is read as that operand: the value and its
+  // layout are the same, and an elementwise reader then fuses with its producer (an SGD
+  // update's decayed gradient, reshaped to the parameter's own shape, is computed inside the
+  // momentum update instead of being stored and loaded back). Program outputs keep their
+  // slots.
+  void forward_aliases(ir::Instr& in) {
+    for (auto& a : in.args)
+      for (const ir::Instr* src = producer(a);
+           src && src->op == Op::Reshape && same_type(*src, src->args[0]); src = producer(a))
+        a = src->args[0];
   }
 
   static bool identity(const std::vector<int64_t>& perm) {

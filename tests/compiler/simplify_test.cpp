@@ -150,5 +150,29 @@ TEST(Simplify, ARoundingRisesAboveAReshapeIntoTheFusionBeforeIt) {
   for (std::size_t i = 0; i < v.size(); ++i) EXPECT_EQ(got[i], round_to_bfloat16(v[i] * 3.0f)) << i;
 }
 
+// An elementwise value made an alias of itself (x * 1, as an optimizer's dampening of 0 does
+// to a gradient: a Reshape to the same shape) is read through the alias by its elementwise
+// reader: the two fuse, and the value is not stored.
+TEST(Simplify, AnAliasDoesNotKeepTwoElementwiseChainsApart) {
+  test::fresh_engine();
+  std::vector<float> v(4096), m(4096);
+  for (int i = 0; i < 4096; ++i) v[i] = std::sin(0.1f * static_cast<float>(i)), m[i] = 0.25f * v[i];
+  auto g = from_vector(v, {64, 64});
+  auto p = from_vector(m, {64, 64});
+  auto buf = from_vector(v, {64, 64});
+  mark_step();
+  auto d = (g + p * 0.01) * 1.0;
+  auto next = buf * 0.9 + d;
+  auto program = test::compile_for_cpu(test::graph_of(next));
+  int fused = 0;
+  for (const auto& in : program.instrs) fused += in.fusion != nullptr;
+  EXPECT_EQ(fused, 1) << ir::to_text(program);
+  const auto got = next.to_vector<float>();
+  for (int i = 0; i < 4096; ++i) {  // (the fused code may contract a multiply and add)
+    const double want = v[i] * 0.9 + (v[i] + m[i] * 0.01);
+    EXPECT_NEAR(got[i], want, 1e-6 * (1 + std::abs(want))) << i;
+  }
+}
+
 }  // namespace
 }  // namespace loom
