@@ -22,6 +22,12 @@
 #                                    $OUT/train_resnet.log too when $OUT is set
 #   tools/gpu-run.sh all [args]      there: the CUDA suite (default filter), then the benchmark
 #                                    with [args], even if the suite failed; non-zero if either failed
+#   tools/gpu-run.sh ab [args]       there: loom_bench's training rows (captured) with each of the
+#                                    switches below off and on, twice in turn, so that one call
+#                                    says what each is worth on the GPU: LOOM_CUDA_VECTOR,
+#                                    LOOM_RECOMPUTE_COSTLY, LOOM_CUDNN_ALGOS (README, environment
+#                                    variables). [args] replace the default loom_bench arguments;
+#                                    the rows also go to $OUT/ab.txt when $OUT is set
 #
 # With the device tool: run `tools/gpu-run.sh pack`, then a run whose command is
 # `tools/gpu-run.sh run` (or `bench ...`, or `all ...`) with carry [".gpu"]. Nothing is
@@ -127,8 +133,28 @@ bench() {
   python3 "$root/bench/vs_pytorch.py" --device cuda --loom-bench "$dir/bin/loom_bench" $save "$@"
 }
 
+# loom_bench with each switch at its default and at its other value, twice in turn.
+ab() {
+  unpack
+  [ $# -gt 0 ] || set -- --device cuda --sections train --models resnet18,decoder --modes captured \
+                          --precision fp32,bf16 --batch resnet18=256,decoder=64 --steps 10
+  out=/dev/null
+  [ -n "${OUT:-}" ] && mkdir -p "$OUT" && out=$OUT/ab.txt
+  for round in 1 2; do
+    for setting in default LOOM_CUDA_VECTOR=0 LOOM_RECOMPUTE_COSTLY=0 LOOM_CUDNN_ALGOS=fastest; do
+      echo "== round $round: $setting" | tee -a "$out"
+      if [ "$setting" = default ]; then
+        "$dir/bin/loom_bench" "$@" 2>/dev/null | grep '^train' | tee -a "$out"
+      else
+        env "$setting" "$dir/bin/loom_bench" "$@" 2>/dev/null | grep '^train' | tee -a "$out"
+      fi
+    done
+  done
+}
+
 case "${1:-}" in
   pack) pack ;;
+  ab) shift; ab "$@" ;;
   run) shift; suite "$@" || exit $? ;;
   bench) shift; bench "$@" || exit $? ;;
   exec) shift; unpack; PATH="$dir/bin:$PATH" "$@" ;;
@@ -153,6 +179,7 @@ case "${1:-}" in
     bench "$@" || s=1
     exit $s ;;
   *) echo "usage: tools/gpu-run.sh pack | run [gtest-args] | bench [vs_pytorch.py args]" \
-          "| exec CMD [args] | train [train_resnet args] | all [vs_pytorch.py args]" >&2
+          "| exec CMD [args] | train [train_resnet args] | all [vs_pytorch.py args]" \
+          "| ab [loom_bench args]" >&2
      exit 2 ;;
 esac
