@@ -1,4 +1,5 @@
 #include "compiler/channels_last.h"
+#include "ir/setting.h"
 
 #include <loom/error.h>
 
@@ -242,13 +243,8 @@ ir::Program assign_channels_last(ir::Program p, const ir::Target& target) {
 }
 
 const std::string& conv_layout_setting() {
-  static const std::string layout = [] {
-    const char* v = std::getenv("LOOM_CONV_LAYOUT");
-    std::string l = v ? v : "auto";
-    if (l != "auto" && l != "nchw" && l != "channels_last")
-      throw Error("LOOM_CONV_LAYOUT: expected auto, nchw or channels_last, got '" + l + "'");
-    return l;
-  }();
+  static const std::string layout =
+      ir::env_setting("LOOM_CONV_LAYOUT", "auto", {"auto", "nchw", "channels_last"});
   return layout;
 }
 

@@ -1,14 +1,13 @@
 #include "compiler/fuse_elementwise.h"
 
 #include "ir/unreachable.h"
+#include "ir/setting.h"
 
 #include <loom/bfloat16.h>
-#include <loom/error.h>
 
 #include <algorithm>
 #include <cassert>
 #include <cmath>
-#include <cstdlib>
 #include <map>
 #include <optional>
 #include <string>
@@ -560,11 +559,8 @@ ir::Program fuse_elementwise(ir::Program p, const ir::Target& target) {
 
 std::optional<bool> recompute_costly_setting() {
   static const std::optional<bool> setting = []() -> std::optional<bool> {
-    const char* v = std::getenv("LOOM_RECOMPUTE_COSTLY");
-    if (!v) return std::nullopt;
-    const std::string s = v;
-    if (s != "0" && s != "1")
-      throw Error("LOOM_RECOMPUTE_COSTLY: expected 0 or 1, got '" + s + "'");
+    const std::string s = ir::env_setting("LOOM_RECOMPUTE_COSTLY", "", {"0", "1"});
+    if (s.empty()) return std::nullopt;
     return s == "1";
   }();
   return setting;

@@ -12,6 +12,7 @@
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/kernels_fused.h"
 #include "runtime/cpu/onednn.h"
+#include "ir/setting.h"
 
 #include <loom/error.h>
 #include <loom/metrics.h>
@@ -248,13 +249,7 @@ bool float32_channels_last(DType dtype, const ir::Conv2dAttr& attr, const Shape&
 // LOOM_STACK_REDUCTIONS, read once: 0 keeps sibling sums apart (compiler/stack_reductions.h),
 // to compare; 1 (the default) stacks them.
 bool stack_reductions_setting() {
-  static const bool on = [] {
-    const char* v = std::getenv("LOOM_STACK_REDUCTIONS");
-    const std::string s = v ? v : "1";
-    if (s != "0" && s != "1")
-      throw Error("LOOM_STACK_REDUCTIONS: expected 0 or 1, got '" + s + "'");
-    return s == "1";
-  }();
+  static const bool on = ir::env_setting("LOOM_STACK_REDUCTIONS", "1", {"0", "1"}) == "1";
   return on;
 }
 

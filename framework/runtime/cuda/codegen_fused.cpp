@@ -20,12 +20,12 @@
 #include "runtime/cuda/codegen_expr.h"
 
 #include "ir/unreachable.h"
+#include "ir/setting.h"
 
 #include <loom/error.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <string>
@@ -269,12 +269,7 @@ constexpr int kVector = 4;  // elements a thread takes at a time in vector_loop
 
 // LOOM_CUDA_VECTOR, read once: "0" turns vector_loop off.
 bool vector_loops_on() {
-  static const bool on = [] {
-    const char* v = std::getenv("LOOM_CUDA_VECTOR");
-    const std::string s = v ? v : "1";
-    if (s != "0" && s != "1") throw Error("LOOM_CUDA_VECTOR: expected 0 or 1, got '" + s + "'");
-    return s == "1";
-  }();
+  static const bool on = ir::env_setting("LOOM_CUDA_VECTOR", "1", {"0", "1"}) == "1";
   return on;
 }
 

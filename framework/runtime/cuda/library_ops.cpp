@@ -27,6 +27,7 @@
 
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/library_layout.h"
+#include "ir/setting.h"
 
 #include <loom/error.h>
 #include <loom/lazy.h>
@@ -61,13 +62,8 @@ bool tf32_allowed() {
 // op is made. The default, "deterministic", ranks deterministic ones first, so that training
 // repeats bit for bit (and captured steps match lazy ones).
 bool fastest_conv_gradients() {
-  static const bool fastest = [] {
-    const char* v = std::getenv("LOOM_CUDNN_ALGOS");
-    const std::string s = v ? v : "deterministic";
-    if (s != "deterministic" && s != "fastest")
-      throw Error("LOOM_CUDNN_ALGOS: expected deterministic or fastest, got '" + s + "'");
-    return s == "fastest";
-  }();
+  static const bool fastest =
+      ir::env_setting("LOOM_CUDNN_ALGOS", "deterministic", {"deterministic", "fastest"}) == "fastest";
   return fastest && !are_deterministic_algorithms_enabled();
 }
 

@@ -7,6 +7,7 @@
 #include "runtime/cpu/conv/conv_winograd.h"
 #include "runtime/cpu/conv/conv_winograd_bf16.h"
 #include "runtime/cpu/onednn.h"
+#include "ir/setting.h"
 
 #include <loom/error.h>
 #include <loom/lazy.h>
@@ -164,12 +165,7 @@ constexpr int64_t kBf16WinogradMinGradPositions = 17;  // the input gradient's p
 // its transformed operands to bfloat16, a few times a direct conv's rounding error
 // (conv_winograd_bf16.h).
 bool bf16_winograd_allowed() {
-  static const bool allowed = [] {
-    const char* v = std::getenv("LOOM_BF16_WINOGRAD");
-    if (!v || std::strcmp(v, "1") == 0) return true;
-    if (std::strcmp(v, "0") == 0) return false;
-    throw Error(std::string("LOOM_BF16_WINOGRAD: expected 0 or 1, got '") + v + "'");
-  }();
+  static const bool allowed = ir::env_setting("LOOM_BF16_WINOGRAD", "1", {"0", "1"}) == "1";
   return allowed;
 }
 
