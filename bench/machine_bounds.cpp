@@ -151,8 +151,8 @@ void bench_loom_matmul(const Options& o, const Bounds& bounds, Table& t) {
       wait_device_ops();
     });
     double g = gemm_gflops(kLoomMatmul, s);
-    t.add({.section = "gemm", .benchmark = "loom matmul 2048^3", .mode = "lazy", .precision = precision,
-           .time = format_time(s), .gflops = format("%.1f", g),
+    t.add({.section = "gemm", .benchmark = "loom matmul 2048^3", .mode = "lazy",
+           .precision = precision, .time = format_time(s), .gflops = format("%.1f", g),
            .peak = percent(g / peak_gflops(bounds, precision)),
            .ratio = format("%.2f", g / bounds.sgemm_gflops), .vs = "speed/SGEMM"});
   }

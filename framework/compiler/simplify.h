@@ -10,7 +10,8 @@
 // So a weight transposed in a Linear layer's forward and transposed back in its input
 // gradient is read as it is stored. An instruction reading such an alias (a Reshape to its
 // operand's own shape) reads the operand instead, so the alias does not stand between an
-// elementwise producer and its reader when they fuse. Producers left unread are removed by dead_code.cpp.
+// elementwise producer and its reader when they fuse. Producers left unread are removed by
+// dead_code.cpp.
 //
 // Every rewrite is exact in IEEE arithmetic (x + 0 is not rewritten: -0 + 0 is +0). Assumes
 // lowering's program: instructions in topological order, constants as Constant instructions

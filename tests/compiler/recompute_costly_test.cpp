@@ -56,7 +56,8 @@ std::vector<std::vector<unsigned char>> run(const ir::Graph& g, const ir::Target
 int float32_results(const ir::Program& p, int64_t elements) {
   int n = 0;
   for (const auto& in : p.instrs)
-    n += in.op != ir::Op::Reshape && in.dtype == DType::Float32 && shape_numel(in.shape) == elements;
+    n += in.op != ir::Op::Reshape && in.dtype == DType::Float32 &&
+         shape_numel(in.shape) == elements;
   return n;
 }
 
@@ -100,7 +101,8 @@ TEST(RecomputeCostly, SoftmaxExponentialsAreComputedInTheirReaders) {
   const auto recomputed = compiler::compile(g, cpu_target_with(true));
   EXPECT_GE(float32_results(stored, rows * classes), 1) << ir::to_text(stored);
   EXPECT_EQ(float32_results(recomputed, rows * classes), 0)
-      << "only the gradient, in bfloat16, is stored at the logits' size\n" << ir::to_text(recomputed);
+      << "only the gradient, in bfloat16, is stored at the logits' size\n"
+      << ir::to_text(recomputed);
   EXPECT_EQ(fused_steps(stored, ir::Op::Exp), 1) << ir::to_text(stored);
   EXPECT_GE(fused_steps(recomputed, ir::Op::Exp), 2) << ir::to_text(recomputed);
   const auto got = run(g, cpu_target_with(true));

@@ -41,16 +41,19 @@ template <class To, class From> To bits(From f) { To t; std::memcpy(&t, &f, size
 inline float __uint_as_float(unsigned u) { return bits<float>(u); }
 inline unsigned __float_as_uint(float f) { return bits<unsigned>(f); }
 inline double __longlong_as_double(long long u) { return bits<double>(u); }
-inline int atomicCAS(int* p, int expected, int v) { int old = *p; if (old == expected) *p = v; return old; }
+inline int atomicCAS(int* p, int expected, int v) {
+  const int old = *p;
+  if (old == expected) *p = v;
+  return old;
+}
 template <class T> struct Vec4 { T x, y, z, w; };
 using float4 = Vec4<float>; using int4 = Vec4<int>;
 using ushort4 = Vec4<unsigned short>; using uchar4 = Vec4<unsigned char>;
 template <class T> Vec4<T> make4(T a, T b, T c, T d) { return {a, b, c, d}; }
 inline float4 make_float4(float a, float b, float c, float d) { return make4(a, b, c, d); }
 inline int4 make_int4(int a, int b, int c, int d) { return make4(a, b, c, d); }
-inline ushort4 make_ushort4(unsigned short a, unsigned short b, unsigned short c, unsigned short d) {
-  return make4(a, b, c, d);
-}
+using u16 = unsigned short;
+inline ushort4 make_ushort4(u16 a, u16 b, u16 c, u16 d) { return make4(a, b, c, d); }
 inline uchar4 make_uchar4(unsigned char a, unsigned char b, unsigned char c, unsigned char d) {
   return make4(a, b, c, d);
 }
@@ -145,19 +148,22 @@ std::vector<unsigned char> emulate(const Tensor& out, std::size_t shift, bool* v
   placed.reserve(in.args.size() + 1);
   std::vector<const void*> args;
   for (int slot : in.args) {
-    while (slot >= n_in && p.instrs[slot - n_in].op == ir::Op::Reshape) slot = p.instrs[slot - n_in].args[0];
+    while (slot >= n_in && p.instrs[slot - n_in].op == ir::Op::Reshape)
+      slot = p.instrs[slot - n_in].args[0];
     if (slot >= n_in) {
       ADD_FAILURE() << "operand $" << slot << " is computed, not an input\n" << ir::to_text(p);
       return {};
     }
     auto buf = std::static_pointer_cast<runtime::DeviceBuffer>(g.nodes[g.inputs[slot]]->payload());
     const auto& storage = buf->wait("emulate");
-    std::vector<unsigned char> b(static_cast<std::size_t>(shape_numel(buf->shape)) * dtype_size(buf->dtype));
+    std::vector<unsigned char> b(static_cast<std::size_t>(shape_numel(buf->shape)) *
+                                 dtype_size(buf->dtype));
     std::memcpy(b.data(), storage.data(), b.size());
     placed.emplace_back(b, shift);
     args.push_back(placed.back().data());
   }
-  const std::size_t out_bytes = static_cast<std::size_t>(shape_numel(in.shape)) * dtype_size(in.dtype);
+  const std::size_t out_bytes =
+      static_cast<std::size_t>(shape_numel(in.shape)) * dtype_size(in.dtype);
   placed.emplace_back(std::vector<unsigned char>(out_bytes, 0xEE), shift);
   HostKernels kernels(code, in.args.size());
   kernels.run(code, placed.back().data(), args);

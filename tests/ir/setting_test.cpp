@@ -16,7 +16,8 @@ TEST(EnvSetting, FallbackAllowedValueAndError) {
   ::setenv(kName, "nchw", 1);
   EXPECT_EQ(ir::env_setting(kName, "auto", {"auto", "nchw", "channels_last"}), "nchw");
   ::setenv(kName, "NCHW", 1);
-  const auto message = test::error_of([] { ir::env_setting(kName, "auto", {"auto", "nchw", "channels_last"}); });
+  const auto message =
+      test::error_of([] { ir::env_setting(kName, "auto", {"auto", "nchw", "channels_last"}); });
   EXPECT_EQ(message, std::string(kName) + ": expected auto, nchw or channels_last, got 'NCHW'");
   ::setenv(kName, "", 1);
   EXPECT_EQ(test::error_of([] { ir::env_setting(kName, "1", {"0", "1"}); }),

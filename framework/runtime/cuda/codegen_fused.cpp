@@ -19,8 +19,8 @@
 #include "runtime/cuda/codegen.h"
 #include "runtime/cuda/codegen_expr.h"
 
-#include "ir/unreachable.h"
 #include "ir/setting.h"
+#include "ir/unreachable.h"
 
 #include <loom/error.h>
 
@@ -229,9 +229,10 @@ std::string fusion_values(const ir::Fusion& f, const std::string& idx, const std
   int v = 0;
   for (const auto& l : f.loads) {
     const auto j = static_cast<std::size_t>(v);
-    const std::string at = loaded && !(*loaded)[j].empty()
-                               ? (*loaded)[j]
-                               : named("x", l.arg) + "[" + offset_expr(l.sizes, l.strides, idx) + "]";
+    const std::string at =
+        loaded && !(*loaded)[j].empty()
+            ? (*loaded)[j]
+            : named("x", l.arg) + "[" + offset_expr(l.sizes, l.strides, idx) + "]";
     s += indent + "const " + ct + " " + name(v++) + " = " + load_as(at, l.dtype, f.compute) + ";\n";
   }
   for (const auto& st : f.steps) {
@@ -362,7 +363,8 @@ std::optional<InstrCode> vector_loop(const ir::Program& p, const ir::Instr& in,
     const char* vt = vector_type(l.dtype);
     if (!reads_in_order(l, n) || !vt) continue;
     const std::string x = named("x", l.arg), r = named("r", static_cast<int64_t>(j));
-    vectors += "      const " + std::string(vt) + " " + r + " = ((const " + vt + "*)" + x + ")[q];\n";
+    vectors += "      const " + std::string(vt) + " " + r + " = ((const " + vt + "*)" + x +
+               ")[q];\n";
     loaded[j] = "lane(" + r + ", k)";
     addresses += " | (unsigned long long)" + x;
   }

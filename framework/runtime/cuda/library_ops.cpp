@@ -63,7 +63,8 @@ bool tf32_allowed() {
 // repeats bit for bit (and captured steps match lazy ones).
 bool fastest_conv_gradients() {
   static const bool fastest =
-      ir::env_setting("LOOM_CUDNN_ALGOS", "deterministic", {"deterministic", "fastest"}) == "fastest";
+      ir::env_setting("LOOM_CUDNN_ALGOS", "deterministic", {"deterministic", "fastest"}) ==
+      "fastest";
   return fastest && !are_deterministic_algorithms_enabled();
 }
 
