@@ -1,4 +1,5 @@
 #include "compiler/channels_last.h"
+
 #include "ir/setting.h"
 
 #include <loom/error.h>

@@ -1,7 +1,7 @@
 #include "compiler/fuse_elementwise.h"
 
-#include "ir/unreachable.h"
 #include "ir/setting.h"
+#include "ir/unreachable.h"
 
 #include <loom/bfloat16.h>
 
@@ -554,16 +554,10 @@ class Fuser {
 }  // namespace
 
 ir::Program fuse_elementwise(ir::Program p, const ir::Target& target) {
-  return Fuser(p, recompute_costly_setting().value_or(target.recompute_costly_steps)).run();
-}
-
-std::optional<bool> recompute_costly_setting() {
-  static const std::optional<bool> setting = []() -> std::optional<bool> {
-    const std::string s = ir::env_setting("LOOM_RECOMPUTE_COSTLY", "", {"0", "1"});
-    if (s.empty()) return std::nullopt;
-    return s == "1";
-  }();
-  return setting;
+  // LOOM_RECOMPUTE_COSTLY, read once: "0" or "1" overrides the target's choice.
+  static const std::string setting = ir::env_setting("LOOM_RECOMPUTE_COSTLY", "", {"0", "1"});
+  const bool costly = setting.empty() ? target.recompute_costly_steps : setting == "1";
+  return Fuser(p, costly).run();
 }
 
 }  // namespace loom::compiler

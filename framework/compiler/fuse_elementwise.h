@@ -26,24 +26,20 @@
 // conv output and gradient it is computed from). Any other producer read by several
 // instructions, or that is a program output, heads a fusion of its own and is computed once.
 //
-// Assumes: instructions in topological order; elementwise operands have the result's shape.
 // On a target with recompute_costly_steps (ir/target.h), "cheap" takes in the transcendental
 // steps and division too: a softmax's exponentials, computed from the bfloat16 logits, are
 // then computed in its sum's prologue and in its gradient instead of going to memory in
-// float32 and coming back twice.
+// float32 and coming back twice. LOOM_RECOMPUTE_COSTLY=0|1 overrides the target's choice (to
+// compare the two on one device).
+//
+// Assumes: instructions in topological order; elementwise operands have the result's shape.
 #pragma once
 
 #include "ir/program.h"
 #include "ir/target.h"
 
-#include <optional>
-
 namespace loom::compiler {
 
 ir::Program fuse_elementwise(ir::Program p, const ir::Target& target);
-
-// LOOM_RECOMPUTE_COSTLY, read once: "1" or "0" overrides a target's recompute_costly_steps
-// (to compare the two on one device); unset, none.
-std::optional<bool> recompute_costly_setting();
 
 }  // namespace loom::compiler

@@ -53,9 +53,8 @@ class Simplifier {
   // An operand that is a Reshape to its own operand's shape (what alias() leaves, or a
   // reshape the trace asked for to the same shape) is read as that operand: the value and its
   // layout are the same, and an elementwise reader then fuses with its producer (an SGD
-  // update's decayed gradient, reshaped to the parameter's own shape, is computed inside the
-  // momentum update instead of being stored and loaded back). Program outputs keep their
-  // slots.
+  // update's decayed gradient, times a dampening factor of 1, is computed inside the momentum
+  // update instead of being stored and loaded back). Program outputs keep their slots.
   void forward_aliases(ir::Instr& in) {
     for (auto& a : in.args)
       for (const ir::Instr* src = producer(a);

@@ -4,15 +4,15 @@
 
 #include "compiler/channels_last.h"
 
+#include "ir/setting.h"
 #include "runtime/cpu/allocator.h"
 #include "runtime/cpu/conv/conv_algorithm.h"
-#include "runtime/device_queue.h"
-#include "runtime/donation.h"
 #include "runtime/cpu/heap_count.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/kernels_fused.h"
 #include "runtime/cpu/onednn.h"
-#include "ir/setting.h"
+#include "runtime/device_queue.h"
+#include "runtime/donation.h"
 
 #include <loom/error.h>
 #include <loom/metrics.h>

@@ -25,9 +25,9 @@
 // is less aligned than that.
 #include "runtime/cuda/library_ops.h"
 
+#include "ir/setting.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/library_layout.h"
-#include "ir/setting.h"
 
 #include <loom/error.h>
 #include <loom/lazy.h>

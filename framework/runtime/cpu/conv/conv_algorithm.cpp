@@ -1,13 +1,13 @@
 // The conv algorithm choice (conv_algorithm.h), with the measurements behind each threshold.
 #include "runtime/cpu/conv/conv_algorithm.h"
 
+#include "ir/setting.h"
 #include "runtime/cpu/conv/conv_direct.h"
 #include "runtime/cpu/conv/conv_matmul.h"
 #include "runtime/cpu/conv/conv_weight_bf16.h"
 #include "runtime/cpu/conv/conv_winograd.h"
 #include "runtime/cpu/conv/conv_winograd_bf16.h"
 #include "runtime/cpu/onednn.h"
-#include "ir/setting.h"
 
 #include <loom/error.h>
 #include <loom/lazy.h>
