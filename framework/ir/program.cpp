@@ -38,6 +38,22 @@ const char* kernel_name(const Instr& in) {
   return in.fusion && op_info(in.op).group != OpGroup::Reduce ? "fused" : op_name(in.op);
 }
 
+bool index_uniform_inner(const Program& p, int slot, std::size_t dim) {
+  const Shape& is = p.slot_type(slot).shape;
+  int64_t inner = 1;
+  for (std::size_t d = dim + 1; d < is.size(); ++d) inner *= is[d];
+  if (inner == 1) return true;
+  const int inputs = static_cast<int>(p.inputs.size());
+  if (slot < inputs) return false;
+  const auto& e = p.instrs[static_cast<std::size_t>(slot - inputs)];
+  if (e.op != Op::Expand) return false;
+  const Shape& from = p.slot_type(e.args[0]).shape;
+  if (from.size() != is.size()) return false;
+  for (std::size_t d = dim + 1; d < from.size(); ++d)
+    if (from[d] != 1) return false;
+  return true;
+}
+
 std::string to_text(const Program& p) {
   std::ostringstream os;
   os << "program " << std::hex << p.hash << std::dec << " (" << p.inputs.size() << " inputs, "

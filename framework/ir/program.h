@@ -100,6 +100,12 @@ struct Program {
 // One line per input and instruction (fused ones list their steps), for dumps and tests.
 std::string to_text(const Program& p);
 
+// Whether every line of the index in `slot` along its dims after `dim` holds one value: the
+// slot is an Expand of something of size 1 in all of those dims (the embedding gradient's
+// index [T] expanded to [T, D]), or there is no inner extent at all. A ScatterAdd over such an
+// index adds whole rows of its source (both backends' kernels take that path).
+bool index_uniform_inner(const Program& p, int slot, std::size_t dim);
+
 // The name of an instruction's kernel in profiler traces, the same on every backend: its op
 // ("conv2d", "conv2d_grad_weight", ...), "fused" for a fused elementwise kernel (a fused
 // reduction keeps the reduction's name).

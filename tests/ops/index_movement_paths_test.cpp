@@ -7,7 +7,9 @@
 
 #include <loom/autograd.h>
 
+#include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace loom {
@@ -62,6 +64,55 @@ TEST(IndexMovementPaths, AnEmbeddingGradientAddsEveryPickedRow) {
       want[static_cast<std::size_t>(idx[static_cast<std::size_t>(i)] * dim + c)] +=
           gv[static_cast<std::size_t>(i * dim + c)];
   EXPECT_EQ(table.grad().to_vector<float>(), want);
+}
+
+// The same gradient with values whose sums depend on their order: the CPU adds whole rows
+// (scatter_add_rows_kernel, the index being an Expand of one value per row) in index order,
+// so every element gets the bits of a serial sum in that order. Added onto a table that is
+// not zero, through scatter_add itself, over two outer positions.
+TEST(IndexMovementPaths, ARowScatterAddsInIndexOrder) {
+  test::fresh_engine();
+  const int64_t outer = 2, vocab = 40, dim = 200, picks = 90;
+  std::vector<float> base(static_cast<std::size_t>(outer * vocab * dim));
+  for (std::size_t i = 0; i < base.size(); ++i) base[i] = std::sin(0.37f * static_cast<float>(i));
+  std::vector<int64_t> idx(static_cast<std::size_t>(outer * picks));
+  for (std::size_t i = 0; i < idx.size(); ++i)
+    idx[i] = static_cast<int64_t>((i * 7 + i / 5) % static_cast<std::size_t>(vocab));
+  std::vector<float> src(static_cast<std::size_t>(outer * picks * dim));
+  for (std::size_t i = 0; i < src.size(); ++i)
+    src[i] = std::cos(0.11f * static_cast<float>(i)) * 3;
+  auto self = from_vector(base, {outer, vocab, dim});
+  auto index = from_vector(idx, {outer, picks, 1});
+  auto values = from_vector(src, {outer, picks, dim});
+  mark_step();
+  auto out = scatter_add(self, 1, index.expand({outer, picks, dim}), values);
+  const auto p = test::compile_for_cpu(test::graph_of(out));
+  const auto& scatter = p.instrs.back();
+  ASSERT_EQ(scatter.op, ir::Op::ScatterAdd) << ir::to_text(p);
+  EXPECT_TRUE(ir::index_uniform_inner(p, scatter.args[1], 1)) << ir::to_text(p);
+  std::vector<float> want = base;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t t = 0; t < picks; ++t)
+      for (int64_t c = 0; c < dim; ++c) {
+        const int64_t row = idx[static_cast<std::size_t>(o * picks + t)];
+        want[static_cast<std::size_t>((o * vocab + row) * dim + c)] +=
+            src[static_cast<std::size_t>((o * picks + t) * dim + c)];
+      }
+  EXPECT_EQ(out.to_vector<float>(), want);
+}
+
+// An index out of range on that path is an error naming it, as on the element path.
+TEST(IndexMovementPaths, ARowScatterNamesAnIndexOutOfRange) {
+  test::fresh_engine();
+  auto self = zeros({5, 64});
+  auto index = from_vector(std::vector<int64_t>{1, 5, 2}, {3, 1});
+  auto values = ones({3, 64});
+  mark_step();
+  auto out = scatter_add(self, 0, index.expand({3, 64}), values);
+  const auto message = test::error_of([&] { out.to_vector<float>(); });
+  EXPECT_NE(message.find("scatter_add: index 5 is out of range for dimension 0 of size 5"),
+            std::string::npos)
+      << message;
 }
 
 }  // namespace

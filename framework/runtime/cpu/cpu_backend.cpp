@@ -86,6 +86,13 @@ class CpuExecutable final : public Executable {
     }
     fused_code.resize(program.instrs.size());
     stacks.resize(program.instrs.size());
+    scatter_rows.resize(program.instrs.size());
+    for (std::size_t i = 0; i < program.instrs.size(); ++i) {
+      const auto& in = program.instrs[i];
+      if (in.op == ir::Op::ScatterAdd)
+        scatter_rows[i] = ir::index_uniform_inner(
+            program, in.args[1], static_cast<std::size_t>(in.attr.get<ir::DimAttr>().dim));
+    }
     for (std::size_t i = 0; i < program.instrs.size(); ++i) {
       const auto& in = program.instrs[i];
       // A sum's or mean's prologue over channels-last rows also folds them from registers.
@@ -121,6 +128,8 @@ class CpuExecutable final : public Executable {
     std::unique_ptr<const StackedFold> fold;  // all of them folded in one pass, or nullptr
   };
   std::vector<Stack> stacks;
+  // Per instruction: a ScatterAdd whose index holds one value per line (scatter_add_rows_kernel).
+  std::vector<uint8_t> scatter_rows;
   // Run state, touched only by the device thread. The kernels' views (dtype and shape) are
   // made once here; a run only points them at this run's buffers, so it copies no shapes.
   mutable std::shared_ptr<Storage> arena;
@@ -178,6 +187,8 @@ int run_program(const CpuExecutable& exe, const BufferList& inputs, const Buffer
     profiler::Trace span(span_name);
     if (in.epilogue.active())
       epilogue_kernel(in.op, in.attr, in.epilogue, views, out);
+    else if (exe.scatter_rows[i])
+      scatter_add_rows_kernel(in.attr, views[0], views[1], views[2], out);
     else if (!in.fusion)
       run_kernel(in.op, in.attr, views, out);
     else if (!in.stacked.empty())

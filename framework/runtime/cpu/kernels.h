@@ -29,4 +29,13 @@ struct TensorView {
 void run_kernel(ir::Op op, const ir::Attr& attr, std::span<const TensorView> in,
                 const TensorView& out);
 
+// ScatterAdd (self, index, src) where every line of the index along the dims after `dim`
+// holds one value (ir::index_uniform_inner: the embedding gradient's index [T] expanded to
+// [T, D]): whole rows of src are added, each at its line's first index, in the order and with
+// the bits of run_kernel's ScatterAdd. Falls back to it where the index's inner dims are not
+// self's.
+void scatter_add_rows_kernel(const ir::Attr& attr, const TensorView& self,
+                             const TensorView& index, const TensorView& src,
+                             const TensorView& out);
+
 }  // namespace loom::runtime

@@ -112,6 +112,41 @@ void scatter_add_typed(const IndexLayout& l, const int64_t* idx, const T* src, T
   });
 }
 
+// out = self, split among the threads (nothing to do where the result took self's buffer).
+void copy_self(const TensorView& self, const TensorView& out) {
+  if (out.data == self.data) return;
+  const int64_t bytes = out.numel() * static_cast<int64_t>(dtype_size(out.dtype));
+  const auto* from = static_cast<const unsigned char*>(self.data);
+  auto* to = static_cast<unsigned char*>(out.data);
+  parallel_range(bytes, kGrainElementwise * 4, [&](int64_t b, int64_t e) {
+    std::memcpy(to + b, from + b, static_cast<std::size_t>(e - b));
+  });
+}
+
+// scatter_add_rows_kernel's loop: a task owns one outer position and a block of columns of
+// the rows, and adds the source rows into it in index order, as scatter_add_typed does
+// element by element, so each element sees the same additions in the same order.
+template <class T>
+void scatter_add_rows_typed(const IndexLayout& l, const int64_t* idx, const T* src, T* po) {
+  // About 8 column blocks a row (multiples of 16 elements, at least 64), so that every thread
+  // has some when the outer positions are few (an embedding's gradient has one).
+  const int64_t block = std::max<int64_t>(64, (l.inner + 7) / 8 / 16 * 16);
+  const int64_t blocks = (l.inner + block - 1) / block;
+  parallel_range(l.outer * blocks, 1, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t o = t / blocks, q0 = (t % blocks) * block;
+      const int64_t q1 = std::min(l.inner, q0 + block);
+      T* base = po + outer_offset(l, o);
+      for (int64_t i = 0; i < l.len; ++i) {
+        const int64_t at = (o * l.len + i) * l.inner;
+        T* row = base + idx[at] * l.dim_stride;
+        const T* from = src + at;
+        for (int64_t q = q0; q < q1; ++q) row[q] += from[q];
+      }
+    }
+  });
+}
+
 }  // namespace
 
 void gather_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& index,
@@ -152,19 +187,39 @@ void scatter_add_kernel(const ir::Attr& attr, const TensorView& self, const Tens
                         const TensorView& src, const TensorView& out) {
   auto dim = static_cast<std::size_t>(attr.get<ir::DimAttr>().dim);
   check_indices("scatter_add", index, dim, self.shape[dim]);
-  if (out.data != self.data) {  // the copy of self, split among the threads
-    const int64_t bytes = out.numel() * static_cast<int64_t>(dtype_size(out.dtype));
-    const auto* from = static_cast<const unsigned char*>(self.data);
-    auto* to = static_cast<unsigned char*>(out.data);
-    parallel_range(bytes, kGrainElementwise * 4, [&](int64_t b, int64_t e) {
-      std::memcpy(to + b, from + b, static_cast<std::size_t>(e - b));
-    });
-  }
+  copy_self(self, out);
   if (index.numel() == 0) return;
   IndexLayout l = index_layout(self.shape, index.shape, dim);
   visit_numeric("scatter_add", out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     scatter_add_typed<T>(l, index.as<const int64_t>(), src.as<const T>(), out.as<T>());
+  });
+}
+
+void scatter_add_rows_kernel(const ir::Attr& attr, const TensorView& self,
+                             const TensorView& index, const TensorView& src,
+                             const TensorView& out) {
+  const auto dim = static_cast<std::size_t>(attr.get<ir::DimAttr>().dim);
+  // Rows are contiguous in self only where the index spans self's inner dims.
+  const bool rows = index.shape.size() == self.shape.size() &&
+                    std::equal(index.shape.begin() + static_cast<std::ptrdiff_t>(dim) + 1,
+                               index.shape.end(),
+                               self.shape.begin() + static_cast<std::ptrdiff_t>(dim) + 1);
+  if (!rows) return scatter_add_kernel(attr, self, index, src, out);
+  // Only each line's first index is read, so only those are checked.
+  const int64_t size = self.shape[dim];
+  const int64_t inner = dims_product(index.shape, dim + 1, index.shape.size());
+  const int64_t lines = inner > 0 ? index.numel() / inner : 0;
+  const int64_t* p = index.as<const int64_t>();
+  for (int64_t k = 0; k < lines; ++k)
+    if (p[k * inner] < 0 || p[k * inner] >= size)
+      index_error("scatter_add", p[k * inner], dim, size);
+  copy_self(self, out);
+  if (index.numel() == 0) return;
+  const IndexLayout l = index_layout(self.shape, index.shape, dim);
+  visit_numeric("scatter_add", out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    scatter_add_rows_typed<T>(l, p, src.as<const T>(), out.as<T>());
   });
 }
 

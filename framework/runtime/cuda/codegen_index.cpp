@@ -113,21 +113,6 @@ InstrCode one_hot_code(const ir::Program& p, int i, const std::string& prefix) {
   return {Runs::Kernels, std::move(src), {text::flat_launch(entry, n)}};
 }
 
-// Whether every line of the index along its inner dims (after `dim`) holds one value: it is
-// an Expand of something of size 1 there, or there is no inner extent at all.
-bool index_uniform_inner(const ir::Program& p, int slot, std::size_t dim) {
-  const Shape& is = p.slot_type(slot).shape;
-  if (product(is, dim + 1, is.size()) == 1) return true;
-  const int inputs = static_cast<int>(p.inputs.size());
-  if (slot < inputs) return false;
-  const auto& e = p.instrs[static_cast<std::size_t>(slot - inputs)];
-  if (e.op != ir::Op::Expand) return false;
-  const Shape& from = p.slot_type(e.args[0]).shape;
-  for (std::size_t d = dim + 1; d < from.size(); ++d)
-    if (from[d] != 1) return false;
-  return from.size() == is.size();
-}
-
 InstrCode scatter_add_code(const ir::Program& p, int i, const std::string& prefix) {
   const auto& in = p.instrs[static_cast<std::size_t>(i)];
   const auto dim = static_cast<std::size_t>(in.attr.get<ir::DimAttr>().dim);
@@ -170,7 +155,7 @@ InstrCode scatter_add_code(const ir::Program& p, int i, const std::string& prefi
     return std::pair{std::max<int64_t>(1, (size + rows - 1) / rows), rows};
   };
 
-  if (index_uniform_inner(p, in.args[1], dim)) {
+  if (ir::index_uniform_inner(p, in.args[1], dim)) {
     // About 512 blocks: enough to fill a GPU, few enough that the index reads stay cheap.
     const auto [vblocks, rows] = split((512 + outer - 1) / outer);
     const std::string entry = prefix + "_scatter_rows";
