@@ -139,9 +139,6 @@ ir::Program move_casts_across_movement(ir::Program p, const ir::Target& target) 
 ir::Program read_exact_roundings(ir::Program p) {
   const auto n_in = static_cast<int>(p.inputs.size());
   const auto n = static_cast<int>(p.instrs.size());
-  auto producer = [&](int slot) -> const ir::Instr* {
-    return slot >= n_in ? &p.instrs[static_cast<std::size_t>(slot - n_in)] : nullptr;
-  };
   auto is_float = [](DType t) { return t == DType::Float32 || t == DType::Float64; };
   // Per instruction: every value it makes is a bfloat16 value (so rounding it changes nothing).
   std::vector<bool> exact(static_cast<std::size_t>(n), false);
