@@ -88,13 +88,18 @@ void gather_typed(const IndexLayout& l, const U* px, const int64_t* idx, U* po) 
   });
 }
 
-template <class T>
+// A task owns one outer position and a block of inner positions, all along dim, so each
+// element of the result is summed by one task in index order. With few outer positions (an
+// embedding's gradient has one, over rows of 512 or so) the blocks are narrower, so that every
+// thread has some. With kRows (scatter_add_rows_kernel: the index holds one value per line
+// and spans self's inner dims, so a line's positions are contiguous in self) a line adds its
+// source row at the line's first index, a vector loop over the block; each element sees the
+// same additions in the same order either way.
+template <class T, bool kRows>
 void scatter_add_typed(const IndexLayout& l, const int64_t* idx, const T* src, T* po) {
-  // A task owns one outer position and a block of inner positions, all along dim, so each
-  // element of the result is summed by one task in index order. With few outer positions (an
-  // embedding's gradient has one, over rows of 512 or so) the blocks are narrower, so that every
-  // thread has some.
-  const int64_t block = l.outer >= 16 ? 1024 : 128;
+  // Rows: about 8 column blocks a row (multiples of 16 elements, at least 64).
+  const int64_t block = kRows ? std::max<int64_t>(64, (l.inner + 7) / 8 / 16 * 16)
+                              : (l.outer >= 16 ? 1024 : 128);
   const int64_t blocks = (l.inner + block - 1) / block;
   const int64_t grain =
       std::max<int64_t>(1, kGrainElementwise / std::max<int64_t>(l.len * block, 1));
@@ -105,8 +110,13 @@ void scatter_add_typed(const IndexLayout& l, const int64_t* idx, const T* src, T
       T* base = po + outer_offset(l, o);
       for (int64_t i = 0; i < l.len; ++i) {
         const int64_t at = (o * l.len + i) * l.inner;
-        for (int64_t q = q0; q < q1; ++q)
-          base[idx[at + q] * l.dim_stride + l.inner_offset[q]] += src[at + q];
+        if constexpr (kRows) {
+          T* row = base + idx[at] * l.dim_stride;
+          for (int64_t q = q0; q < q1; ++q) row[q] += src[at + q];
+        } else {
+          for (int64_t q = q0; q < q1; ++q)
+            base[idx[at + q] * l.dim_stride + l.inner_offset[q]] += src[at + q];
+        }
       }
     }
   });
@@ -120,30 +130,6 @@ void copy_self(const TensorView& self, const TensorView& out) {
   auto* to = static_cast<unsigned char*>(out.data);
   parallel_range(bytes, kGrainElementwise * 4, [&](int64_t b, int64_t e) {
     std::memcpy(to + b, from + b, static_cast<std::size_t>(e - b));
-  });
-}
-
-// scatter_add_rows_kernel's loop: a task owns one outer position and a block of columns of
-// the rows, and adds the source rows into it in index order, as scatter_add_typed does
-// element by element, so each element sees the same additions in the same order.
-template <class T>
-void scatter_add_rows_typed(const IndexLayout& l, const int64_t* idx, const T* src, T* po) {
-  // About 8 column blocks a row (multiples of 16 elements, at least 64), so that every thread
-  // has some when the outer positions are few (an embedding's gradient has one).
-  const int64_t block = std::max<int64_t>(64, (l.inner + 7) / 8 / 16 * 16);
-  const int64_t blocks = (l.inner + block - 1) / block;
-  parallel_range(l.outer * blocks, 1, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) {
-      const int64_t o = t / blocks, q0 = (t % blocks) * block;
-      const int64_t q1 = std::min(l.inner, q0 + block);
-      T* base = po + outer_offset(l, o);
-      for (int64_t i = 0; i < l.len; ++i) {
-        const int64_t at = (o * l.len + i) * l.inner;
-        T* row = base + idx[at] * l.dim_stride;
-        const T* from = src + at;
-        for (int64_t q = q0; q < q1; ++q) row[q] += from[q];
-      }
-    }
   });
 }
 
@@ -192,7 +178,7 @@ void scatter_add_kernel(const ir::Attr& attr, const TensorView& self, const Tens
   IndexLayout l = index_layout(self.shape, index.shape, dim);
   visit_numeric("scatter_add", out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    scatter_add_typed<T>(l, index.as<const int64_t>(), src.as<const T>(), out.as<T>());
+    scatter_add_typed<T, false>(l, index.as<const int64_t>(), src.as<const T>(), out.as<T>());
   });
 }
 
@@ -219,7 +205,7 @@ void scatter_add_rows_kernel(const ir::Attr& attr, const TensorView& self,
   const IndexLayout l = index_layout(self.shape, index.shape, dim);
   visit_numeric("scatter_add", out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    scatter_add_rows_typed<T>(l, p, src.as<const T>(), out.as<T>());
+    scatter_add_typed<T, true>(l, p, src.as<const T>(), out.as<T>());
   });
 }
 
