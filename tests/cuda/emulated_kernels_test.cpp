@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -31,6 +32,7 @@ namespace cuda = runtime::cuda;
 // What the generated source needs of CUDA, on the host.
 constexpr const char* kShim = R"(#include <cmath>
 #include <cstring>
+#include <filesystem>
 #define __global__
 #define __device__
 #define __forceinline__ inline
@@ -198,6 +200,11 @@ std::vector<float> wave(int64_t n, float scale) {
 // `out` emulated aligned (the vector loop) and unaligned (the element loop): the two agree bit
 // for bit, and with the CPU backend within `tol` (relative to max(1, |value|): the host's
 // expf is not the CPU backend's exp).
+// The compiler that built loom, which these tests run kernels through: absent where the test
+// binary was carried to another machine (tools/gpu-run.sh's bundle), and then they skip.
+bool host_compiler_here() { return std::filesystem::exists(LOOM_HOST_CXX); }
+constexpr const char* kNoCompiler = "no host C++ compiler at " LOOM_HOST_CXX " to run kernels with";
+
 void check(const Tensor& out, double tol, bool expect_vector) {
   if (const char* v = std::getenv("LOOM_CUDA_VECTOR"); v && std::string(v) == "0")
     expect_vector = false;  // the element loop alone, as asked
@@ -219,6 +226,7 @@ void check(const Tensor& out, double tol, bool expect_vector) {
 // A cross-entropy gradient over bfloat16 logits, as the CUDA decoder step computes it: the
 // logits read in order (4 bfloat16 a thread), per-row values and the class index broadcast.
 TEST(EmulatedKernels, SoftmaxGradientOverBFloat16Logits) {
+  if (!host_compiler_here()) GTEST_SKIP() << kNoCompiler;
   test::fresh_engine();
   const int64_t rows = 24, classes = 96;
   auto logits = from_vector(wave(rows * classes, 0.37f), {rows, classes}).to(DType::BFloat16);
@@ -238,6 +246,7 @@ TEST(EmulatedKernels, SoftmaxGradientOverBFloat16Logits) {
 
 // Float32 operands read in order and a float32 result: float4 loads and stores.
 TEST(EmulatedKernels, Float32Chain) {
+  if (!host_compiler_here()) GTEST_SKIP() << kNoCompiler;
   test::fresh_engine();
   const int64_t n = 4096;
   auto a = from_vector(wave(n, 0.31f), {8, n / 8});
@@ -250,6 +259,7 @@ TEST(EmulatedKernels, Float32Chain) {
 
 // A bool result (a comparison of float32 values): uchar4 stores.
 TEST(EmulatedKernels, BoolResult) {
+  if (!host_compiler_here()) GTEST_SKIP() << kNoCompiler;
   test::fresh_engine();
   const int64_t n = 2048;
   auto a = from_vector(wave(n, 0.21f), {n});
@@ -260,6 +270,7 @@ TEST(EmulatedKernels, BoolResult) {
 
 // A size that is no multiple of 4: the element loop alone.
 TEST(EmulatedKernels, OddSizeTakesTheElementLoop) {
+  if (!host_compiler_here()) GTEST_SKIP() << kNoCompiler;
   test::fresh_engine();
   const int64_t n = 4099;
   auto a = from_vector(wave(n, 0.31f), {n});
