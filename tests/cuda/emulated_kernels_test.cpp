@@ -1,10 +1,12 @@
-// Generated elementwise CUDA kernels run on the host: the kernel's CUDA C, with a few lines of
-// shim (the thread indices as globals, CUDA's vector types, its bit casts), is compiled by the
-// host's C++ compiler into a shared library and launched by looping over every block and
-// thread in turn. An elementwise kernel has no shared memory and no barrier, so that loop runs
-// it exactly as the GPU would, one thread at a time. Its results are compared with what the
-// CPU backend computes for the same tensors. This checks the indexing of the vector loop
-// (codegen_fused.cpp) and its fallback on unaligned addresses without a GPU.
+// Generated CUDA kernels run on the host: the kernel's CUDA C, with a shim (the thread
+// indices, CUDA's vector types and bit casts, barriers, warp shuffles and votes), is compiled
+// by the host's C++ compiler into a shared library and launched block by block. A kernel
+// without barriers runs one thread at a time, exactly as the GPU would run it; one that
+// synchronises its threads (a reduction) runs each block's threads as real threads meeting at
+// real barriers. Results are compared with what the CPU backend computes for the same tensors,
+// so the kernels' indexing and combining are checked without a GPU: the elementwise vector loop
+// (codegen_fused.cpp) and its fallback on unaligned addresses, and the reductions of every
+// layout (codegen_reduce.cpp), split over two launches included.
 #include "runtime/cuda/codegen.h"
 #include "runtime/cuda/cuda_target.h"
 #include "temp_dir.h"
@@ -21,6 +23,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -29,24 +32,92 @@ namespace {
 
 namespace cuda = runtime::cuda;
 
-// What the generated source needs of CUDA, on the host.
-constexpr const char* kShim = R"(#include <cmath>
+// What the generated source needs of CUDA, on the host. A kernel that synchronises its
+// threads (__syncthreads, warp shuffles and votes: the reductions, the row scatter) runs each
+// block's threads as real threads meeting at barriers, __shared__ arrays being statics that
+// the block's threads share (blocks run one after another); others run thread by thread.
+constexpr const char* kShim = R"(#include <algorithm>
+#include <barrier>
+#include <cmath>
 #include <cstring>
-#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
 #define __global__
 #define __device__
 #define __forceinline__ inline
 #define __launch_bounds__(n)
+#define __shared__ static
 struct Dim { long long x = 0; };
-Dim blockIdx, threadIdx, blockDim, gridDim;
+Dim blockIdx, blockDim, gridDim;
+thread_local Dim threadIdx;
 template <class To, class From> To bits(From f) { To t; std::memcpy(&t, &f, sizeof t); return t; }
 inline float __uint_as_float(unsigned u) { return bits<float>(u); }
 inline unsigned __float_as_uint(float f) { return bits<unsigned>(f); }
 inline double __longlong_as_double(long long u) { return bits<double>(u); }
-inline int atomicCAS(int* p, int expected, int v) {
+inline int atomicCAS(int* p, int expected, int v) {  // (only report_error calls it)
+  static std::mutex m;
+  std::lock_guard<std::mutex> lock(m);
   const int old = *p;
   if (old == expected) *p = v;
   return old;
+}
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+template <class A, class B> auto min(A a, B b) { return a < b ? a : b; }  // CUDA's overloads
+template <class A, class B> auto max(A a, B b) { return a < b ? b : a; }
+// The block's barrier, one per warp, and each thread's slot for exchanges within its warp.
+std::barrier<>* block_barrier;
+std::vector<std::unique_ptr<std::barrier<>>> warp_barriers;
+std::vector<unsigned long long> lanes;
+inline void __syncthreads() { block_barrier->arrive_and_wait(); }
+inline std::barrier<>& my_warp() { return *warp_barriers[threadIdx.x / 32]; }
+template <class T> T __shfl_down_sync(unsigned, T v, int delta, int width = 32) {
+  const long long t = threadIdx.x;
+  lanes[t] = 0;
+  std::memcpy(&lanes[t], &v, sizeof v);
+  my_warp().arrive_and_wait();
+  T r = v;
+  if (t % width + delta < width) std::memcpy(&r, &lanes[t + delta], sizeof r);
+  my_warp().arrive_and_wait();
+  return r;
+}
+inline unsigned __ballot_sync(unsigned, int pred) {
+  const long long t = threadIdx.x, w0 = t / 32 * 32;
+  lanes[t] = pred != 0;
+  my_warp().arrive_and_wait();
+  unsigned r = 0;
+  for (long long i = w0; i < w0 + 32 && i < blockDim.x; ++i)
+    r |= (lanes[i] ? 1u : 0u) << (i - w0);
+  my_warp().arrive_and_wait();
+  return r;
+}
+// Runs `kernel` for every block: thread by thread, or, with `together`, as blockDim.x threads.
+template <class F> void launch(long long blocks, int threads, bool together, F kernel) {
+  gridDim.x = blocks;
+  blockDim.x = threads;
+  for (blockIdx.x = 0; blockIdx.x < blocks; ++blockIdx.x) {
+    if (!together) {
+      for (threadIdx.x = 0; threadIdx.x < threads; ++threadIdx.x) kernel();
+      continue;
+    }
+    std::barrier<> block(threads);
+    block_barrier = &block;
+    warp_barriers.clear();
+    for (int w = 0; w < threads; w += 32)
+      warp_barriers.push_back(std::make_unique<std::barrier<>>(std::min(32, threads - w)));
+    lanes.assign(threads, 0);
+    std::vector<std::thread> team;
+    for (int t = 0; t < threads; ++t)
+      team.emplace_back([&, t] {
+        threadIdx.x = t;
+        kernel();
+        // A thread that has returned no longer holds the others up, as on the GPU.
+        my_warp().arrive_and_drop();
+        block.arrive_and_drop();
+      });
+    for (auto& th : team) th.join();
+  }
 }
 template <class T> struct Vec4 { T x, y, z, w; };
 using float4 = Vec4<float>; using int4 = Vec4<int>;
@@ -66,26 +137,32 @@ class HostKernels {
  public:
   HostKernels(const cuda::InstrCode& code, std::size_t args) : dir_("emulated_kernels") {
     std::string src = std::string(kShim) + cuda::prelude() + code.source;
-    // A launcher per entry point: every block, every thread, in turn.
+    const bool together = code.source.find("__syncthreads") != std::string::npos ||
+                          code.source.find("_sync(") != std::string::npos;
+    // A launcher per entry point: every block, every thread.
     for (const auto& l : code.launches) {
       src += "extern \"C\" void run_" + l.entry +
              "(long long blocks, int threads, void* out, const void* const* a) {\n"
-             "  gridDim.x = blocks; blockDim.x = threads;\n"
-             "  for (blockIdx.x = 0; blockIdx.x < blocks; ++blockIdx.x)\n"
-             "    for (threadIdx.x = 0; threadIdx.x < threads; ++threadIdx.x)\n      " +
+             "  launch(blocks, threads, " + (together ? "true" : "false") + ", [&] { " +
              l.entry + "(out";
       for (std::size_t k = 0; k < args; ++k) src += ", a[" + std::to_string(k) + "]";
-      src += ");\n}\n";
+      src += "); });\n}\n";
     }
-    std::ofstream(dir_ / "k.cpp") << src;
-    const std::string cmd = std::string(LOOM_HOST_CXX) + " -std=c++17 -O1 -fPIC -shared -w -o " +
-                            (dir_ / "k.so") + " " + (dir_ / "k.cpp") + " 2>" + (dir_ / "log");
+    // A new name each time: a library the loader keeps loaded after dlclose (C++ statics can
+    // make it so) would otherwise be handed back for the next one.
+    static int made = 0;
+    const std::string name = "k" + std::to_string(made++);
+    std::ofstream(dir_ / (name + ".cpp")) << src;
+    so_path_ = dir_ / (name + ".so");
+    const std::string cmd = std::string(LOOM_HOST_CXX) +
+                            " -std=c++20 -O1 -fPIC -shared -pthread -w -o " + so_path_ + " " +
+                            (dir_ / (name + ".cpp")) + " 2>" + (dir_ / "log");
     if (std::system(cmd.c_str()) != 0) {
       std::ifstream log(dir_ / "log");
       ADD_FAILURE() << "the host compiler failed on\n" << src << "\n" << log.rdbuf();
       return;
     }
-    so_ = dlopen((dir_ / "k.so").c_str(), RTLD_NOW | RTLD_LOCAL);
+    so_ = dlopen(so_path_.c_str(), RTLD_NOW | RTLD_LOCAL);
     EXPECT_NE(so_, nullptr) << dlerror();
   }
   ~HostKernels() {
@@ -107,6 +184,7 @@ class HostKernels {
 
  private:
   test::TempDir dir_;
+  std::string so_path_;
   void* so_ = nullptr;
 };
 
@@ -126,20 +204,19 @@ struct Placed {
   }
 };
 
-// The one fused elementwise instruction of `out`'s CUDA program, run on the host with every
-// operand and the result placed at byte `shift`; the result's bytes.
+// The instruction of `out`'s CUDA program that makes it (its operands are inputs, or their
+// reshapes), run on the host with every operand and the result placed at byte `shift`; the
+// result's bytes.
 std::vector<unsigned char> emulate(const Tensor& out, std::size_t shift, bool* vectorised) {
   const ir::Graph g = test::graph_of(out);
   const ir::Program p = compiler::compile(g, cuda::cuda_target());
   const auto n_in = static_cast<int>(p.inputs.size());
-  int fused = -1;
-  for (int i = 0; i < static_cast<int>(p.instrs.size()); ++i)
-    if (p.instrs[i].fusion) {
-      EXPECT_EQ(fused, -1) << "one fusion expected\n" << ir::to_text(p);
-      fused = i;
-    }
+  // The instruction that makes the result (the others only reshape the inputs).
+  int fused = p.outputs.at(0) - n_in;
+  while (fused >= 0 && p.instrs[fused].op == ir::Op::Reshape)
+    fused = p.instrs[fused].args[0] - n_in;
   if (fused < 0) {
-    ADD_FAILURE() << "no fusion\n" << ir::to_text(p);
+    ADD_FAILURE() << "the result is an input\n" << ir::to_text(p);
     return {};
   }
   const ir::Instr& in = p.instrs[fused];
@@ -184,6 +261,12 @@ std::vector<float> floats(const std::vector<unsigned char>& b, DType t) {
       uint16_t h;
       std::memcpy(&h, &b[i], 2);
       v.push_back(bfloat16::from_bits(h));
+    }
+  } else if (t == DType::Int64) {
+    for (std::size_t i = 0; i + 7 < b.size(); i += 8) {
+      int64_t k;
+      std::memcpy(&k, &b[i], 8);
+      v.push_back(static_cast<float>(k));
     }
   } else {
     for (auto c : b) v.push_back(static_cast<float>(c));
@@ -276,6 +359,69 @@ TEST(EmulatedKernels, OddSizeTakesTheElementLoop) {
   auto a = from_vector(wave(n, 0.31f), {n});
   mark_step();
   check(a * a - 2.0, 0, false);
+}
+
+// A reduction emulated (its threads together, at barriers) against the CPU backend's value:
+// both fold float sums in double, in different orders, so they agree to about a float's
+// rounding; maxima and argmaxima exactly (NaN included). `launches`: how many its code has
+// (-1: not checked).
+void check_reduction(const Tensor& out, double tol, int launches) {
+  bool unused = false;
+  const auto got_bytes = emulate(out, 0, &unused);
+  ASSERT_FALSE(got_bytes.empty());
+  const ir::Program p = compiler::compile(test::graph_of(out), cuda::cuda_target());
+  const auto n_in = static_cast<int>(p.inputs.size());
+  int made = p.outputs.at(0) - n_in;
+  while (p.instrs[made].op == ir::Op::Reshape) made = p.instrs[made].args[0] - n_in;
+  if (launches > 0)
+    EXPECT_EQ(static_cast<int>(cuda::generate(p, made, "k").launches.size()), launches);
+  mark_step();
+  const auto want = floats(bytes_of(out), out.dtype()), got = floats(got_bytes, out.dtype());
+  ASSERT_EQ(got.size(), want.size());
+  int bad = 0;
+  for (std::size_t i = 0; i < got.size() && bad < 10; ++i) {
+    if (std::isnan(want[i]) && std::isnan(got[i])) continue;
+    if (!(std::abs(got[i] - want[i]) <= tol * std::max(1.0f, std::abs(want[i]))))
+      ADD_FAILURE() << "element " << i << ": emulated " << got[i] << ", CPU " << want[i], ++bad;
+  }
+}
+
+// Row sums over a prologue (a softmax's denominator from bfloat16 logits: a warp a row) and
+// row maxima over rows longer than a warp folds (the whole block a row, in shared memory).
+TEST(EmulatedKernels, RowReductions) {
+  if (!host_compiler_here()) GTEST_SKIP() << kNoCompiler;
+  test::fresh_engine();
+  auto logits = from_vector(wave(48 * 96, 0.37f), {48, 96}).to(DType::BFloat16);
+  auto m = from_vector(wave(48, 0.5f), {48, 1});
+  auto wide = from_vector(wave(6 * 3000, 0.013f), {6, 3000});
+  mark_step();
+  check_reduction(sum(exp(logits.to(DType::Float32) - m), {1}, true), 1e-6, 1);
+  check_reduction(amax(wide, {1}), 0, 1);
+}
+
+// Column sums (outputs innermost: a block holds neighbouring outputs) and per-channel means
+// over [N, C, H, W] (BatchNorm's statistics: few outputs over many elements, so each is cut
+// into chunks and a second launch combines their partial results).
+TEST(EmulatedKernels, ColumnAndChunkedReductions) {
+  if (!host_compiler_here()) GTEST_SKIP() << kNoCompiler;
+  test::fresh_engine();
+  auto cols = from_vector(wave(300 * 48, 0.07f), {300, 48});
+  auto act = from_vector(wave(16 * 4 * 32 * 32, 0.011f), {16, 4, 32, 32});
+  mark_step();
+  check_reduction(sum(cols, {0}), 1e-6, -1);
+  check_reduction(mean(act, {0, 2, 3}), 1e-6, 2);
+}
+
+// ArgMax over rows: the first maximum wins, and a NaN counts as the maximum.
+TEST(EmulatedKernels, ArgMaxOverRows) {
+  if (!host_compiler_here()) GTEST_SKIP() << kNoCompiler;
+  test::fresh_engine();
+  auto v = wave(20 * 70, 0.9f);
+  v[3 * 70 + 11] = std::numeric_limits<float>::quiet_NaN();
+  v[5 * 70 + 2] = v[5 * 70 + 40] = 100.0f;
+  auto x = from_vector(v, {20, 70});
+  mark_step();
+  check_reduction(argmax(x, 1), 0, 1);
 }
 
 }  // namespace
