@@ -386,17 +386,20 @@ void check_reduction(const Tensor& out, double tol, int launches) {
   }
 }
 
-// Row sums over a prologue (a softmax's denominator from bfloat16 logits: a warp a row) and
-// row maxima over rows longer than a warp folds (the whole block a row, in shared memory).
+// Row sums over a prologue (a softmax's denominator from bfloat16 logits: a warp a row), row
+// maxima over rows longer than a warp folds (the whole block a row, in shared memory) and sums
+// of short rows (a thread a row).
 TEST(EmulatedKernels, RowReductions) {
   if (!host_compiler_here()) GTEST_SKIP() << kNoCompiler;
   test::fresh_engine();
   auto logits = from_vector(wave(48 * 96, 0.37f), {48, 96}).to(DType::BFloat16);
   auto m = from_vector(wave(48, 0.5f), {48, 1});
   auto wide = from_vector(wave(6 * 3000, 0.013f), {6, 3000});
+  auto short_rows = from_vector(wave(700 * 10, 0.29f), {700, 10});
   mark_step();
   check_reduction(sum(exp(logits.to(DType::Float32) - m), {1}, true), 1e-6, 1);
   check_reduction(amax(wide, {1}), 0, 1);
+  check_reduction(sum(short_rows, {1}), 1e-6, 1);
 }
 
 // Column sums (outputs innermost: a block holds neighbouring outputs) and per-channel means
