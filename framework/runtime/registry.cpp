@@ -60,9 +60,12 @@ std::once_flag exit_hook_once;
 
 // The backends are leaked, and with them their device threads, so a step still running when
 // main returns would run on while the runtime libraries (TBB's scheduler, oneDNN, libgomp)
-// are torn down beneath it; it then aborts with "pure virtual method called". Registered
-// when the first backend is made, which is after those libraries were loaded, so this runs
-// before their teardown: it lets every device finish its queued work first.
+// are torn down beneath it; it then aborts with "pure virtual method called", or faults in
+// code oneDNN has freed. Registered when the first backend is made, which is after those
+// libraries were loaded, so this runs before their teardown: it lets every device finish its
+// queued work first. Exit handlers and statics are torn down in the reverse order of their
+// registration, and a library's lazily made statics (oneDNN's AMX tile configuration, made by
+// the first kernel that uses it) come later: renew_exit_hook registers it again after them.
 // The registry's lock is not held while waiting: a step still running may itself ask for a
 // backend.
 void finish_device_work_at_exit() {
@@ -97,6 +100,8 @@ void ensure_builtins() {
 }
 
 }  // namespace
+
+void renew_exit_hook() { std::atexit(finish_device_work_at_exit); }
 
 DeviceType register_backend(std::string_view name, int count, BackendFactory factory,
                             std::string why_none) {

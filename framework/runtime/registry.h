@@ -32,6 +32,14 @@ DeviceType register_backend(std::string_view name, int count, BackendFactory fac
 // devices when `device` is not one of them.
 Backend& backend(Device device);
 
+// Registers the exit hook (which lets every device finish its queued work before the
+// process's statics are torn down) once more, so that it also runs before the teardown of
+// whatever a library made for itself until now: oneDNN makes some of its statics the first
+// time a kernel runs (the AMX tile configuration's code), on a device thread, after the hook
+// was first registered. A backend calls it after a program's first run; it is cheap and may
+// be called from any thread.
+void renew_exit_hook();
+
 // The devices whose backend has been made, in the order they were first used.
 std::vector<Device> devices_in_use();
 

@@ -60,6 +60,31 @@ TEST(Async, ExitLetsTheQueuedStepsFinish) {
       ::testing::ExitedWithCode(0), "the last step's closure ran");
 }
 
+// The same when the libraries made statics of their own after the hook was first registered:
+// oneDNN makes its AMX tile configuration's code the first time a bfloat16 conv runs, and
+// frees it at exit before anything registered earlier; a conv still queued then faulted in
+// the freed code (segfault on a CPU with AMX). The backend registers the hook again after each
+// program's first run (renew_exit_hook).
+TEST(Async, ExitLetsQueuedStepsFinishAfterTheLibrariesMadeTheirStatics) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        fresh_engine();
+        auto x = randn({1, 64, 4, 4}, 1).to(DType::BFloat16);
+        auto w = randn({64, 64, 3, 3}, 2).to(DType::BFloat16);
+        auto y = conv2d(x, w, {}, {.padding = {1, 1}});
+        mark_step();
+        wait_device_ops();  // the first run: oneDNN makes its statics
+        for (int i = 0; i < 3; ++i)
+          y = conv2d(y, w, {}, {.padding = {1, 1}}).to(DType::Float32).to(DType::BFloat16);
+        mark_step();
+        add_step_closure([] { std::fputs("the last step's closure ran\n", stderr); });
+        mark_step();
+        std::exit(0);  // nothing waited for the device
+      },
+      ::testing::ExitedWithCode(0), "the last step's closure ran");
+}
+
 TEST(Async, WaitDeviceOpsWaitsForEverythingQueued) {
   fresh_engine();
   auto x = from_vector<double>({1, 2}, {2});

@@ -13,6 +13,7 @@
 #include "runtime/cpu/onednn.h"
 #include "runtime/device_queue.h"
 #include "runtime/donation.h"
+#include "runtime/registry.h"
 
 #include <loom/error.h>
 #include <loom/metrics.h>
@@ -137,6 +138,7 @@ class CpuExecutable final : public Executable {
   mutable std::vector<std::shared_ptr<Storage>> owned;  // per slot: escaping results, inputs
   mutable std::vector<std::vector<TensorView>> arg_views;  // per instruction
   mutable std::vector<TensorView> out_views;               // per instruction
+  mutable bool ran = false;  // set after the first run (renew_exit_hook)
   mutable std::vector<uint8_t> donatable;                  // per input, this run
 };
 
@@ -335,6 +337,8 @@ class CpuBackend final : public Backend {
         allocations = heap_allocations() - before;
         library_allocations = library_heap_allocations() - library_before;
       }
+      // Its kernels may have made a library's statics: the exit hook goes after them.
+      if (!program.ran) program.ran = true, renew_exit_hook();
       // Counted before the outputs are ready, so a reader that waited on them sees the run.
       metrics::increment("ExecuteProgram", Device{});
       metrics::increment("ExecuteHeapAlloc", Device{}, allocations);

@@ -11,6 +11,7 @@
 #include "runtime/cuda/nvrtc.h"
 #include "runtime/device_queue.h"
 #include "runtime/donation.h"
+#include "runtime/registry.h"
 
 #include <loom/error.h>
 #include <loom/metrics.h>
@@ -42,6 +43,7 @@ class CudaExecutable final : public Executable {
   mutable std::vector<std::shared_ptr<Storage>> owned;  // per slot
   mutable std::vector<uint8_t> donatable;
   mutable GraphReplay graph;  // launch thread only
+  mutable bool ran = false;   // set after the first run (renew_exit_hook)
 
   ~CudaExecutable() override {
     graph.drop();  // before the kernels it launches are unloaded
@@ -207,6 +209,9 @@ class CudaBackend final : public Backend {
       } catch (const std::exception& ex) {
         error = ex.what();
       }
+      // The first run made its library ops (cuBLASLt, cuDNN), which may have made their
+      // libraries' statics: the exit hook goes after them.
+      if (!e.ran) e.ran = true, renew_exit_hook();
       // This thread's time per run (binding, library calls, launches or one graph launch),
       // what loom_bench puts against a captured step's time; also while the profiler is
       // off, when runs go as CUDA graphs.
