@@ -5,6 +5,7 @@
 #include "ir/graph.h"
 #include "lazy/executor.h"
 #include "lazy/tensor_impl.h"
+#include "runtime/backend.h"
 #include "runtime/registry.h"
 
 #include <loom/lazy.h>
@@ -14,12 +15,41 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 namespace loom::test {
 
 // The Program the CPU backend runs for `g`: compiled for its target.
 inline ir::Program compile_for_cpu(const ir::Graph& g) {
   return compiler::compile(g, runtime::backend(Device{}).target());
+}
+
+// Runs `g` compiled for `target` (a variant of a device's, to check another device's program
+// shape on the CPU) on the CPU backend; each output's bytes, in the graph's output order.
+inline std::vector<std::vector<unsigned char>> run_on_cpu(const ir::Graph& g,
+                                                          const ir::Target& target) {
+  auto& be = runtime::backend(Device{});
+  auto exe = be.compile(compiler::compile(g, target));
+  runtime::BufferList inputs, outputs;
+  for (auto i : g.inputs)
+    inputs.push_back(std::static_pointer_cast<runtime::DeviceBuffer>(g.nodes[i]->payload()));
+  auto ready = std::make_shared<runtime::Completion>();
+  for (auto o : g.outputs) {
+    auto buf = std::make_shared<runtime::DeviceBuffer>();
+    buf->dtype = g.nodes[o]->dtype();
+    buf->shape = g.nodes[o]->shape();
+    buf->ready = ready;
+    outputs.push_back(buf);
+  }
+  be.execute(exe, inputs, outputs);
+  be.synchronize();
+  std::vector<std::vector<unsigned char>> bytes;
+  for (const auto& buf : outputs) {
+    const auto& storage = buf->wait("run_on_cpu");
+    bytes.emplace_back(shape_numel(buf->shape) * dtype_size(buf->dtype));
+    be.copy_out(storage, bytes.back().data(), bytes.back().size());
+  }
+  return bytes;
 }
 
 // Starts a test from a clean engine: nothing queued, empty compile cache, zero metrics.

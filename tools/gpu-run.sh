@@ -26,8 +26,10 @@
 #                                    switches below off and on, twice in turn, so that one call
 #                                    says what each is worth on the GPU: LOOM_CUDA_VECTOR,
 #                                    LOOM_RECOMPUTE_COSTLY, LOOM_CUDNN_ALGOS (README, environment
-#                                    variables). [args] replace the default loom_bench arguments;
-#                                    the rows also go to $OUT/ab.txt when $OUT is set
+#                                    variables), and the batch-1 inference rows with and without
+#                                    LOOM_CONV_IM2COL=off. [args] replace the default training
+#                                    rows' loom_bench arguments; the rows also go to $OUT/ab.txt
+#                                    when $OUT is set
 #
 # With the device tool: run `tools/gpu-run.sh pack`, then a run whose command is
 # `tools/gpu-run.sh run` (or `bench ...`, or `all ...`) with carry [".gpu"]. Nothing is
@@ -140,14 +142,25 @@ ab() {
                           --precision fp32,bf16 --batch resnet18=256,decoder=64 --steps 10
   out=/dev/null
   [ -n "${OUT:-}" ] && mkdir -p "$OUT" && out=$OUT/ab.txt
+  # rows SECTION SETTING [loom_bench args]: the section's rows with SETTING (or none: default)
+  rows() {
+    section=$1 setting=$2
+    shift 2
+    echo "== round $round: $section, $setting" | tee -a "$out"
+    if [ "$setting" = default ]; then
+      "$dir/bin/loom_bench" "$@" 2>/dev/null | grep "^$section" | tee -a "$out"
+    else
+      env "$setting" "$dir/bin/loom_bench" "$@" 2>/dev/null | grep "^$section" | tee -a "$out"
+    fi
+  }
   for round in 1 2; do
     for setting in default LOOM_CUDA_VECTOR=0 LOOM_RECOMPUTE_COSTLY=0 LOOM_CUDNN_ALGOS=fastest; do
-      echo "== round $round: $setting" | tee -a "$out"
-      if [ "$setting" = default ]; then
-        "$dir/bin/loom_bench" "$@" 2>/dev/null | grep '^train' | tee -a "$out"
-      else
-        env "$setting" "$dir/bin/loom_bench" "$@" 2>/dev/null | grep '^train' | tee -a "$out"
-      fi
+      rows train "$setting" "$@"
+    done
+    # Batch-1 inference (issue 16's captured/lazy rows) with and without the tiny-plane convs
+    # as one GEMM each.
+    for setting in default LOOM_CONV_IM2COL=off; do
+      rows infer "$setting" --device cuda --sections infer
     done
   done
 }

@@ -110,7 +110,7 @@ std::vector<Tensor> grad_rule(const GradNode& node, const Tensor& g) {
     case Op::Ge: case Op::ArgMax: case Op::OneHot: case Op::Count_:
     // Gradient ops are not recorded (no double backward): op_info(op).differentiable.
     case Op::Conv2dGradInput: case Op::Conv2dGradWeight: case Op::MaxPool2dGrad:
-    case Op::AvgPool2dGrad:
+    case Op::AvgPool2dGrad: case Op::Im2col:
       return std::vector<Tensor>(node.inputs.size());
 
     case Op::Neg: return {-g};

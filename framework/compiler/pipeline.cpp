@@ -1,6 +1,7 @@
 #include "compiler/pipeline.h"
 
 #include "compiler/channels_last.h"
+#include "compiler/conv_im2col.h"
 #include "compiler/dead_code.h"
 #include "compiler/fold_transpose.h"
 #include "compiler/fuse_epilogue.h"
@@ -33,7 +34,8 @@ void check_supported(const ir::Program& p, const ir::Target& target) {
 }  // namespace
 
 // The pass order, stated here once: lower, widen_bfloat16, move_casts_across_movement,
-// read_exact_roundings, check_supported, simplify, gather_before_elementwise, eliminate_dead_code, fuse_epilogue,
+// read_exact_roundings, check_supported, simplify, gather_before_elementwise, convs_as_matmuls,
+// eliminate_dead_code, fuse_epilogue,
 // assign_channels_last, fuse_elementwise, fuse_reduce_prologue, stack_reductions,
 // fold_transpose, eliminate_dead_code, plan_memory.
 // A target skips the rewrites it does not take; lowering, the check, simplification, gathering
@@ -58,6 +60,10 @@ ir::Program compile(const ir::Graph& graph, const ir::Target& target) {
   after("simplify", p);
   p = gather_before_elementwise(std::move(p), target);
   after("gather_before_elementwise", p);
+  if (target.conv_as_matmul) {
+    p = convs_as_matmuls(std::move(p), target);
+    after("convs_as_matmuls", p);
+  }
   // The rewrites so far leave what they replaced in place: removed now, an instruction nobody
   // reads does not keep the fusions below from taking its operand in (fuse_elementwise.h).
   p = eliminate_dead_code(std::move(p));

@@ -137,7 +137,7 @@ class Simplifier {
       case Op::Slice: case Op::Pad: case Op::Concat:
       case Op::Matmul: case Op::Conv2d: case Op::MaxPool2d: case Op::AvgPool2d:
       case Op::Conv2dGradInput: case Op::Conv2dGradWeight: case Op::MaxPool2dGrad:
-      case Op::AvgPool2dGrad:
+      case Op::AvgPool2dGrad: case Op::Im2col:
       case Op::Gather: case Op::IndexSelect: case Op::ScatterAdd: case Op::OneHot:
         return;
       case Op::Count_: LOOM_UNREACHABLE("simplify: Count_ is not an op");

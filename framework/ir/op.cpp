@@ -64,6 +64,7 @@ constexpr std::array<OpInfo, kOpCount> kTable{{
     {Op::Conv2dGradWeight, "conv2d_grad_weight", 2, G::Compute, false, K::Conv2dGrad},
     {Op::MaxPool2dGrad, "max_pool2d_grad", 2, G::Compute, false, K::Pool2d},
     {Op::AvgPool2dGrad, "avg_pool2d_grad", 1, G::Compute, false, K::Pool2dGrad},
+    {Op::Im2col, "im2col", 1, G::Compute, false, K::Conv2dGrad},
     {Op::Gather, "gather", 2, G::Index, true, K::Dim},
     {Op::IndexSelect, "index_select", 2, G::Index, true, K::Dim},
     {Op::ScatterAdd, "scatter_add", 3, G::Index, true, K::Dim},

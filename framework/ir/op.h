@@ -34,6 +34,11 @@
 //   MaxPool2dGrad     (input [N,C,H,W], grad_out [N,C,Ho,Wo]) -> [N,C,H,W]: each window's
 //                     gradient goes to its first maximum; MaxPool2d's Pool2dAttr.
 //   AvgPool2dGrad     (grad_out [N,C,Ho,Wo]) -> [N,C,H,W]; Pool2dGradAttr: AvgPool2d's and (H, W).
+//   Im2col            input [N,C,H,W] -> [C*kh*kw, N*Ho*Wo]: column (n, y, x) holds what the
+//                     conv's window at output (y, x) of image n reads, row (c, i, j) the
+//                     window's tap (i, j) of channel c, zero in the padding; Conv2dGradAttr:
+//                     the conv's attribute (groups 1, [N,C,H,W]) and (kh, kw). Made by the
+//                     compiler only (compiler/conv_im2col.h): the conv is then one Matmul.
 //   Gather            (x, index int64) same rank; DimAttr; result shape = index's.
 //   IndexSelect       (x, index int64 1-D); DimAttr.
 //   ScatterAdd        (self, index int64, src) with index.shape == src.shape; DimAttr.
@@ -64,7 +69,7 @@ enum class Op : uint8_t {
   Reshape, Permute, Slice, Expand, Pad, Concat,
   // compute
   Matmul, Conv2d, MaxPool2d, AvgPool2d,
-  Conv2dGradInput, Conv2dGradWeight, MaxPool2dGrad, AvgPool2dGrad,
+  Conv2dGradInput, Conv2dGradWeight, MaxPool2dGrad, AvgPool2dGrad, Im2col,
   // indexing
   Gather, IndexSelect, ScatterAdd, OneHot,
   Count_

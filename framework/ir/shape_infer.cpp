@@ -335,6 +335,23 @@ TypeAndShape infer(Op op, const std::vector<NodePtr>& xs, const Attr& attr) {
       const auto& g = xs[1]->shape();
       return {xs[0]->dtype(), {g[1], x[1] / groups, a.size[0], a.size[1]}};
     }
+    case Op::Im2col: {
+      // Made by compiler/conv_im2col.cpp from a checked Conv2d: these checks guard misuse.
+      const auto& a = attr.get<Conv2dGradAttr>();
+      expect_rank(op, xs[0], 4, "[N,C,H,W]");
+      if (a.conv.groups != 1 || a.conv.channels_last)
+        fail(op, "expected a conv of one group over [N,C,H,W]");
+      const auto& x = xs[0]->shape();
+      int64_t positions = x[0];
+      for (int i = 0; i < 2; ++i) {
+        const int64_t st = a.conv.stride[i], p = a.conv.padding[i], dil = a.conv.dilation[i];
+        const int64_t span = dil * (a.size[i] - 1) + 1;
+        if (st <= 0 || p < 0 || dil <= 0 || a.size[i] <= 0 || x[2 + i] + 2 * p < span)
+          fail(op, "expected a window that fits the padded input " + shape_str(x));
+        positions *= (x[2 + i] + 2 * p - span) / st + 1;
+      }
+      return {xs[0]->dtype(), {x[1] * a.size[0] * a.size[1], positions}};
+    }
     case Op::MaxPool2dGrad: {
       auto expected = pool_shape(op, xs[0], attr.get<Pool2dAttr>());
       if (xs[1]->shape() != expected || xs[1]->dtype() != xs[0]->dtype())

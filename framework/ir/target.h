@@ -47,6 +47,10 @@ struct Target {
   // question for all three passes of one conv, so they agree. Unset: all of them.
   bool (*channels_last_conv)(DType dtype, const Conv2dAttr& attr, const Shape& input,
                              const Shape& weight, const Shape& output) = nullptr;
+  // Where set, the forward convs (one group, [N,C,H,W]) for which it says so run as Im2col and
+  // one Matmul (compiler/conv_im2col.h); asked as channels_last_conv is.
+  bool (*conv_as_matmul)(DType dtype, const Conv2dAttr& attr, const Shape& input,
+                         const Shape& weight, const Shape& output) = nullptr;
 
   bool runs(Op op, DType dtype) const {
     return (dtypes[static_cast<int>(op)] >> static_cast<int>(dtype)) & 1;
@@ -67,7 +71,7 @@ struct Target {
   static constexpr bool moves_elements(Op op) {
     switch (op) {
       case Op::DeviceData: case Op::Cast: case Op::Reshape: case Op::Permute: case Op::Slice:
-      case Op::Expand: case Op::Concat: case Op::Gather: case Op::IndexSelect:
+      case Op::Expand: case Op::Concat: case Op::Gather: case Op::IndexSelect: case Op::Im2col:
         return true;
       default:
         return false;

@@ -3,7 +3,6 @@
 // the CPU's target with the flag set and run on the CPU backend, so the GPU's program shape is
 // checked, and its values compared, without a GPU.
 #include "compiler/pipeline.h"
-#include "runtime/backend.h"
 #include "test_util.h"
 
 #include <loom/autocast.h>
@@ -28,33 +27,6 @@ ir::Target cpu_target_with(bool recompute_costly) {
   ir::Target t = runtime::backend(Device{}).target();
   t.recompute_costly_steps = recompute_costly;
   return t;
-}
-
-// Runs `g` compiled for `target` on the CPU backend; each output's bytes, in the graph's
-// output order.
-std::vector<std::vector<unsigned char>> run(const ir::Graph& g, const ir::Target& target) {
-  auto& be = runtime::backend(Device{});
-  auto exe = be.compile(compiler::compile(g, target));
-  runtime::BufferList inputs, outputs;
-  for (auto i : g.inputs)
-    inputs.push_back(std::static_pointer_cast<runtime::DeviceBuffer>(g.nodes[i]->payload()));
-  auto ready = std::make_shared<runtime::Completion>();
-  for (auto o : g.outputs) {
-    auto buf = std::make_shared<runtime::DeviceBuffer>();
-    buf->dtype = g.nodes[o]->dtype();
-    buf->shape = g.nodes[o]->shape();
-    buf->ready = ready;
-    outputs.push_back(buf);
-  }
-  be.execute(exe, inputs, outputs);
-  be.synchronize();
-  std::vector<std::vector<unsigned char>> bytes;
-  for (const auto& buf : outputs) {
-    const auto& storage = buf->wait("recompute_costly_test");
-    bytes.emplace_back(shape_numel(buf->shape) * dtype_size(buf->dtype));
-    be.copy_out(storage, bytes.back().data(), bytes.back().size());
-  }
-  return bytes;
 }
 
 // Instructions of `p` whose result is float32 with `elements` elements: what goes to memory
@@ -112,8 +84,8 @@ TEST(RecomputeCostly, SoftmaxExponentialsAreComputedInTheirReaders) {
       << ir::to_text(recomputed);
   EXPECT_EQ(fused_steps(stored, ir::Op::Exp), 1) << ir::to_text(stored);
   EXPECT_GE(fused_steps(recomputed, ir::Op::Exp), 2) << ir::to_text(recomputed);
-  const auto got = run(g, cpu_target_with(true));
-  EXPECT_EQ(got, run(g, cpu_target_with(false)));
+  const auto got = test::run_on_cpu(g, cpu_target_with(true));
+  EXPECT_EQ(got, test::run_on_cpu(g, cpu_target_with(false)));
   // And what the engine itself computes (the CPU's own target), so the runs above are real.
   mark_step();
   const auto loss_value = loss.to_vector<float>();
@@ -142,7 +114,7 @@ TEST(RecomputeCostly, AnExpReadTwiceIsComputedInEachReader) {
   for (const auto& in : p.instrs) fused += in.fusion != nullptr;
   EXPECT_EQ(fused, 2) << ir::to_text(p);
   EXPECT_EQ(fused_steps(p, ir::Op::Exp), 2) << ir::to_text(p);
-  EXPECT_EQ(run(g, cpu_target_with(true)), run(g, cpu_target_with(false)));
+  EXPECT_EQ(test::run_on_cpu(g, cpu_target_with(true)), test::run_on_cpu(g, cpu_target_with(false)));
   mark_step();
 }
 

@@ -6,7 +6,9 @@
 // real barriers. Results are compared with what the CPU backend computes for the same tensors,
 // so the kernels' indexing and combining are checked without a GPU: the elementwise vector loop
 // (codegen_fused.cpp) and its fallback on unaligned addresses, and the reductions of every
-// layout (codegen_reduce.cpp), split over two launches included.
+// layout (codegen_reduce.cpp), split over two launches included, and Im2col's windows
+// (codegen_pool.cpp).
+#include "lazy/ops_util.h"
 #include "runtime/cuda/codegen.h"
 #include "runtime/cuda/cuda_target.h"
 #include "temp_dir.h"
@@ -363,8 +365,8 @@ TEST(EmulatedKernels, OddSizeTakesTheElementLoop) {
 
 // A reduction emulated (its threads together, at barriers) against the CPU backend's value:
 // both fold float sums in double, in different orders, so they agree to about a float's
-// rounding; maxima and argmaxima exactly (NaN included). `launches`: how many its code has
-// (-1: not checked).
+// rounding; maxima and argmaxima exactly (NaN included); copies (Im2col) exactly too.
+// `launches`: how many its code has (-1: not checked).
 void check_reduction(const Tensor& out, double tol, int launches) {
   bool unused = false;
   const auto got_bytes = emulate(out, 0, &unused);
@@ -425,6 +427,21 @@ TEST(EmulatedKernels, ArgMaxOverRows) {
   auto x = from_vector(v, {20, 70});
   mark_step();
   check_reduction(argmax(x, 1), 0, 1);
+}
+
+// Im2col (compiler/conv_im2col.h), one thread per element of [C*kh*kw, N*Ho*Wo]: every
+// window geometry the CPU's kernel takes, bit for bit (it copies elements), in float32 and
+// bfloat16.
+TEST(EmulatedKernels, Im2colWindows) {
+  if (!host_compiler_here()) GTEST_SKIP() << kNoCompiler;
+  test::fresh_engine();
+  auto x = from_vector(wave(2 * 3 * 9 * 7, 0.31f), {2, 3, 9, 7});
+  auto y = from_vector(wave(16 * 4 * 4, 0.17f), {1, 16, 4, 4}).to(DType::BFloat16);
+  mark_step();
+  const ir::Conv2dAttr odd{.stride = {2, 1}, .padding = {1, 0}, .dilation = {1, 2}};
+  check_reduction(lazy::apply(ir::Op::Im2col, {x}, ir::Conv2dGradAttr{odd, {3, 2}}), 0, 1);
+  const ir::Conv2dAttr pad1{.padding = {1, 1}};
+  check_reduction(lazy::apply(ir::Op::Im2col, {y}, ir::Conv2dGradAttr{pad1, {3, 3}}), 0, 1);
 }
 
 }  // namespace

@@ -169,6 +169,12 @@ const std::map<Op, Entry>& table() {
       {Op::ScatterAdd,
        {{{"scatter_add_dim1", [](V x, DType) { return scatter_add(x[0], 1, x[1], x[2]); }}}}},
       {Op::OneHot, {{{"one_hot_4", [](V x, DType) { return one_hot(x[0], 4); }}}}},
+      // Made by the compiler only (compiler/conv_im2col.h): a 3x2 window, stride (2, 1),
+      // padding (1, 0), dilation (1, 2), over two images.
+      {Op::Im2col, {{{"im2col_k3x2s2x1p1x0d1x2", [](V x, DType) {
+            const ir::Conv2dAttr conv{.stride = {2, 1}, .padding = {1, 0}, .dilation = {1, 2}};
+            return lazy::apply(Op::Im2col, {x[0]}, ir::Conv2dGradAttr{conv, {3, 2}});
+          }}}}},
   };
   return t;
 }

@@ -211,6 +211,12 @@ def build():
     i = ints((5,), 0, 4)
     add("one_hot_4", "one_hot", [i], F.one_hot(i, 4))
 
+    # compiler-made: im2col [C*kh*kw, N*Ho*Wo], F.unfold's [N, C*kh*kw, L] with the images
+    # side by side in the columns
+    x = uni((2, 3, 5, 4))
+    cols = F.unfold(x, (3, 2), dilation=(1, 2), padding=(1, 0), stride=(2, 1))
+    add("im2col_k3x2s2x1p1x0d1x2", "im2col", [x], cols.permute(1, 0, 2).reshape(18, -1))
+
 
 def main():
     build()

@@ -3,6 +3,7 @@
 #include "runtime/cpu/cpu_backend.h"
 
 #include "compiler/channels_last.h"
+#include "compiler/conv_im2col.h"
 
 #include "ir/setting.h"
 #include "runtime/cpu/allocator.h"
@@ -282,6 +283,9 @@ ir::Target cpu_target() {
   t.stack_reductions = stack_reductions_setting() ? reads_stacked : nullptr;
   t.channels_last_convs = channels_last_convs();
   t.channels_last_conv = float32_channels_last;
+  // Off unless LOOM_CONV_IM2COL=tiny: the CPU's conv kernels have their own batch-1 path
+  // (conv_matmul.cpp), which writes im2col in the weight's order for such convs already.
+  if (compiler::conv_im2col_setting() == "tiny") t.conv_as_matmul = compiler::tiny_plane_conv;
   return t;
 }
 

@@ -83,6 +83,7 @@ void run_kernel(ir::Op op, const ir::Attr& attr, std::span<const TensorView> in,
     case Op::Conv2dGradWeight: return conv2d_grad_weight_kernel(attr, in[0], in[1], out);
     case Op::MaxPool2dGrad: return max_pool2d_grad_kernel(attr, in[0], in[1], out);
     case Op::AvgPool2dGrad: return avg_pool2d_grad_kernel(attr, in[0], out);
+    case Op::Im2col: return im2col_kernel(attr, in[0], out);
 
     case Op::Gather: return gather_kernel(attr, in[0], in[1], out);
     case Op::IndexSelect: return index_select_kernel(attr, in[0], in[1], out);

@@ -246,6 +246,7 @@ void slice_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& o
 void expand_kernel(const TensorView& x, const TensorView& out);
 void pad_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& out);
 void concat_kernel(const ir::Attr& attr, Inputs in, const TensorView& out);
+void im2col_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& out);
 
 // kernels_compute.cpp
 void matmul_kernel(const ir::Attr& attr, const TensorView& a, const TensorView& b,

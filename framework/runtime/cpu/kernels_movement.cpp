@@ -268,4 +268,46 @@ void concat_kernel(const ir::Attr& attr, Inputs in, const TensorView& out) {
   });
 }
 
+// Row (c, i, j) of the result holds, for every output position (n, y, x) in turn, the input
+// element that tap (i, j) of the window at (y, x) reads from channel c of image n: a strided
+// run of one input row, zero where the tap falls in the padding. Rows are the tasks.
+void im2col_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& out) {
+  const auto& a = attr.get<ir::Conv2dGradAttr>();
+  const int64_t n = x.shape[0], c = x.shape[1], h = x.shape[2], w = x.shape[3];
+  const int64_t kh = a.size[0], kw = a.size[1];
+  const int64_t sh = a.conv.stride[0], sw = a.conv.stride[1];
+  const int64_t ph = a.conv.padding[0], pw = a.conv.padding[1];
+  const int64_t dh = a.conv.dilation[0], dw = a.conv.dilation[1];
+  const int64_t ho = (h + 2 * ph - dh * (kh - 1) - 1) / sh + 1;
+  const int64_t wo = (w + 2 * pw - dw * (kw - 1) - 1) / sw + 1;
+  const int64_t rows = c * kh * kw, cols = n * ho * wo;
+  if (rows * cols == 0) return;
+  visit_width(x.dtype, [&](auto tag) {
+    using U = typename decltype(tag)::type;
+    const auto* src = static_cast<const U*>(x.data);
+    auto* dst = static_cast<U*>(out.data);
+    const int64_t grain = std::max<int64_t>(1, kGrainElementwise / cols);
+    parallel_range(rows, grain, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t ch = r / (kh * kw), i = r / kw % kh, j = r % kw;
+        U* row = dst + r * cols;
+        for (int64_t b = 0; b < n; ++b)
+          for (int64_t y = 0; y < ho; ++y) {
+            U* to = row + (b * ho + y) * wo;
+            const int64_t iy = y * sh - ph + i * dh;
+            if (iy < 0 || iy >= h) {
+              std::fill(to, to + wo, U{0});
+              continue;
+            }
+            const U* from = src + ((b * c + ch) * h + iy) * w;
+            for (int64_t xo = 0; xo < wo; ++xo) {
+              const int64_t ix = xo * sw - pw + j * dw;
+              to[xo] = ix >= 0 && ix < w ? from[ix] : U{0};
+            }
+          }
+      }
+    });
+  });
+}
+
 }  // namespace loom::runtime

@@ -99,6 +99,8 @@ InstrCode generate(const ir::Program& p, int i, const std::string& prefix) {
       return index_code(p, i, prefix);
     case Op::MaxPool2d: case Op::AvgPool2d: case Op::MaxPool2dGrad: case Op::AvgPool2dGrad:
       return pool_code(p, i, prefix);
+    case Op::Im2col:
+      return im2col_code(p, i, prefix);
     case Op::DeviceData:
       throw Error("cuda codegen: a DeviceData instruction (inputs are slots, not instructions)");
     case Op::Constant:

@@ -83,5 +83,7 @@ InstrCode movement_code(const ir::Program& p, int i, const std::string& prefix);
 InstrCode random_code(const ir::Program& p, int i, const std::string& prefix);
 InstrCode index_code(const ir::Program& p, int i, const std::string& prefix);
 InstrCode pool_code(const ir::Program& p, int i, const std::string& prefix);
+// Im2col (compiler/conv_im2col.h): one thread per result element (codegen_pool.cpp).
+InstrCode im2col_code(const ir::Program& p, int i, const std::string& prefix);
 
 }  // namespace loom::runtime::cuda

@@ -149,4 +149,40 @@ InstrCode pool_code(const ir::Program& p, int i, const std::string& prefix) {
   return {Runs::Kernels, std::move(src), {text::flat_launch(entry, n)}};
 }
 
+// Im2col: one thread per result element (row (c, i, j), column (n, y, x)), copying the bits
+// of the input element that tap (i, j) of output (y, x)'s window reads, or zero in the
+// padding, as the CPU's im2col_kernel does.
+InstrCode im2col_code(const ir::Program& p, int i, const std::string& prefix) {
+  const auto& in = p.instrs[static_cast<std::size_t>(i)];
+  if (in.op != ir::Op::Im2col)
+    throw Error(std::string("cuda codegen: im2col_code got ") + ir::op_name(in.op));
+  const auto& a = in.attr.get<ir::Conv2dGradAttr>();
+  const Shape& x = p.slot_type(in.args[0]).shape;
+  const int64_t n = shape_numel(in.shape);
+  if (n == 0) return {Runs::Kernels, {}, {}};
+  const int64_t oh = (x[2] + 2 * a.conv.padding[0] - a.conv.dilation[0] * (a.size[0] - 1) - 1) /
+                         a.conv.stride[0] + 1;
+  const int64_t ow = (x[3] + 2 * a.conv.padding[1] - a.conv.dilation[1] * (a.size[1] - 1) - 1) /
+                         a.conv.stride[1] + 1;
+  const char* B = text::bits_type(in.dtype);
+  const char* I = text::index_type(std::max(n, shape_numel(x)));
+  const std::string entry = prefix + "_im2col";
+  auto c = [&](const char* name, int64_t v) {
+    return std::string("  const ") + I + " " + name + " = " + num(v) + ";\n";
+  };
+  std::string src = text::flat_head(entry, 1, n, I);
+  src += c("C", x[1]) + c("H", x[2]) + c("W", x[3]) + c("OH", oh) + c("OW", ow) +
+         c("KH", a.size[0]) + c("KW", a.size[1]) + c("SH", a.conv.stride[0]) +
+         c("SW", a.conv.stride[1]) + c("PH", a.conv.padding[0]) + c("PW", a.conv.padding[1]) +
+         c("DH", a.conv.dilation[0]) + c("DW", a.conv.dilation[1]) + c("COLS", in.shape[1]);
+  src += std::string("  const ") + I + " r = t / COLS, col = t % COLS;\n";
+  src += std::string("  const ") + I + " ch = r / (KH * KW), ki = r / KW % KH, kj = r % KW;\n";
+  src += std::string("  const ") + I + " b = col / (OH * OW), oy = col / OW % OH, ox = col % OW;\n";
+  src += std::string("  const ") + I + " iy = oy * SH - PH + ki * DH, ix = ox * SW - PW + kj * DW;\n";
+  src += std::string("  ") + B + "* out = (" + B + "*)out_;\n";
+  src += std::string("  const ") + B + "* in = (const " + B + "*)a0_;\n";
+  src += "  out[t] = iy >= 0 && iy < H && ix >= 0 && ix < W ? in[((b * C + ch) * H + iy) * W + ix] : 0;\n}\n";
+  return {Runs::Kernels, std::move(src), {text::flat_launch(entry, n)}};
+}
+
 }  // namespace loom::runtime::cuda

@@ -1,6 +1,7 @@
 #include "runtime/cuda/cuda_target.h"
 
 #include "compiler/channels_last.h"
+#include "compiler/conv_im2col.h"
 
 #include <string>
 
@@ -36,6 +37,10 @@ ir::Target cuda_target() {
   // from 2-byte logits is cheaper than a 4-byte copy written and read back.
   t.recompute_costly_steps = true;
   t.channels_last_convs = channels_last_convs();
+  // ResNet-18's 512-channel convs on 4x4 planes at batch 1 took 168 us each in cuDNN (0.45
+  // TFLOP/s, 2026-11-24): its kernels tile the 16 output positions. As one GEMM the inner
+  // dimension (C*kh*kw = 4608) is long enough for cuBLASLt to split over the device.
+  if (compiler::conv_im2col_setting() != "off") t.conv_as_matmul = compiler::tiny_plane_conv;
   return t;
 }
 
