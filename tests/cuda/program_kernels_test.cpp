@@ -132,6 +132,29 @@ TEST_P(ProgramKernels, DecoderTrainingStep) {
   EXPECT_GT(c.kernels, 50);
 }
 
+// ResNet-18 in the CIFAR layout evaluating one image (loom_bench's infer row): the convs with
+// fewer output positions than output channels, the 256- and 512-channel stages' five each, run
+// as Im2col and a Matmul (compiler/conv_im2col.h), the others as convs.
+TEST_P(ProgramKernels, ResNet18Batch1Evaluation) {
+  if (std::getenv("LOOM_CONV_IM2COL")) GTEST_SKIP() << "LOOM_CONV_IM2COL overrides the rule";
+  test::fresh_engine();
+  auto net = std::make_shared<models::ResNet>(models::ResNetConfig{
+      models::BlockKind::Basic, {2, 2, 2, 2}, {64, 128, 256, 512}, models::Stem::Cifar, 3, 10});
+  net->eval();
+  auto image = randn({1, 3, 32, 32}, 31);
+  mark_step();
+  Tensor logits;
+  {
+    NoGradGuard no_grad;
+    Autocast scope(GetParam());
+    logits = net->forward(image);
+  }
+  const auto c = compile_pending_step();
+  EXPECT_EQ(c.convs, 10);  // the stem, the 64- and 128-channel stages' (one projection)
+  EXPECT_TRUE(c.ops.count(ir::Op::Im2col));
+  EXPECT_GE(c.library_calls, 20);  // the 10 convs, the 10 matmuls and the classifier
+}
+
 INSTANTIATE_TEST_SUITE_P(Precisions, ProgramKernels,
                          ::testing::Values(Precision::Float32, Precision::BFloat16),
                          [](const auto& info) { return std::string(precision_name(info.param)); });
