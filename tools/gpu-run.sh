@@ -26,8 +26,9 @@
 #                                    switches below off and on, twice in turn, so that one call
 #                                    says what each is worth on the GPU: LOOM_CUDA_VECTOR,
 #                                    LOOM_RECOMPUTE_COSTLY, LOOM_CUDNN_ALGOS (README, environment
-#                                    variables), and the batch-1 inference rows with and without
-#                                    LOOM_CONV_IM2COL=off. [args] replace the default training
+#                                    variables), and the batch-1 inference rows with
+#                                    LOOM_CONV_IM2COL at its default, off and small_output (every
+#                                    conv as a GEMM there). [args] replace the default training
 #                                    rows' loom_bench arguments; the rows also go to $OUT/ab.txt
 #                                    when $OUT is set
 #
@@ -157,9 +158,9 @@ ab() {
     for setting in default LOOM_CUDA_VECTOR=0 LOOM_RECOMPUTE_COSTLY=0 LOOM_CUDNN_ALGOS=fastest; do
       rows train "$setting" "$@"
     done
-    # Batch-1 inference (issue 16's captured/lazy rows) with and without the tiny-plane convs
-    # as one GEMM each.
-    for setting in default LOOM_CONV_IM2COL=off; do
+    # Batch-1 inference (issue 16's captured/lazy rows): the tiny-plane convs as one GEMM each
+    # (the default), none, and every conv of the evaluation.
+    for setting in default LOOM_CONV_IM2COL=off LOOM_CONV_IM2COL=small_output; do
       rows infer "$setting" --device cuda --sections infer
     done
   done

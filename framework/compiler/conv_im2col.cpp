@@ -64,16 +64,34 @@ ir::Program convs_as_matmuls(ir::Program p, const ir::Target& target) {
   return p;
 }
 
-bool tiny_plane_conv(DType, const ir::Conv2dAttr& attr, const Shape& input, const Shape& weight,
-                     const Shape& output) {
+namespace {
+
+bool one_group_nchw(const ir::Conv2dAttr& attr, const Shape& input, const Shape& weight,
+                    const Shape& output) {
   return attr.groups == 1 && !attr.channels_last && input.size() == 4 && weight.size() == 4 &&
-         output.size() == 4 && output[0] * output[2] * output[3] < output[1];
+         output.size() == 4;
 }
 
-const std::string& conv_im2col_setting() {
-  static const std::string setting =
-      ir::env_setting("LOOM_CONV_IM2COL", "auto", {"auto", "off", "tiny"});
-  return setting;
+}  // namespace
+
+bool tiny_plane_conv(DType, const ir::Conv2dAttr& attr, const Shape& input, const Shape& weight,
+                     const Shape& output) {
+  return one_group_nchw(attr, input, weight, output) &&
+         output[0] * output[2] * output[3] < output[1];
+}
+
+bool small_output_conv(DType, const ir::Conv2dAttr& attr, const Shape& input,
+                       const Shape& weight, const Shape& output) {
+  return one_group_nchw(attr, input, weight, output) && shape_numel(output) <= kSmallConvOutput;
+}
+
+ConvRule conv_im2col_rule(ConvRule device_default) {
+  static const std::string setting = ir::env_setting(
+      "LOOM_CONV_IM2COL", "auto", {"auto", "off", "tiny_plane", "small_output"});
+  if (setting == "off") return nullptr;
+  if (setting == "tiny_plane") return tiny_plane_conv;
+  if (setting == "small_output") return small_output_conv;
+  return device_default;
 }
 
 }  // namespace loom::compiler

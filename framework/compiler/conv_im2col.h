@@ -23,14 +23,21 @@ namespace loom::compiler {
 
 ir::Program convs_as_matmuls(ir::Program p, const ir::Target& target);
 
-// The rule a target takes as its conv_as_matmul: one group over [N,C,H,W] (the pass checks
-// that too), fewer output positions N*Ho*Wo than output channels O.
+using ConvRule = decltype(ir::Target::conv_as_matmul);
+
+// Rules a target may take as its conv_as_matmul; both ask for one group over [N,C,H,W] (the
+// pass checks that too).
+// Fewer output positions N*Ho*Wo than output channels O (the CUDA target's).
 bool tiny_plane_conv(DType dtype, const ir::Conv2dAttr& attr, const Shape& input,
                      const Shape& weight, const Shape& output);
+// At most kSmallConvOutput output elements N*O*Ho*Wo: every conv of a ResNet-18 (CIFAR)
+// evaluation at batch 1, whose largest output, 64 channels of 32x32, is 65,536 elements.
+constexpr int64_t kSmallConvOutput = int64_t{1} << 17;
+bool small_output_conv(DType dtype, const ir::Conv2dAttr& attr, const Shape& input,
+                       const Shape& weight, const Shape& output);
 
-// LOOM_CONV_IM2COL, read once: "auto" (the default: each device's own choice, the tiny-plane
-// rule on CUDA and never on the CPU), "off" (never) or "tiny" (the tiny-plane rule on every
-// device).
-const std::string& conv_im2col_setting();
+// The rule by LOOM_CONV_IM2COL (read once): "auto" (the default) `device_default`, "off" none,
+// "tiny_plane" or "small_output" that rule, on every device.
+ConvRule conv_im2col_rule(ConvRule device_default);
 
 }  // namespace loom::compiler

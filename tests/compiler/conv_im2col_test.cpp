@@ -135,6 +135,15 @@ TEST(ConvIm2col, TheTinyPlaneRuleTakesResNet18sLastStagesAtBatch1) {
   last.channels_last = true;
   EXPECT_FALSE(takes({1, 512, 4, 4}, {512, 512, 3, 3}, {1, 512, 4, 4}, last));
 
+  // The wider rule (LOOM_CONV_IM2COL=small_output): every conv of a batch-1 evaluation, the
+  // 64-channel 32x32 stage's too, and none of a batch-4 one's first stage.
+  auto small = [&](const Shape& x, const Shape& w, const Shape& y) {
+    return compiler::small_output_conv(DType::Float32, pad1, x, w, y);
+  };
+  EXPECT_TRUE(small({1, 64, 32, 32}, {64, 64, 3, 3}, {1, 64, 32, 32}));
+  EXPECT_TRUE(small({1, 512, 4, 4}, {512, 512, 3, 3}, {1, 512, 4, 4}));
+  EXPECT_FALSE(small({4, 64, 32, 32}, {64, 64, 3, 3}, {4, 64, 32, 32}));
+
   // In a program: at batch 1 the 512-channel conv is rewritten, at batch 64 it is not.
   for (int64_t n : {1, 64}) {
     test::fresh_engine();

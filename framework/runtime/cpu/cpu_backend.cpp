@@ -283,9 +283,9 @@ ir::Target cpu_target() {
   t.stack_reductions = stack_reductions_setting() ? reads_stacked : nullptr;
   t.channels_last_convs = channels_last_convs();
   t.channels_last_conv = float32_channels_last;
-  // Off unless LOOM_CONV_IM2COL=tiny: the CPU's conv kernels have their own batch-1 path
-  // (conv_matmul.cpp), which writes im2col in the weight's order for such convs already.
-  if (compiler::conv_im2col_setting() == "tiny") t.conv_as_matmul = compiler::tiny_plane_conv;
+  // None unless LOOM_CONV_IM2COL names a rule: the CPU's conv kernels have their own batch-1
+  // path (conv_matmul.cpp), which writes im2col in the weight's order for such convs already.
+  t.conv_as_matmul = compiler::conv_im2col_rule(nullptr);
   return t;
 }
 
