@@ -26,11 +26,13 @@
 #                                    switches below off and on, twice in turn, so that one call
 #                                    says what each is worth on the GPU: LOOM_CUDA_VECTOR,
 #                                    LOOM_RECOMPUTE_COSTLY, LOOM_CUDNN_ALGOS (README, environment
-#                                    variables), and the batch-1 inference rows with
-#                                    LOOM_CONV_IM2COL at its default, off and small_output (every
-#                                    conv as a GEMM there). [args] replace the default training
-#                                    rows' loom_bench arguments; the rows also go to $OUT/ab.txt
-#                                    when $OUT is set
+#                                    variables). [args] replace the default loom_bench
+#                                    arguments; the rows also go to $OUT/ab.txt when $OUT is set
+#   tools/gpu-run.sh ab-infer [args] there: loom_bench's batch-1 inference rows (lazy, captured)
+#                                    with LOOM_CONV_IM2COL at its default, off and small_output
+#                                    (every conv of the evaluation as a GEMM), twice in turn;
+#                                    [args] are added (e.g. --models resnet18); the rows also go
+#                                    to $OUT/ab_infer.txt
 #
 # With the device tool: run `tools/gpu-run.sh pack`, then a run whose command is
 # `tools/gpu-run.sh run` (or `bench ...`, or `all ...`) with carry [".gpu"]. Nothing is
@@ -137,31 +139,41 @@ bench() {
 }
 
 # loom_bench with each switch at its default and at its other value, twice in turn.
+# rows SECTION SETTING [loom_bench args]: loom_bench's rows of SECTION with the environment
+# setting SETTING (or none: default), also appended to $out; $round names the round.
+rows() {
+  section=$1 setting=$2
+  shift 2
+  echo "== round $round: $section, $setting" | tee -a "$out"
+  if [ "$setting" = default ]; then
+    "$dir/bin/loom_bench" "$@" 2>/dev/null | grep "^$section" | tee -a "$out"
+  else
+    env "$setting" "$dir/bin/loom_bench" "$@" 2>/dev/null | grep "^$section" | tee -a "$out"
+  fi
+}
+
 ab() {
   unpack
   [ $# -gt 0 ] || set -- --device cuda --sections train --models resnet18,decoder --modes captured \
                           --precision fp32,bf16 --batch resnet18=256,decoder=64 --steps 10
   out=/dev/null
   [ -n "${OUT:-}" ] && mkdir -p "$OUT" && out=$OUT/ab.txt
-  # rows SECTION SETTING [loom_bench args]: the section's rows with SETTING (or none: default)
-  rows() {
-    section=$1 setting=$2
-    shift 2
-    echo "== round $round: $section, $setting" | tee -a "$out"
-    if [ "$setting" = default ]; then
-      "$dir/bin/loom_bench" "$@" 2>/dev/null | grep "^$section" | tee -a "$out"
-    else
-      env "$setting" "$dir/bin/loom_bench" "$@" 2>/dev/null | grep "^$section" | tee -a "$out"
-    fi
-  }
   for round in 1 2; do
     for setting in default LOOM_CUDA_VECTOR=0 LOOM_RECOMPUTE_COSTLY=0 LOOM_CUDNN_ALGOS=fastest; do
       rows train "$setting" "$@"
     done
-    # Batch-1 inference (issue 16's captured/lazy rows): the tiny-plane convs as one GEMM each
-    # (the default), none, and every conv of the evaluation.
+  done
+}
+
+# Batch-1 inference (issue 16's captured/lazy rows): the tiny-plane convs as one GEMM each (the
+# default), none, and every conv of the evaluation.
+ab_infer() {
+  unpack
+  out=/dev/null
+  [ -n "${OUT:-}" ] && mkdir -p "$OUT" && out=$OUT/ab_infer.txt
+  for round in 1 2; do
     for setting in default LOOM_CONV_IM2COL=off LOOM_CONV_IM2COL=small_output; do
-      rows infer "$setting" --device cuda --sections infer
+      rows infer "$setting" --device cuda --sections infer "$@"
     done
   done
 }
@@ -169,6 +181,7 @@ ab() {
 case "${1:-}" in
   pack) pack ;;
   ab) shift; ab "$@" ;;
+  ab-infer) shift; ab_infer "$@" ;;
   run) shift; suite "$@" || exit $? ;;
   bench) shift; bench "$@" || exit $? ;;
   exec) shift; unpack; PATH="$dir/bin:$PATH" "$@" ;;
@@ -194,6 +207,6 @@ case "${1:-}" in
     exit $s ;;
   *) echo "usage: tools/gpu-run.sh pack | run [gtest-args] | bench [vs_pytorch.py args]" \
           "| exec CMD [args] | train [train_resnet args] | all [vs_pytorch.py args]" \
-          "| ab [loom_bench args]" >&2
+          "| ab [loom_bench args] | ab-infer [loom_bench args]" >&2
      exit 2 ;;
 esac
