@@ -2,6 +2,7 @@
 
 #include "ir/setting.h"
 
+#include <string>
 #include <vector>
 
 namespace loom::compiler {
@@ -9,14 +10,19 @@ namespace {
 
 using ir::Op;
 
+bool one_group_nchw(const ir::Conv2dAttr& attr, const Shape& input, const Shape& weight,
+                    const Shape& output) {
+  return attr.groups == 1 && !attr.channels_last && input.size() == 4 && weight.size() == 4 &&
+         output.size() == 4;
+}
+
 bool rewritable(const ir::Program& p, const ir::Instr& in, const ir::Target& target) {
-  if (in.op != Op::Conv2d || in.args.size() != 2 || in.epilogue.active())
-    return false;
+  if (in.op != Op::Conv2d || in.args.size() != 2 || in.epilogue.active()) return false;
   const auto& a = in.attr.get<ir::Conv2dAttr>();
-  if (a.groups != 1 || a.channels_last || in.shape.size() != 4) return false;
   const Shape& input = p.slot_type(in.args[0]).shape;
   const Shape& weight = p.slot_type(in.args[1]).shape;
-  return target.runs(Op::Im2col, in.dtype) && target.runs(Op::Matmul, in.dtype) &&
+  return one_group_nchw(a, input, weight, in.shape) && target.runs(Op::Im2col, in.dtype) &&
+         target.runs(Op::Matmul, in.dtype) &&
          target.conv_as_matmul(in.dtype, a, input, weight, in.shape);
 }
 
@@ -63,16 +69,6 @@ ir::Program convs_as_matmuls(ir::Program p, const ir::Target& target) {
   for (auto& out : p.outputs) out = slot_map[out];
   return p;
 }
-
-namespace {
-
-bool one_group_nchw(const ir::Conv2dAttr& attr, const Shape& input, const Shape& weight,
-                    const Shape& output) {
-  return attr.groups == 1 && !attr.channels_last && input.size() == 4 && weight.size() == 4 &&
-         output.size() == 4;
-}
-
-}  // namespace
 
 bool tiny_plane_conv(DType, const ir::Conv2dAttr& attr, const Shape& input, const Shape& weight,
                      const Shape& output) {

@@ -17,8 +17,6 @@
 #include "ir/program.h"
 #include "ir/target.h"
 
-#include <string>
-
 namespace loom::compiler {
 
 ir::Program convs_as_matmuls(ir::Program p, const ir::Target& target);

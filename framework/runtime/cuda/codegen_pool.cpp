@@ -178,10 +178,12 @@ InstrCode im2col_code(const ir::Program& p, int i, const std::string& prefix) {
   src += std::string("  const ") + I + " r = t / COLS, col = t % COLS;\n";
   src += std::string("  const ") + I + " ch = r / (KH * KW), ki = r / KW % KH, kj = r % KW;\n";
   src += std::string("  const ") + I + " b = col / (OH * OW), oy = col / OW % OH, ox = col % OW;\n";
-  src += std::string("  const ") + I + " iy = oy * SH - PH + ki * DH, ix = ox * SW - PW + kj * DW;\n";
+  src += std::string("  const ") + I + " iy = oy * SH - PH + ki * DH;\n";
+  src += std::string("  const ") + I + " ix = ox * SW - PW + kj * DW;\n";
   src += std::string("  ") + B + "* out = (" + B + "*)out_;\n";
   src += std::string("  const ") + B + "* in = (const " + B + "*)a0_;\n";
-  src += "  out[t] = iy >= 0 && iy < H && ix >= 0 && ix < W ? in[((b * C + ch) * H + iy) * W + ix] : 0;\n}\n";
+  src += "  const bool inside = iy >= 0 && iy < H && ix >= 0 && ix < W;\n";
+  src += "  out[t] = inside ? in[((b * C + ch) * H + iy) * W + ix] : 0;\n}\n";
   return {Runs::Kernels, std::move(src), {text::flat_launch(entry, n)}};
 }
 
