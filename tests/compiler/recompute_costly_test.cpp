@@ -114,7 +114,8 @@ TEST(RecomputeCostly, AnExpReadTwiceIsComputedInEachReader) {
   for (const auto& in : p.instrs) fused += in.fusion != nullptr;
   EXPECT_EQ(fused, 2) << ir::to_text(p);
   EXPECT_EQ(fused_steps(p, ir::Op::Exp), 2) << ir::to_text(p);
-  EXPECT_EQ(test::run_on_cpu(g, cpu_target_with(true)), test::run_on_cpu(g, cpu_target_with(false)));
+  EXPECT_EQ(test::run_on_cpu(g, cpu_target_with(true)),
+            test::run_on_cpu(g, cpu_target_with(false)));
   mark_step();
 }
 

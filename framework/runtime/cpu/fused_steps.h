@@ -204,8 +204,8 @@ void unary_op(const FusedStep& s, const T* a, T* __restrict d, int64_t n) {
     case Op::Reshape: case Op::Permute: case Op::Slice: case Op::Expand: case Op::Pad:
     case Op::Concat: case Op::Matmul: case Op::Conv2d: case Op::MaxPool2d: case Op::AvgPool2d:
     case Op::Conv2dGradInput: case Op::Conv2dGradWeight: case Op::MaxPool2dGrad:
-    case Op::AvgPool2dGrad: case Op::Im2col: case Op::Gather: case Op::IndexSelect: case Op::ScatterAdd:
-    case Op::OneHot: case Op::Count_:
+    case Op::AvgPool2dGrad: case Op::Im2col: case Op::Gather: case Op::IndexSelect:
+    case Op::ScatterAdd: case Op::OneHot: case Op::Count_:
       LOOM_UNREACHABLE("elementwise step: not an elementwise op");
   }
   // Only a floating-point op on an integer or bool T breaks out of the switch.
@@ -260,8 +260,8 @@ void nary_op(const FusedStep& s, A a, B b, C c, T* __restrict d, int64_t n) {
     case Op::Reshape: case Op::Permute: case Op::Slice: case Op::Expand: case Op::Pad:
     case Op::Concat: case Op::Matmul: case Op::Conv2d: case Op::MaxPool2d: case Op::AvgPool2d:
     case Op::Conv2dGradInput: case Op::Conv2dGradWeight: case Op::MaxPool2dGrad:
-    case Op::AvgPool2dGrad: case Op::Im2col: case Op::Gather: case Op::IndexSelect: case Op::ScatterAdd:
-    case Op::OneHot: case Op::Count_:
+    case Op::AvgPool2dGrad: case Op::Im2col: case Op::Gather: case Op::IndexSelect:
+    case Op::ScatterAdd: case Op::OneHot: case Op::Count_:
       LOOM_UNREACHABLE("elementwise step: not an elementwise op");
   }
   if constexpr (!fp) unsupported_dtype(ir::op_name(s.op), storage_dtype_of<T>());

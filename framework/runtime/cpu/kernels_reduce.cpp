@@ -581,8 +581,8 @@ void reduce_operand(Op op, const ir::Attr& attr, DType dtype, const Shape& shape
     case Op::Permute: case Op::Slice: case Op::Expand: case Op::Pad: case Op::Concat:
     case Op::Matmul: case Op::Conv2d: case Op::MaxPool2d: case Op::AvgPool2d:
     case Op::Conv2dGradInput: case Op::Conv2dGradWeight: case Op::MaxPool2dGrad:
-    case Op::AvgPool2dGrad: case Op::Im2col: case Op::Gather: case Op::IndexSelect: case Op::ScatterAdd:
-    case Op::OneHot: case Op::Count_:
+    case Op::AvgPool2dGrad: case Op::Im2col: case Op::Gather: case Op::IndexSelect:
+    case Op::ScatterAdd: case Op::OneHot: case Op::Count_:
       break;
   }
   LOOM_UNREACHABLE("reduce_kernel: not a reduction");

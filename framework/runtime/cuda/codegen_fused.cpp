@@ -174,8 +174,8 @@ std::string step_expr(const ir::FusedStep& s, DType t, const std::string& a, con
     case Op::Reshape: case Op::Permute: case Op::Slice: case Op::Expand: case Op::Pad:
     case Op::Concat: case Op::Matmul: case Op::Conv2d: case Op::MaxPool2d: case Op::AvgPool2d:
     case Op::Conv2dGradInput: case Op::Conv2dGradWeight: case Op::MaxPool2dGrad:
-    case Op::AvgPool2dGrad: case Op::Im2col: case Op::Gather: case Op::IndexSelect: case Op::ScatterAdd:
-    case Op::OneHot: case Op::Count_:
+    case Op::AvgPool2dGrad: case Op::Im2col: case Op::Gather: case Op::IndexSelect:
+    case Op::ScatterAdd: case Op::OneHot: case Op::Count_:
       break;
   }
   throw Error(std::string("cuda codegen: ") + ir::op_name(s.op) + " is not an elementwise op");

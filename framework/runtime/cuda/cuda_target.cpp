@@ -40,7 +40,7 @@ ir::Target cuda_target() {
   // ResNet-18's 512-channel convs on 4x4 planes at batch 1 took 168 us each in cuDNN (0.45
   // TFLOP/s, 2026-11-24): its kernels tile the 16 output positions. As one GEMM the inner
   // dimension (C*kh*kw = 4608) is long enough for cuBLASLt to split over the device.
-  // (LOOM_CONV_IM2COL=small_output takes every small conv: tools/gpu-run.sh ab compares.)
+  // (LOOM_CONV_IM2COL=small_output takes every small conv: tools/gpu-run.sh ab-infer compares.)
   t.conv_as_matmul = compiler::conv_im2col_rule(compiler::tiny_plane_conv);
   return t;
 }
