@@ -220,6 +220,7 @@ class Fuser {
                  static_cast<double>(n_out));
       return;
     }
+    if (foldable_permute(src)) a = src->args[0];  // read through it (permuted_load)
     add_to(out, a, static_cast<double>(dtype_size(p_.slot_type(a).dtype)));
   }
 
@@ -371,6 +372,44 @@ class Fuser {
     }
   }
 
+  // Whether `in` is a Permute that a fused load can read through: one that keeps the innermost
+  // dimension innermost, so the load still reads runs of contiguous elements (attention's
+  // [B,T,H,D] <-> [B,H,T,D]). Transposes of the innermost dimension (a layout change) keep
+  // their own kernel, which moves tiles; a load would gather element by element.
+  static bool foldable_permute(const ir::Instr* in) {
+    if (!in || in->op != Op::Permute) return false;
+    const auto& perm = in->attr.get<ir::PermuteAttr>().perm;
+    return !perm.empty() && perm.back() == static_cast<int64_t>(perm.size()) - 1;
+  }
+
+  // A load of a Permute's source in the Permute's order, dimensions merged; none if it needs
+  // more than kMaxFusedRank dimensions.
+  std::optional<ir::FusedLoad> permuted_load(const ir::Instr& permute) const {
+    const auto src = p_.slot_type(permute.args[0]);
+    const auto& perm = permute.attr.get<ir::PermuteAttr>().perm;
+    std::vector<int64_t> src_strides(src.shape.size());
+    int64_t acc = 1;
+    for (std::size_t d = src.shape.size(); d-- > 0;) {
+      src_strides[d] = acc;
+      acc *= src.shape[d];
+    }
+    std::vector<int64_t> sizes, strides;
+    for (std::size_t i = 0; i < perm.size(); ++i) {
+      const int64_t size = permute.shape[i], stride = src_strides[static_cast<std::size_t>(perm[i])];
+      if (size == 1) continue;
+      if (!sizes.empty() && strides.back() == stride * size) {
+        sizes.back() *= size;
+        strides.back() = stride;
+      } else {
+        sizes.push_back(size);
+        strides.push_back(stride);
+      }
+    }
+    if (sizes.empty()) sizes = {1}, strides = {1};
+    if (sizes.size() > ir::kMaxFusedRank) return std::nullopt;
+    return ir::FusedLoad{-1, src.dtype, std::move(sizes), std::move(strides)};
+  }
+
   // A broadcast load of an Expand's source over the Expand's shape, dimensions merged; none if
   // it needs more than kMaxFusedRank dimensions.
   std::optional<ir::FusedLoad> broadcast_load(const ir::Instr& expand) const {
@@ -444,6 +483,7 @@ class Fuser {
         const ir::Instr* src = producer(a);
         std::optional<ir::FusedLoad> load;
         if (src && src->op == Op::Expand) load = broadcast_load(*src);
+        if (foldable_permute(src)) load = permuted_load(*src);
         if (load) {
           load->arg = add_arg(src->args[0]);
         } else {

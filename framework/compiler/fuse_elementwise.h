@@ -3,10 +3,13 @@
 // Rewrites each floating-point elementwise instruction (unary, binary, where, cast, and
 // comparisons of floats) into a fused instruction (Instr::fusion) that also computes every
 // elementwise producer feeding only it, so a chain like sin(cos(x)) or BatchNorm's
-// normalise-scale-shift reads each input once and writes one result. Constants and
-// broadcasts (Expand) that feed a fused instruction are folded into it: a constant becomes a
-// step, a broadcast becomes a strided load of the Expand's source. Those instructions stay in
-// place for any other reader; dead_code.cpp removes the ones nobody reads any more.
+// normalise-scale-shift reads each input once and writes one result. Constants, broadcasts
+// (Expand) and permutes that keep the innermost dimension innermost (attention's
+// [B,T,H,D] <-> [B,H,T,D]) that feed a fused instruction are folded into it: a constant
+// becomes a step, a broadcast or such a permute a strided load of its source. A permute that
+// moves the innermost dimension (a layout change) keeps its own kernel, which moves tiles
+// where a load would gather element by element. Those instructions stay in place for any
+// other reader; dead_code.cpp removes the ones nobody reads any more.
 //
 // Lone elementwise instructions become one-step fusions too, so every floating-point
 // elementwise op runs through the same kernel in every execution mode.

@@ -384,6 +384,34 @@ TEST(DeadCode, FoldedBroadcastsLeaveNothingBehind) {
   EXPECT_EQ(p.instrs[1].fusion->loads[1].strides, (std::vector<int64_t>{0, 1}));
 }
 
+// A permute that keeps the innermost dimension innermost (attention's [B,T,H,D] <-> [B,H,T,D])
+// is read by the fusion through a strided load of its source: it is not stored. One that moves
+// the innermost dimension (a layout change) keeps its kernel. The values are eager mode's.
+TEST(FuseElementwise, AHeadPermuteIsReadThroughAndATransposeIsNot) {
+  test::fresh_engine();
+  const Shape shape{2, 5, 3, 8};  // [B, T, H, D]
+  auto x = from_vector(values(2 * 5 * 3 * 8), shape);
+  auto y = from_vector(values(2 * 3 * 5 * 8, 0.21f), {2, 3, 5, 8});
+  mark_step();
+  auto heads = permute(x, {0, 2, 1, 3}) * 2.0 + y;  // [B, H, T, D]
+  auto p = compiled(heads);
+  EXPECT_EQ(test::count_instrs(p, ir::Op::Permute), 0) << ir::to_text(p);
+  ASSERT_EQ(p.instrs.back().fusion->loads.size(), 3u) << ir::to_text(p);  // x, 2.0, y
+  // [2,3,5,8] over x [2,5,3,8]: strides 120, 8, 24, 1; no two dimensions merge.
+  EXPECT_EQ(p.instrs.back().fusion->loads[0].strides, (std::vector<int64_t>{120, 8, 24, 1}));
+  auto flipped = permute(x, {0, 1, 3, 2}) + 1.0;  // [B, T, D, H]: the innermost moves
+  EXPECT_EQ(test::count_instrs(compiled(flipped), ir::Op::Permute), 1);
+
+  const auto got = heads.to_vector<float>(), got_flipped = flipped.to_vector<float>();
+  eager_mode(true);
+  const auto want = (permute(x, {0, 2, 1, 3}) * 2.0 + y).to_vector<float>();
+  const auto want_flipped = (permute(x, {0, 1, 3, 2}) + 1.0).to_vector<float>();
+  eager_mode(false);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(got_flipped, want_flipped);
+  EXPECT_NE(got[1], got[8]);  // the permute moved values (x's [0,0,0,1] and [0,1,0,0])
+}
+
 TEST(FuseReduce, AReductionComputesItsOperandsChainAsItReads) {
   test::fresh_engine();
   auto x = from_vector(values(4 * 3 * 50 * 7), {4, 3, 50, 7});

@@ -5,9 +5,9 @@
 // synchronises its threads (a reduction) runs each block's threads as real threads meeting at
 // real barriers. Results are compared with what the CPU backend computes for the same tensors,
 // so the kernels' indexing and combining are checked without a GPU: the elementwise vector loop
-// (codegen_fused.cpp) and its fallback on unaligned addresses, and the reductions of every
-// layout (codegen_reduce.cpp), split over two launches included, and Im2col's windows
-// (codegen_pool.cpp).
+// (codegen_fused.cpp) and its fallback on unaligned addresses, strided loads through a permute,
+// the reductions of every layout (codegen_reduce.cpp), split over two launches included, and
+// Im2col's windows (codegen_pool.cpp).
 #include "lazy/ops_util.h"
 #include "runtime/cuda/codegen.h"
 #include "runtime/cuda/cuda_target.h"
@@ -351,6 +351,17 @@ TEST(EmulatedKernels, BoolResult) {
   auto b = from_vector(wave(n, 0.29f), {n});
   mark_step();
   check(gt(a * 2.0, b), 0, true);
+}
+
+// An operand read through a permute of attention's heads ([B,T,H,D] as [B,H,T,D]: a strided
+// load, one element a thread) beside one read in order, into a bfloat16 result.
+TEST(EmulatedKernels, PermutedOperand) {
+  if (!host_compiler_here()) GTEST_SKIP() << kNoCompiler;
+  test::fresh_engine();
+  auto x = from_vector(wave(2 * 16 * 4 * 32, 0.23f), {2, 16, 4, 32});
+  auto y = from_vector(wave(2 * 4 * 16 * 32, 0.41f), {2, 4, 16, 32});
+  mark_step();
+  check((permute(x, {0, 2, 1, 3}) * y).to(DType::BFloat16), 0, true);
 }
 
 // A size that is no multiple of 4: the element loop alone.
