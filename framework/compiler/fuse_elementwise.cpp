@@ -220,7 +220,7 @@ class Fuser {
                  static_cast<double>(n_out));
       return;
     }
-    if (foldable_permute(src)) a = src->args[0];  // read through it (permuted_load)
+    a = viewed_slot(a);  // a slice or permute is read through (view_load)
     add_to(out, a, static_cast<double>(dtype_size(p_.slot_type(a).dtype)));
   }
 
@@ -372,42 +372,71 @@ class Fuser {
     }
   }
 
-  // Whether `in` is a Permute that a fused load can read through: one that keeps the innermost
-  // dimension innermost, so the load still reads runs of contiguous elements (attention's
-  // [B,T,H,D] <-> [B,H,T,D]). Transposes of the innermost dimension (a layout change) keep
-  // their own kernel, which moves tiles; a load would gather element by element.
-  static bool foldable_permute(const ir::Instr* in) {
-    if (!in || in->op != Op::Permute) return false;
+  // Whether a fused load can read through `in`: a Slice, or a Permute that keeps the
+  // innermost dimension innermost, so the load still reads runs of contiguous elements
+  // (attention's [B,T,H,D] <-> [B,H,T,D]). A transpose of the innermost dimension (a layout
+  // change) keeps its own kernel, which moves tiles where a load would gather element by
+  // element.
+  static bool read_through(const ir::Instr* in) {
+    if (!in) return false;
+    if (in->op == Op::Slice) return true;
+    if (in->op != Op::Permute) return false;
     const auto& perm = in->attr.get<ir::PermuteAttr>().perm;
     return !perm.empty() && perm.back() == static_cast<int64_t>(perm.size()) - 1;
   }
 
-  // A load of a Permute's source in the Permute's order, dimensions merged; none if it needs
-  // more than kMaxFusedRank dimensions.
-  std::optional<ir::FusedLoad> permuted_load(const ir::Instr& permute) const {
-    const auto src = p_.slot_type(permute.args[0]);
-    const auto& perm = permute.attr.get<ir::PermuteAttr>().perm;
-    std::vector<int64_t> src_strides(src.shape.size());
-    int64_t acc = 1;
-    for (std::size_t d = src.shape.size(); d-- > 0;) {
-      src_strides[d] = acc;
-      acc *= src.shape[d];
+  // The slot a load of `slot` reads: through every Slice and Permute read_through takes.
+  int viewed_slot(int slot) const {
+    for (const ir::Instr* src = producer(slot); read_through(src); src = producer(slot))
+      slot = src->args[0];
+    return slot;
+  }
+
+  // A load of the value in `slot` read through its chain of slices and permutes: their source
+  // with the strides and offset that pick the value's elements, dimensions merged; none if it
+  // needs more than kMaxFusedRank dimensions.
+  std::optional<ir::FusedLoad> view_load(int slot) const {
+    std::vector<const ir::Instr*> chain;  // outermost (the value's producer) first
+    for (const ir::Instr* src = producer(slot); read_through(src); src = producer(src->args[0]))
+      chain.push_back(src);
+    const auto base = p_.slot_type(chain.back()->args[0]);
+    std::vector<int64_t> strides(base.shape.size());
+    int64_t acc = 1, offset = 0;
+    for (std::size_t d = base.shape.size(); d-- > 0;) {
+      strides[d] = acc;
+      acc *= base.shape[d];
     }
-    std::vector<int64_t> sizes, strides;
-    for (std::size_t i = 0; i < perm.size(); ++i) {
-      const int64_t size = permute.shape[i], stride = src_strides[static_cast<std::size_t>(perm[i])];
-      if (size == 1) continue;
-      if (!sizes.empty() && strides.back() == stride * size) {
-        sizes.back() *= size;
-        strides.back() = stride;
-      } else {
-        sizes.push_back(size);
-        strides.push_back(stride);
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+      const ir::Instr& v = **it;
+      if (v.op == Op::Permute) {
+        const auto& perm = v.attr.get<ir::PermuteAttr>().perm;
+        std::vector<int64_t> permuted(perm.size());
+        for (std::size_t d = 0; d < perm.size(); ++d)
+          permuted[d] = strides[static_cast<std::size_t>(perm[d])];
+        strides = std::move(permuted);
+      } else {  // Slice: start at `starts`, every `steps`-th element
+        const auto& a = v.attr.get<ir::SliceAttr>();
+        for (std::size_t d = 0; d < strides.size(); ++d) {
+          offset += a.starts[d] * strides[d];
+          strides[d] *= a.steps[d];
+        }
       }
     }
-    if (sizes.empty()) sizes = {1}, strides = {1};
+    const Shape& shape = p_.slot_type(slot).shape;
+    std::vector<int64_t> sizes, merged;
+    for (std::size_t d = 0; d < shape.size(); ++d) {
+      if (shape[d] == 1) continue;
+      if (!sizes.empty() && merged.back() == strides[d] * shape[d]) {
+        sizes.back() *= shape[d];
+        merged.back() = strides[d];
+      } else {
+        sizes.push_back(shape[d]);
+        merged.push_back(strides[d]);
+      }
+    }
+    if (sizes.empty()) sizes = {1}, merged = {1};
     if (sizes.size() > ir::kMaxFusedRank) return std::nullopt;
-    return ir::FusedLoad{-1, src.dtype, std::move(sizes), std::move(strides)};
+    return ir::FusedLoad{-1, base.dtype, std::move(sizes), std::move(merged), offset};
   }
 
   // A broadcast load of an Expand's source over the Expand's shape, dimensions merged; none if
@@ -483,9 +512,10 @@ class Fuser {
         const ir::Instr* src = producer(a);
         std::optional<ir::FusedLoad> load;
         if (src && src->op == Op::Expand) load = broadcast_load(*src);
-        if (foldable_permute(src)) load = permuted_load(*src);
         if (load) {
           load->arg = add_arg(src->args[0]);
+        } else if (read_through(src) && (load = view_load(a))) {
+          load->arg = add_arg(viewed_slot(a));
         } else {
           auto t = p_.slot_type(a);
           load = ir::FusedLoad{add_arg(a), t.dtype, {shape_numel(t.shape)}, {1}};
@@ -536,7 +566,7 @@ class Fuser {
     };
     for (int v = 0; v < n_loads; ++v) {
       const auto& l = f.loads[v];
-      bool direct = l.dtype == f.compute && l.sizes.size() == 1 && l.strides[0] == 1;
+      bool direct = l.dtype == f.compute && l.flat();
       if (!direct) f.register_of[v] = take();
     }
     for (int k = 0; k < static_cast<int>(f.steps.size()); ++k) {

@@ -4,12 +4,14 @@
 // comparisons of floats) into a fused instruction (Instr::fusion) that also computes every
 // elementwise producer feeding only it, so a chain like sin(cos(x)) or BatchNorm's
 // normalise-scale-shift reads each input once and writes one result. Constants, broadcasts
-// (Expand) and permutes that keep the innermost dimension innermost (attention's
+// (Expand), slices and permutes that keep the innermost dimension innermost (attention's
 // [B,T,H,D] <-> [B,H,T,D]) that feed a fused instruction are folded into it: a constant
-// becomes a step, a broadcast or such a permute a strided load of its source. A permute that
-// moves the innermost dimension (a layout change) keeps its own kernel, which moves tiles
-// where a load would gather element by element. Those instructions stay in place for any
-// other reader; dead_code.cpp removes the ones nobody reads any more.
+// becomes a step, a broadcast a strided load of its source, and a chain of such slices and
+// permutes one strided load of the chain's source, at an offset (FusedLoad::offset: a rotary
+// embedding's halves of each head). A permute that moves the innermost dimension (a layout
+// change) keeps its own kernel, which moves tiles where a load would gather element by
+// element. Those instructions stay in place for any other reader; dead_code.cpp removes the
+// ones nobody reads any more.
 //
 // Lone elementwise instructions become one-step fusions too, so every floating-point
 // elementwise op runs through the same kernel in every execution mode.

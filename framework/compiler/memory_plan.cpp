@@ -43,7 +43,7 @@ bool reads_in_place(const ir::Instr& in, int slot, const std::vector<int>& owner
   for (const auto& l : in.fusion->loads) {
     if (owner[in.args[l.arg]] != slot) continue;
     reads = true;
-    if (l.sizes.size() != 1 || l.strides[0] != 1 || l.sizes[0] != numel) return false;
+    if (!l.flat() || l.sizes[0] != numel) return false;
   }
   for (std::size_t k = 0; k < in.args.size(); ++k) {
     if (owner[in.args[k]] != slot) continue;

@@ -30,6 +30,9 @@ struct FusedLoad {
   // each coordinate in the operand. One size with stride 1: a plain contiguous read.
   std::vector<int64_t> sizes;
   std::vector<int64_t> strides;
+  int64_t offset = 0;  // the operand element read at the result's first position (a slice's)
+  // Element i of the result at element i of the operand: a plain contiguous read.
+  bool flat() const { return sizes.size() == 1 && strides[0] == 1 && offset == 0; }
 };
 
 struct FusedStep {

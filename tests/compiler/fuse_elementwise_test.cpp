@@ -412,6 +412,36 @@ TEST(FuseElementwise, AHeadPermuteIsReadThroughAndATransposeIsNot) {
   EXPECT_NE(got[1], got[8]);  // the permute moved values (x's [0,0,0,1] and [0,1,0,0])
 }
 
+// Slices, and slices of such a permute, are read through too: a rotary embedding's halves of
+// each head, [B,H,T,D/2] out of the [B,T,H,D] projection, become loads at an offset, and
+// neither the slices nor the permute are stored. The values are eager mode's.
+TEST(FuseElementwise, SlicesOfAPermuteAreReadThrough) {
+  test::fresh_engine();
+  auto x = from_vector(values(2 * 5 * 3 * 8), {2, 5, 3, 8});  // [B, T, H, D]
+  mark_step();
+  auto rotate = [](const Tensor& q) {  // [B, H, T, D]: (-second half) * 3 + first half
+    return -slice(q, 3, 4, 8) * 3.0 + slice(q, 3, 0, 4);
+  };
+  auto y = rotate(permute(x, {0, 2, 1, 3}));
+  auto p = compiled(y);
+  EXPECT_EQ(test::count_instrs(p, ir::Op::Slice), 0) << ir::to_text(p);
+  EXPECT_EQ(test::count_instrs(p, ir::Op::Permute), 0) << ir::to_text(p);
+  const auto& loads = p.instrs.back().fusion->loads;
+  ASSERT_GE(loads.size(), 2u) << ir::to_text(p);
+  // [2,3,5,4] over x [2,5,3,8]: strides 120, 8, 24, 1 from offset 4 (the second half) and 0.
+  EXPECT_EQ(loads[0].strides, (std::vector<int64_t>{120, 8, 24, 1}));
+  EXPECT_EQ(loads[0].offset, 4);
+  EXPECT_EQ(loads.back().offset, 0);
+  const auto got = y.to_vector<float>();
+  eager_mode(true);
+  const auto want = rotate(permute(x, {0, 2, 1, 3})).to_vector<float>();
+  eager_mode(false);
+  EXPECT_EQ(got, want);
+  const auto in = values(2 * 5 * 3 * 8);
+  EXPECT_FLOAT_EQ(got[0], -in[4] * 3 + in[0]);  // head 0, token 0, lane 0
+  EXPECT_FLOAT_EQ(got[4], -in[24 + 4] * 3 + in[24]);  // token 1
+}
+
 TEST(FuseReduce, AReductionComputesItsOperandsChainAsItReads) {
   test::fresh_engine();
   auto x = from_vector(values(4 * 3 * 50 * 7), {4, 3, 50, 7});

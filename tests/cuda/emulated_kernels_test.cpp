@@ -354,7 +354,8 @@ TEST(EmulatedKernels, BoolResult) {
 }
 
 // An operand read through a permute of attention's heads ([B,T,H,D] as [B,H,T,D]: a strided
-// load, one element a thread) beside one read in order, into a bfloat16 result.
+// load, one element a thread) beside one read in order, into a bfloat16 result; then two
+// slices of that permute, loads at an offset.
 TEST(EmulatedKernels, PermutedOperand) {
   if (!host_compiler_here()) GTEST_SKIP() << kNoCompiler;
   test::fresh_engine();
@@ -362,6 +363,10 @@ TEST(EmulatedKernels, PermutedOperand) {
   auto y = from_vector(wave(2 * 4 * 16 * 32, 0.41f), {2, 4, 16, 32});
   mark_step();
   check((permute(x, {0, 2, 1, 3}) * y).to(DType::BFloat16), 0, true);
+  // The halves of each head ([.., 16] of [.., 32]), read at offsets 16 and 0 (no operand in
+  // order: no vector loads).
+  auto h = permute(x, {0, 2, 1, 3});
+  check(slice(h, 3, 16, 32) * 2.0 - slice(h, 3, 0, 16), 0, false);
 }
 
 // A size that is no multiple of 4: the element loop alone.

@@ -97,7 +97,7 @@ struct Cursor {
 };
 
 // A load that is read by a plain position, without a cursor: contiguous over the whole result.
-bool is_flat(const FusedLoad& l) { return l.sizes.size() == 1 && l.strides[0] == 1; }
+bool is_flat(const FusedLoad& l) { return l.flat(); }
 
 // A load that repeats along the result with a period of at most kMaxPeriod elements and is not
 // read in place or as a splat over long runs: a per-channel operand over planes shorter than
@@ -123,7 +123,7 @@ int64_t pattern_period(const FusedLoad& l, DType compute) {
 void seek(const FusedLoad& l, int64_t pos, Cursor& c) {
   const std::size_t rank = l.sizes.size();
   assert(rank >= 1 && rank <= ir::kMaxFusedRank && "fused load: bad rank");
-  c.offset = 0;
+  c.offset = l.offset;
   for (std::size_t d = rank; d-- > 0;) {
     c.idx[d] = pos % l.sizes[d];
     pos /= l.sizes[d];
@@ -668,7 +668,8 @@ std::unique_ptr<const StackedFold> compile_stacked_fold(
     auto& map = value_of.emplace_back();
     for (const auto& l : p->loads) {
       auto same = [&](const FusedLoad& o) {
-        return o.arg == l.arg && o.dtype == l.dtype && o.sizes == l.sizes && o.strides == l.strides;
+        return o.arg == l.arg && o.dtype == l.dtype && o.sizes == l.sizes &&
+               o.strides == l.strides && o.offset == l.offset;
       };
       const auto at = std::find_if(m.loads.begin(), m.loads.end(), same);
       map.push_back(static_cast<int>(at - m.loads.begin()));

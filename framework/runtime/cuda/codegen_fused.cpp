@@ -232,7 +232,8 @@ std::string fusion_values(const ir::Fusion& f, const std::string& idx, const std
     const std::string at =
         loaded && !(*loaded)[j].empty()
             ? (*loaded)[j]
-            : named("x", l.arg) + "[" + offset_expr(l.sizes, l.strides, idx) + "]";
+            : named("x", l.arg) + "[" + (l.offset ? std::to_string(l.offset) + " + " : "") +
+                  offset_expr(l.sizes, l.strides, idx) + "]";
     s += indent + "const " + ct + " " + name(v++) + " = " + load_as(at, l.dtype, f.compute) + ";\n";
   }
   for (const auto& st : f.steps) {
@@ -290,7 +291,7 @@ const char* vector_type(DType t) {
 // Whether a fused load reads its operand whole and in order: element i of the result at
 // element i of the operand.
 bool reads_in_order(const ir::FusedLoad& l, int64_t n) {
-  return l.sizes.size() == 1 && l.sizes[0] == n && l.strides[0] == 1;
+  return l.flat() && l.sizes[0] == n;
 }
 
 // A cast between storage dtypes (an op alone): bfloat16 through float32, bool "not zero".
