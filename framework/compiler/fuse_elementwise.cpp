@@ -400,6 +400,9 @@ class Fuser {
     for (const ir::Instr* src = producer(slot); read_through(src); src = producer(src->args[0]))
       chain.push_back(src);
     const auto base = p_.slot_type(chain.back()->args[0]);
+    // A source of 2^31 elements or more keeps its slices: the CUDA kernels size their index
+    // arithmetic by the result, which a slice's source can outgrow.
+    if (shape_numel(base.shape) >= (int64_t{1} << 31)) return std::nullopt;
     std::vector<int64_t> strides(base.shape.size());
     int64_t acc = 1, offset = 0;
     for (std::size_t d = base.shape.size(); d-- > 0;) {

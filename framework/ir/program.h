@@ -27,7 +27,8 @@ struct FusedLoad {
   DType dtype;                    // the operand's dtype; converted on load
   // The operand read over the result's index space, after merging dimensions: `sizes` splits
   // the flat result index row-major, `strides` (in operand elements, 0 = broadcast) places
-  // each coordinate in the operand. One size with stride 1: a plain contiguous read.
+  // each coordinate in the operand, from element `offset`. One size with stride 1 from
+  // offset 0 (flat()): a plain contiguous read.
   std::vector<int64_t> sizes;
   std::vector<int64_t> strides;
   int64_t offset = 0;  // the operand element read at the result's first position (a slice's)
