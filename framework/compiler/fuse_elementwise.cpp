@@ -425,7 +425,15 @@ class Fuser {
         }
       }
     }
-    const Shape& shape = p_.slot_type(slot).shape;
+    return merged_load(p_.slot_type(slot).shape, strides, base.dtype, offset);
+  }
+
+  // A load over `shape` placing coordinate d at strides[d] from `offset`, with the dimensions
+  // of size 1 dropped and those that are contiguous in the operand merged; none if it needs
+  // more than kMaxFusedRank dimensions.
+  static std::optional<ir::FusedLoad> merged_load(const Shape& shape,
+                                                  const std::vector<int64_t>& strides,
+                                                  DType dtype, int64_t offset = 0) {
     std::vector<int64_t> sizes, merged;
     for (std::size_t d = 0; d < shape.size(); ++d) {
       if (shape[d] == 1) continue;
@@ -439,7 +447,7 @@ class Fuser {
     }
     if (sizes.empty()) sizes = {1}, merged = {1};
     if (sizes.size() > ir::kMaxFusedRank) return std::nullopt;
-    return ir::FusedLoad{-1, base.dtype, std::move(sizes), std::move(merged), offset};
+    return ir::FusedLoad{-1, dtype, std::move(sizes), std::move(merged), offset};
   }
 
   // A broadcast load of an Expand's source over the Expand's shape, dimensions merged; none if
@@ -447,26 +455,13 @@ class Fuser {
   std::optional<ir::FusedLoad> broadcast_load(const ir::Instr& expand) const {
     auto src = p_.slot_type(expand.args[0]);
     const Shape& out = expand.shape;
-    std::vector<int64_t> sizes, strides;
     int64_t acc = 1;
     std::vector<int64_t> src_strides(out.size());
     for (std::size_t d = out.size(); d-- > 0;) {
       src_strides[d] = src.shape[d] == 1 ? 0 : acc;
       acc *= src.shape[d];
     }
-    for (std::size_t d = 0; d < out.size(); ++d) {
-      if (out[d] == 1) continue;
-      if (!sizes.empty() && strides.back() == src_strides[d] * out[d]) {
-        sizes.back() *= out[d];
-        strides.back() = src_strides[d];
-      } else {
-        sizes.push_back(out[d]);
-        strides.push_back(src_strides[d]);
-      }
-    }
-    if (sizes.empty()) sizes = {1}, strides = {1};
-    if (sizes.size() > ir::kMaxFusedRank) return std::nullopt;
-    return ir::FusedLoad{-1, src.dtype, std::move(sizes), std::move(strides)};
+    return merged_load(out, src_strides, src.dtype);
   }
 
   // A constant's value as its own dtype stores it (the kernel then converts to the compute type).

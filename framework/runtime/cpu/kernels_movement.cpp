@@ -1,6 +1,7 @@
 // Movement kernels: reshape, permute, slice, expand, pad and concat. All but concat are one
 // strided copy: the output's multi-index maps to an input offset through per-dimension
 // strides (0 for a broadcast dimension), so they differ only in how they build the strides.
+#include "runtime/cpu/conv/conv_common.h"
 #include "runtime/cpu/kernels_impl.h"
 #include "runtime/cpu/onednn.h"
 
@@ -269,42 +270,32 @@ void concat_kernel(const ir::Attr& attr, Inputs in, const TensorView& out) {
 }
 
 // Row (c, i, j) of the result holds, for every output position (n, y, x) in turn, the input
-// element that tap (i, j) of the window at (y, x) reads from channel c of image n: a strided
-// run of one input row, zero where the tap falls in the padding. Rows are the tasks.
+// element that tap (i, j) of the window at (y, x) reads from channel c of image n, zero in the
+// padding: each image's im2col (conv_common.h, as the im2col + GEMM convs write it) placed in
+// its block of columns. (image, channel) pairs are the tasks.
 void im2col_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& out) {
   const auto& a = attr.get<ir::Conv2dGradAttr>();
-  const int64_t n = x.shape[0], c = x.shape[1], h = x.shape[2], w = x.shape[3];
-  const int64_t kh = a.size[0], kw = a.size[1];
-  const int64_t sh = a.conv.stride[0], sw = a.conv.stride[1];
-  const int64_t ph = a.conv.padding[0], pw = a.conv.padding[1];
-  const int64_t dh = a.conv.dilation[0], dw = a.conv.dilation[1];
-  const int64_t ho = (h + 2 * ph - dh * (kh - 1) - 1) / sh + 1;
-  const int64_t wo = (w + 2 * pw - dw * (kw - 1) - 1) / sw + 1;
-  const int64_t rows = c * kh * kw, cols = n * ho * wo;
-  if (rows * cols == 0) return;
+  const int64_t n = x.shape[0], c = x.shape[1];
+  const int64_t cols = out.shape[1], positions = n > 0 ? cols / n : 0;
+  if (shape_numel(out.shape) == 0) return;
+  auto extent = [&](int i) {
+    const auto& v = a.conv;
+    return (x.shape[2 + i] + 2 * v.padding[i] - v.dilation[i] * (a.size[i] - 1) - 1) / v.stride[i] +
+           1;
+  };
+  const ConvGeometry g = conv_geometry(a.conv, x.shape, {1, c, a.size[0], a.size[1]},
+                                       {n, 1, extent(0), extent(1)});
+  const int64_t rows_per_channel = g.kh * g.kw;
   visit_width(x.dtype, [&](auto tag) {
     using U = typename decltype(tag)::type;
     const auto* src = static_cast<const U*>(x.data);
     auto* dst = static_cast<U*>(out.data);
-    const int64_t grain = std::max<int64_t>(1, kGrainElementwise / cols);
-    parallel_range(rows, grain, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const int64_t ch = r / (kh * kw), i = r / kw % kh, j = r % kw;
-        U* row = dst + r * cols;
-        for (int64_t b = 0; b < n; ++b)
-          for (int64_t y = 0; y < ho; ++y) {
-            U* to = row + (b * ho + y) * wo;
-            const int64_t iy = y * sh - ph + i * dh;
-            if (iy < 0 || iy >= h) {
-              std::fill(to, to + wo, U{0});
-              continue;
-            }
-            const U* from = src + ((b * c + ch) * h + iy) * w;
-            for (int64_t xo = 0; xo < wo; ++xo) {
-              const int64_t ix = xo * sw - pw + j * dw;
-              to[xo] = ix >= 0 && ix < w ? from[ix] : U{0};
-            }
-          }
+    const int64_t grain = std::max<int64_t>(1, kGrainElementwise / (rows_per_channel * positions));
+    parallel_range(n * c, grain, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t b = t / c, ch = t % c;
+        im2col(src + b * c * g.h * g.w, g, ch, 1, 0, positions,
+               dst + ch * rows_per_channel * cols + b * positions, cols);
       }
     });
   });
