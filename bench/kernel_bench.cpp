@@ -34,6 +34,7 @@
 // does), to be run both ways; the context line OMP_WAIT_POLICY says which ran.
 #include "runtime/cpu/conv/conv_matmul.h"
 #include "runtime/cpu/conv/conv_weight_bf16.h"
+#include "runtime/cpu/conv/conv_winograd.h"
 #include "runtime/cpu/conv/conv_winograd_bf16.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/kernels_impl.h"
@@ -334,6 +335,44 @@ BENCHMARK(BM_ConvMatmul)->Apply([](auto* b) {
       for (int64_t dtype : {0, 1})
         if (pass != 1 || (i != 0 && i != 8))
           for (int64_t own : {0, 1}) b->Args({i, pass, dtype, own});
+  b->UseRealTime()->Unit(benchmark::kMillisecond);
+});
+
+// The float32 weight gradient of every 3x3 stride-1 conv from 64 channels on, on channels-last
+// activations: oneDNN's (kernel 0) against loom's Winograd on [N,C,H,W] copies of both
+// operands, the copies included (1, as the channels-last conv kernel runs it where
+// winograd_weight_grad_chosen), shape by shape, back to back (WinogradWeightGrad/shape/kernel).
+void BM_WinogradWeightGrad(benchmark::State& state) {
+  namespace onednn = loom::runtime::onednn;
+  using loom::runtime::ConvPass;
+  const ConvShape s = kShapes[state.range(0)];
+  const bool own = state.range(1) == 1;
+  Buffer x({s.n, s.size, s.size, s.c}, DType::Float32), w({s.o, s.c, s.k, s.k}, DType::Float32);
+  Buffer y({s.n, s.size, s.size, s.o}, DType::Float32);
+  Buffer xf({s.n, s.c, s.size, s.size}, DType::Float32), yf({s.n, s.o, s.size, s.size}, DType::Float32);
+  const loom::runtime::ConvGeometry g{s.n, s.c, s.size, s.size, s.o, s.k, s.k, s.size, s.size,
+                                      1, 1, s.pad, s.pad, 1, 1, 1};
+  const auto* px = static_cast<const float*>(x.ptr());
+  const auto* py = static_cast<const float*>(y.ptr());
+  auto* pw = static_cast<float*>(w.ptr());
+  const loom::ir::Attr to_first = loom::ir::PermuteAttr{{0, 3, 1, 2}};
+  for (auto _ : state) {
+    if (own) {
+      loom::runtime::permute_kernel(to_first, x.view(), xf.view());
+      loom::runtime::permute_kernel(to_first, y.view(), yf.view());
+      loom::runtime::conv2d_grad_weight_winograd(g, static_cast<const float*>(xf.ptr()),
+                                                 static_cast<const float*>(yf.ptr()), pw);
+    } else onednn::conv2d(ConvPass::kGradWeight, g, DType::Float32, onednn::Layout::kChannelsLast,
+                        px, py, pw);
+  }
+  state.counters["GFLOPS"] =
+      benchmark::Counter(conv_flops(s) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  set_label(state, s, DType::Float32, own ? "loom Winograd on copies" : "oneDNN channels-last");
+}
+BENCHMARK(BM_WinogradWeightGrad)->Apply([](auto* b) {
+  for (int64_t i = 0; i <= kLastShape; ++i)
+    if (kShapes[i].k == 3 && kShapes[i].stride == 1 && kShapes[i].c >= 64)
+      for (int64_t own : {0, 1}) b->Args({i, own});
   b->UseRealTime()->Unit(benchmark::kMillisecond);
 });
 

@@ -233,9 +233,10 @@ TensorView channels_first_copy(const TensorView& v) {
 }  // namespace
 
 // Channels-last activations go to oneDNN as they are, except a bfloat16 weight gradient that
-// loom's vdpbf16ps kernel takes (conv_weight_bf16.h, where bf16_weight_grad_chosen). Another
-// weight gradient under use_deterministic_algorithms (oneDNN's splits its sum by the thread
-// count) copies its operands to [N,C,H,W] for loom's kernels.
+// loom's vdpbf16ps kernel takes (conv_weight_bf16.h, where bf16_weight_grad_chosen). A float32
+// weight gradient that loom's Winograd takes (where winograd_weight_grad_chosen: two small
+// copies next to its sums), and another one under use_deterministic_algorithms (oneDNN's
+// splits its sum by the thread count), copy their operands to [N,C,H,W] for loom's kernels.
 void conv2d_channels_last(ConvPass pass, const ir::Conv2dAttr& attr, const TensorView& a,
                           const TensorView& b, const TensorView& out, const float* bias,
                           bool relu) {
@@ -274,6 +275,14 @@ void conv2d_channels_last(ConvPass pass, const ir::Conv2dAttr& attr, const Tenso
       bf16_weight_grad_chosen(g))
     return conv2d_grad_weight_bf16(g, a.as<const bfloat16>(), b.as<const bfloat16>(),
                                    out.as<bfloat16>());
+  if (pass == ConvPass::kGradWeight && a.dtype == DType::Float32 &&
+      b.dtype == DType::Float32 && winograd_weight_grad_chosen(g, out.dtype)) {
+    const TensorView x = channels_first_copy<ChannelsFirstX>(a);
+    const TensorView grad = channels_first_copy<ChannelsFirstGrad>(b);
+    if (conv2d_grad_weight_winograd(g, x.as<const float>(), grad.as<const float>(),
+                                    out.as<float>()))
+      return;
+  }
   if (pass == ConvPass::kGradWeight && are_deterministic_algorithms_enabled()) {
     const TensorView x = channels_first_copy<ChannelsFirstX>(a);
     const TensorView grad = channels_first_copy<ChannelsFirstGrad>(b);

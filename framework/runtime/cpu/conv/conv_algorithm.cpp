@@ -149,6 +149,34 @@ bool bf16_weight_grad_chosen(const ConvGeometry& g) {
   return strided(g) || g.c * g.o <= kOwnMaxWeightChannels;
 }
 
+// Where loom's float32 Winograd weight gradient, on [N,C,H,W] copies of the channels-last
+// operands, beats oneDNN's on channels-last activations (2026-11-25, the 2-core Sapphire
+// Rapids machine, float32, oneDNN's time over loom's, copies included). kernel_bench's
+// WinogradWeightGrad rows at ResNet's shapes: 1.63 at ResNet-18's 512-channel 4x4 stage (10.7
+// against 6.56 ms), 1.08 at its 256-channel 8x8 one, 0.65 to 0.91 at 64 and 128 channels. A
+// scratch program, best of 20, 512 channels on 4x4 planes by batch: 0.31 (1), 0.81 (4), 1.03
+// (8), 1.29 to 1.30 (16, 32), 1.54 (64), 1.70 (128); 256 channels on 4x4: 0.28 to 0.91; 512
+// and 1024 channels at batch 16 and 32 on 2x2, 3x3, 4x4 and 7x7 planes: 1.48 to 2.45, 1.02 to
+// 1.37, 1.28 to 1.68, and 0.92 to 1.13. In ResNet-18 training steps (loom_bench captured,
+// batch 32) the 512-channel weight gradient took 7.8 ms against oneDNN's 10.6, while the
+// 256-channel one took 7.8 against 6.6: it stays on oneDNN.
+constexpr int64_t kWinogradGradMaxPositions = 16;   // the output plane: 4x4
+constexpr int64_t kWinogradGradMinChannels = 512;   // on both sides
+constexpr int64_t kWinogradGradMinBatch = 16;
+
+bool winograd_weight_grad_chosen(const ConvGeometry& g, DType dtype) {
+  if (dtype != DType::Float32 || !winograd_applies(g)) return false;
+  switch (forced_choice()) {
+    case Forced::kWinograd: return true;
+    case Forced::kNone: break;
+    case Forced::kOneDnn:
+    case Forced::kDirect:
+    case Forced::kGemm: return false;
+  }
+  return g.oh * g.ow <= kWinogradGradMaxPositions && g.n >= kWinogradGradMinBatch &&
+         std::min(g.c, g.o) >= kWinogradGradMinChannels;
+}
+
 // Where loom's bfloat16 Winograd beats oneDNN's direct bfloat16 kernels on channels-last
 // activations (kernel_bench's Bf16Winograd rows, both back to back, 2026-11-24, the shared
 // 2-core machine, two runs): oneDNN's time over loom's, forward and input gradient, 1.41 and

@@ -41,6 +41,13 @@ bool direct_chosen(const ConvGeometry& g, ConvPass pass);
 // its sums by the shape only), unless LOOM_CONV=onednn forces oneDNN.
 bool bf16_weight_grad_chosen(const ConvGeometry& g);
 
+// Whether the float32 weight gradient of the channels-last conv `g` runs on loom's Winograd
+// (conv2d_grad_weight_winograd_channels_last, which copies its operands to [N,C,H,W]) rather
+// than oneDNN's: where Winograd applies and wins, on output planes up to 4x4 with 512 channels
+// or more on both sides in batches of 16 or more (ResNet-18's last stage in training), unless
+// LOOM_CONV forces another algorithm (LOOM_CONV=winograd: wherever it applies).
+bool winograd_weight_grad_chosen(const ConvGeometry& g, DType dtype);
+
 // Whether loom's bfloat16 Winograd (conv_winograd_bf16.h) runs pass `pass` (kForward or
 // kGradInput) of the channels-last conv `g`: where it applies and beats oneDNN's direct
 // kernels (from 64 channels on both sides; the input gradient on planes over 4x4), or
