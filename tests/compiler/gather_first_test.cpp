@@ -7,6 +7,7 @@
 #include <loom/nn/functional.h>
 
 #include <cmath>
+#include <cstring>
 
 namespace loom {
 namespace {
@@ -69,7 +70,9 @@ TEST(GatherFirst, CrossEntropyPicksTheTargetsWithoutComputingLogSoftmaxWhole) {
 }
 
 // Under autocast the logits are a bfloat16 product widened to float32: the widening is picked
-// too, so the Gather reads the bfloat16 logits themselves.
+// too, so the Gather reads the bfloat16 logits themselves. Compiled for the CPU's target with
+// bfloat16 matmuls, as on a CPU with bfloat16 instructions (elsewhere the compiler widens the
+// matmul itself, and its float32 result is what there is to pick).
 TEST(GatherFirst, AutocastLogitsArePickedAsBFloat16) {
   test::fresh_engine();
   auto x = from_vector(wave(4 * 8, 1.0f), {4, 8});
@@ -80,7 +83,10 @@ TEST(GatherFirst, AutocastLogitsArePickedAsBFloat16) {
     return nn::functional::cross_entropy(matmul(x, transpose(w, 0, 1)), target);
   };
   Tensor loss = f();
-  const Program p = test::compile_for_cpu(test::graph_of(loss));
+  ir::Target bf16_matmuls = runtime::backend(Device{}).target();
+  bf16_matmuls.run_bfloat16(ir::Op::Matmul);
+  const ir::Graph g = test::graph_of(loss);
+  const Program p = compiler::compile(g, bf16_matmuls);
   ASSERT_EQ(test::count_instrs(p, ir::Op::Gather), 1) << ir::to_text(p);
   for (const auto& in : p.instrs) {
     if (in.op == ir::Op::Gather) {
@@ -88,11 +94,20 @@ TEST(GatherFirst, AutocastLogitsArePickedAsBFloat16) {
     }
   }
   EXPECT_TRUE(gathers_read_stored_values(p)) << ir::to_text(p);
+  // The program's loss has the bits eager mode gives (which widens the matmul itself where
+  // the CPU has no bfloat16 instructions, as the matmul's kernel then does).
+  const auto got = test::run_on_cpu(g, bf16_matmuls);
   Tensor eager;
   {
     EagerModeGuard on(true);
     eager = f();
   }
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(got[0].size(), 4u);
+  float from_run = 0;
+  std::memcpy(&from_run, got[0].data(), 4);
+  EXPECT_EQ(from_run, eager.item<float>());
+  EXPECT_GT(from_run, 0.5f);
   expect_same_bits(loss, eager);
 }
 

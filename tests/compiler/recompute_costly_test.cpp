@@ -23,9 +23,13 @@ constexpr const char* kOverridden =
     "LOOM_RECOMPUTE_COSTLY is set: it overrides the targets compared";
 bool overridden() { return std::getenv("LOOM_RECOMPUTE_COSTLY") != nullptr; }
 
+// The CPU's target with the flag, and with bfloat16 matmuls kept in bfloat16 as on a CPU with
+// bfloat16 instructions (elsewhere the compiler would widen the logits' matmul to float32, and
+// there would be no bfloat16 logits to recompute from; its kernel then widens it itself).
 ir::Target cpu_target_with(bool recompute_costly) {
   ir::Target t = runtime::backend(Device{}).target();
   t.recompute_costly_steps = recompute_costly;
+  t.run_bfloat16(ir::Op::Matmul);
   return t;
 }
 

@@ -43,6 +43,8 @@ namespace {
 
 // Multiply-adds per TBB task below which splitting costs more than it saves.
 constexpr int64_t kMinTaskFlops = 1 << 18;
+// A matmul's tasks under deterministic algorithms, whatever the thread count (matmul_typed).
+constexpr int64_t kDeterministicTasks = 8;
 
 int64_t thread_count() { return std::max(1, tbb::this_task_arena::max_concurrency()); }
 
@@ -110,11 +112,17 @@ void matmul_typed(const ir::Attr& attr, const TensorView& a, const TensorView& b
   // Tasks are (batch, block of rows, block of columns): two per thread (one with a single
   // thread), none below kMinTaskFlops. Each task is its own Eigen GEMM, which packs its block
   // of A and of B, so the split is the one that packs the fewest elements: rows for a wide B,
-  // columns for a tall A, both for a large square product.
+  // columns for a tall A, both for a large square product. Which of Eigen's micro-kernels sums
+  // an element (three, two or one vector of rows at a time; the one-vector kernel sums even and
+  // odd k apart) depends on where the element falls in its block, so under deterministic
+  // algorithms the blocks are cut for kDeterministicTasks whatever the thread count (on AVX2 a
+  // [512, 384] product by 2048 gave other bits on one thread than on two).
   const int64_t flops = batch * m * k * n;
   const int64_t threads = thread_count();
-  const int64_t want =
-      std::clamp<int64_t>(flops / kMinTaskFlops, 1, threads == 1 ? 1 : threads * 2);
+  const int64_t most = are_deterministic_algorithms_enabled() ? kDeterministicTasks
+                       : threads == 1                         ? 1
+                                                              : threads * 2;
+  const int64_t want = std::clamp<int64_t>(flops / kMinTaskFlops, 1, most);
   const int64_t per_batch = (want + batch - 1) / batch;
   int64_t row_blocks = 1, col_blocks = 1;
   double best = -1;
@@ -220,7 +228,8 @@ namespace {
 // Eigen on widened operands), and 1.17x (2x in bfloat16) at 128^3. Below, oneDNN's ~10 us per
 // call (waking its OpenMP team) loses: 64^3 and the ResNets' classifiers run 1.5 to 4x faster
 // on Eigen. Deterministic algorithms keep Eigen: oneDNN's GEMM splits k across threads where
-// m x n is small (onednn_test's DeterministicMatmulIndependentOfThreadCount).
+// m x n is small (onednn_test's DeterministicMatmulIndependentOfThreadCount). Below AVX-512
+// oneDNN has no bfloat16 GEMM (onednn::bfloat16_supported): Eigen runs it on widened operands.
 constexpr int64_t kMinOneDnnMatmul = int64_t{1} << 21;  // 128^3
 
 enum class MatmulChoice { kDefault, kOneDnn, kEigen };
@@ -236,8 +245,9 @@ MatmulChoice forced_matmul() {
   return forced;
 }
 
-bool matmul_on_onednn(const onednn::MatmulShape& s) {
+bool matmul_on_onednn(const onednn::MatmulShape& s, DType dtype) {
   if (are_deterministic_algorithms_enabled()) return false;
+  if (dtype == DType::BFloat16 && !onednn::bfloat16_supported()) return false;
   switch (forced_matmul()) {
     case MatmulChoice::kOneDnn: return true;
     case MatmulChoice::kEigen: return false;
@@ -332,7 +342,7 @@ void matmul_kernel(const ir::Attr& attr, const TensorView& a, const TensorView& 
                    const TensorView& out) {
   if (out.dtype != DType::Float64) {
     const onednn::MatmulShape s = matmul_shape(attr, a, b);
-    if (s.batch * s.m * s.n != 0 && s.k != 0 && matmul_on_onednn(s))
+    if (s.batch * s.m * s.n != 0 && s.k != 0 && matmul_on_onednn(s, out.dtype))
       return matmul_onednn(s, a, b, out, nullptr, ir::Op::Count_);
     if (out.dtype == DType::BFloat16)
       return run_widened(a, b, out, [&](const float* pa, const float* pb, float* pc) {
@@ -362,7 +372,7 @@ void epilogue_kernel(ir::Op op, const ir::Attr& attr, const ir::Epilogue& epilog
   assert(op == ir::Op::Matmul && "epilogue_kernel: a Matmul or a Conv2d");
   if (out.dtype == DType::Float32) {
     const onednn::MatmulShape s = matmul_shape(attr, in[0], in[1]);
-    if (s.batch * s.m * s.n != 0 && s.k != 0 && matmul_on_onednn(s))
+    if (s.batch * s.m * s.n != 0 && s.k != 0 && matmul_on_onednn(s, out.dtype))
       return matmul_onednn(s, in[0], in[1], out, bias ? bias->as<const float>() : nullptr, act);
   }
   visit_float(ir::op_name(op), out.dtype, [&](auto tag) {

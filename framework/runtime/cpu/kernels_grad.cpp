@@ -232,7 +232,8 @@ TensorView channels_first_copy(const TensorView& v) {
 
 }  // namespace
 
-// Channels-last activations go to oneDNN as they are, except a bfloat16 weight gradient that
+// Channels-last activations go to oneDNN as they are (bfloat16 ones widened to float32 where
+// oneDNN has no bfloat16 convs: onednn::bfloat16_supported), except a bfloat16 weight gradient that
 // loom's vdpbf16ps kernel takes (conv_weight_bf16.h, where bf16_weight_grad_chosen). A float32
 // weight gradient that loom's Winograd takes (where winograd_weight_grad_chosen: two small
 // copies next to its sums), and another one under use_deterministic_algorithms (oneDNN's
@@ -264,6 +265,18 @@ void conv2d_channels_last(ConvPass pass, const ir::Conv2dAttr& attr, const Tenso
   if (a.numel() == 0 || b.numel() == 0) {  // an empty sum
     std::memset(out.data, 0, static_cast<std::size_t>(out.numel()) * dtype_size(out.dtype));
     return;
+  }
+  if (a.dtype == DType::BFloat16 && b.dtype == DType::BFloat16 && out.dtype == DType::BFloat16 &&
+      !onednn::bfloat16_supported()) {
+    // No bfloat16 convs in oneDNN below AVX-512: the float32 conv on widened copies, rounded
+    // once, as the compiler's widening would have run it.
+    const auto f32 = [](const float* p, const Shape& shape) {
+      return TensorView{const_cast<float*>(p), DType::Float32, shape};
+    };
+    return run_widened(a, b, out, [&](const float* pa, const float* pb, float* po) {
+      conv2d_channels_last(pass, attr, f32(pa, a.shape), f32(pb, b.shape), f32(po, out.shape),
+                           bias, relu);
+    });
   }
   if (a.dtype == out.dtype && b.dtype == out.dtype && conv_matmul_chosen(g, pass, out.dtype))
     return conv2d_matmul(g, pass, out.dtype, a.data, b.data, out.data, bias, relu);

@@ -24,12 +24,16 @@ namespace {
 // planes of 512 elements or more ([32,32,32,32]: 0.66, [128,16,32,32]: 0.57; from 16 or 64
 // channels, or onto 256-element planes, oneDNN wins). kernel_bench's BM_Permute rows time the
 // two back to back (the same day: 1.3 to 2.1 in float32, 1.8 to 2.0 in bfloat16, and 0.66 and
-// 0.68 at the two float32 exceptions, where bfloat16 was even and 1.6).
+// 0.68 at the two float32 exceptions, where bfloat16 was even and 1.6). bfloat16 only where
+// oneDNN has JIT reorders for it (from AVX-512 on): below, its reference reorder ("simple:any")
+// changed 290 of 51,840 random bit patterns (signalling NaNs made quiet, subnormals flushed to
+// zero) on an AVX2-only EPYC, where a permute moves bits.
 constexpr int64_t kOneDnnMinPermute = int64_t{1} << 15;
 
 bool onednn_transposes(const TensorView& x, const std::vector<int64_t>& perm,
                        const TensorView& out) {
   const std::size_t rank = perm.size();
+  if (x.dtype == DType::BFloat16 && !onednn::bfloat16_supported()) return false;
   if ((x.dtype != DType::Float32 && x.dtype != DType::BFloat16) || rank < 2 || rank > 4 ||
       out.numel() < kOneDnnMinPermute || perm.back() == static_cast<int64_t>(rank) - 1)
     return false;

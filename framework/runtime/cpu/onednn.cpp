@@ -369,6 +369,15 @@ bool native_bfloat16() {
   return native;
 }
 
+bool bfloat16_supported() {
+  static const bool supported = [] {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto core = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+    return (isa & core) == core;
+  }();
+  return supported;
+}
+
 bool amx_bfloat16() {
   static const bool amx = [] {
     const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());

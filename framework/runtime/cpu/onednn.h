@@ -45,6 +45,14 @@ enum class Layout { kPlain, kBlocked, kChannelsLast };
 // ONEDNN_MAX_CPU_ISA (e.g. AVX512_CORE) turns this off for testing the widened path.
 bool native_bfloat16();
 
+// Whether oneDNN has bfloat16 convs, matmuls and JIT reorders on this CPU at all: from
+// AVX512_CORE on (emulated there without AVX512_BF16). Below, on an AVX2-only CPU, it creates
+// no bfloat16 conv or matmul ("could not create a primitive descriptor iterator") and its
+// bfloat16 reorder is the reference one, which changes bits (a signalling NaN comes back
+// quiet, a subnormal as zero); the kernels then run bfloat16 on loom's own code (widened for
+// convs and matmuls), whatever a target or LOOM_CONV asks.
+bool bfloat16_supported();
+
 // Whether oneDNN runs bfloat16 convs and matmuls on AMX tiles here (Sapphire Rapids and later;
 // oneDNN's effective ISA, so ONEDNN_MAX_CPU_ISA caps it too). Then its bfloat16 convs run
 // several times faster than loom's own vdpbf16ps kernels (kernel_bench, 2026-11-24: Winograd

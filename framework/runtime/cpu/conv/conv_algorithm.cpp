@@ -283,9 +283,11 @@ bool own_algorithm_forced() {
 
 ConvAlgorithm conv_algorithm(const ConvGeometry& g, ConvPass pass, DType dtype) {
   const Forced forced = forced_choice();
-  // oneDNN's weight gradient splits its sum over images by the thread count.
+  // oneDNN's weight gradient splits its sum over images by the thread count; below AVX-512
+  // oneDNN has no bfloat16 convs (the kernels widen them to loom's float32 ones).
   const bool onednn_allowed =
-      !(pass == ConvPass::kGradWeight && are_deterministic_algorithms_enabled());
+      !(pass == ConvPass::kGradWeight && are_deterministic_algorithms_enabled()) &&
+      (dtype != DType::BFloat16 || onednn::bfloat16_supported());
   if (onednn_allowed) {
     if (forced == Forced::kOneDnn) return ConvAlgorithm::kOneDnn;
     if (forced == Forced::kNone && onednn_wins(g, pass, dtype))
