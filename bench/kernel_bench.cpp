@@ -3,7 +3,8 @@
 // for each distinct conv, in float32 and bfloat16 (Conv2d*/shape/dtype, dtype 0 float32, 1
 // bfloat16), oneDNN's passes in each of its layouts (OneDnnConv*/shape/layout/dtype, layout 0
 // loom's own NCHW, 1 blocked with reorders in and out, 2 channels-last activations taken as
-// they are; the label names oneDNN's kernel), the bfloat16 weight gradient of every 3x3 conv
+// they are, 3 channels-last activations reordered to the blocked layouts and back; the label
+// names oneDNN's kernel), the bfloat16 weight gradient of every 3x3 conv
 // on channels-last activations by oneDNN and by loom's vdpbf16ps kernel back to back
 // (Bf16WeightGrad/shape/kernel: 0 oneDNN, 1 loom), the bfloat16 forward and input gradient of
 // every 3x3 stride-1 conv by oneDNN and by loom's Winograd (Bf16Winograd/shape/pass/kernel), and
@@ -126,6 +127,14 @@ void set_label(benchmark::State& state, const ConvShape& s, DType dtype, const c
   state.SetLabel(label);
 }
 
+// Skips a row that would run oneDNN in bfloat16 on a CPU where it has no bfloat16 kernels
+// (below AVX-512: onednn::bfloat16_supported); true when skipped.
+bool skip_onednn_bfloat16(benchmark::State& state, DType dtype) {
+  if (dtype != DType::BFloat16 || loom::runtime::onednn::bfloat16_supported()) return false;
+  state.SkipWithError("oneDNN has no bfloat16 kernels on this CPU (it needs AVX-512)");
+  return true;
+}
+
 double conv_flops(const ConvShape& s) {
   const int64_t out_size = (s.size + 2 * s.pad - s.k) / s.stride + 1;
   return 2.0 * s.n * s.o * out_size * out_size * s.c * s.k * s.k;
@@ -183,10 +192,12 @@ BENCHMARK(BM_Conv2dGradWeight)->Apply([](auto* b) { all_shapes(b, true); });
 void onednn_bench(benchmark::State& state, loom::runtime::ConvPass pass) {
   namespace onednn = loom::runtime::onednn;
   const ConvShape s = kShapes[state.range(0)];
-  const auto layout = state.range(1) == 2   ? onednn::Layout::kChannelsLast
+  const auto layout = state.range(1) == 3   ? onednn::Layout::kChannelsLastBlocked
+                      : state.range(1) == 2 ? onednn::Layout::kChannelsLast
                       : state.range(1) == 1 ? onednn::Layout::kBlocked
                                             : onednn::Layout::kPlain;
   const DType dtype = dtype_arg(state.range(2));
+  if (skip_onednn_bfloat16(state, dtype)) return;
   const int64_t os = (s.size + 2 * s.pad - s.k) / s.stride + 1;
   Buffer x({s.n, s.c, s.size, s.size}, dtype), w({s.o, s.c, s.k, s.k}, dtype);
   Buffer y({s.n, s.o, os, os}, dtype);
@@ -213,7 +224,7 @@ void BM_OneDnnConv2dGradWeight(benchmark::State& state) {
 }
 void onednn_shapes(benchmark::internal::Benchmark* b, bool stems) {
   for (int64_t dtype : {0, 1})
-    for (int64_t layout : {0, 1, 2})
+    for (int64_t layout : {0, 1, 2, 3})
       for (int64_t i = 0; i <= kLastShape; ++i)
         if (stems || (i != 0 && i != 8)) b->Args({i, layout, dtype});
   b->UseRealTime()->Unit(benchmark::kMillisecond);
@@ -237,6 +248,7 @@ void BM_Bf16WeightGrad(benchmark::State& state) {
     state.SkipWithError("loom's bfloat16 weight gradient does not apply here (no AVX512_BF16)");
     return;
   }
+  if (!own && skip_onednn_bfloat16(state, DType::BFloat16)) return;
   using loom::runtime::ConvPass;
   const auto* px = static_cast<const loom::bfloat16*>(x.ptr());
   const auto* py = static_cast<const loom::bfloat16*>(y.ptr());
@@ -275,6 +287,7 @@ void BM_Bf16Winograd(benchmark::State& state) {
     state.SkipWithError("loom's bfloat16 Winograd does not apply here (no AVX512_BF16)");
     return;
   }
+  if (!own && skip_onednn_bfloat16(state, DType::BFloat16)) return;
   const bool forward = pass == ConvPass::kForward;
   const auto* in = static_cast<const loom::bfloat16*>(forward ? x.ptr() : y.ptr());
   const auto* pw = static_cast<const loom::bfloat16*>(w.ptr());
@@ -316,6 +329,7 @@ void BM_ConvMatmul(benchmark::State& state) {
                         "gradient)");
     return;
   }
+  if (!own && skip_onednn_bfloat16(state, dtype)) return;
   const void* a = pass == ConvPass::kGradInput ? y.ptr() : x.ptr();
   const void* b = pass == ConvPass::kGradWeight ? y.ptr() : w.ptr();
   void* out = pass == ConvPass::kForward     ? y.ptr()
@@ -437,6 +451,7 @@ void BM_Permute(benchmark::State& state) {
   const PermuteCase& c = kPermutes[state.range(0)];
   const DType dtype = dtype_arg(state.range(1));
   const bool reorder = state.range(2) == 1;
+  if (reorder && skip_onednn_bfloat16(state, dtype)) return;
   Shape out_shape;
   for (int64_t d : c.perm) out_shape.push_back(c.shape[static_cast<std::size_t>(d)]);
   Buffer x(c.shape, dtype), out(out_shape, dtype);

@@ -93,9 +93,10 @@ std::string name(const ConvGeometry& g, DType t, Layout layout) {
   s << "n" << g.n << " c" << g.c << " " << g.h << "x" << g.w << " o" << g.o << " k" << g.kh << "x"
     << g.kw << " s" << g.sh << "," << g.sw << " p" << g.ph << "," << g.pw << " d" << g.dh << ","
     << g.dw << " g" << g.groups << " " << dtype_name(t)
-    << (layout == Layout::kPlain     ? " plain"
-        : layout == Layout::kBlocked ? " blocked"
-                                     : " channels-last");
+    << (layout == Layout::kPlain           ? " plain"
+        : layout == Layout::kBlocked       ? " blocked"
+        : layout == Layout::kChannelsLast  ? " channels-last"
+                                           : " channels-last via blocked");
   return s.str();
 }
 
@@ -161,7 +162,7 @@ void check_conv(const Case& k, DType t, Layout layout) {
   const std::string what = name(g, t, layout);
   const int64_t taps = g.kh * g.kw;
   // Channels-last: the activations go in as [N,H,W,C] and come back so.
-  const bool last = layout == Layout::kChannelsLast;
+  const bool last = layout == Layout::kChannelsLast || layout == Layout::kChannelsLastBlocked;
   const auto act_x = [&](const std::vector<double>& v, bool to_last) {
     return last ? transposed(v, g.n, g.c, g.h, g.w, to_last) : v;
   };
@@ -196,8 +197,28 @@ const Case kCases[] = {
 };
 
 TEST(OneDnn, ConvPassesMatchReferenceFloat32) {
-  for (Layout layout : {Layout::kPlain, Layout::kBlocked, Layout::kChannelsLast})
+  for (Layout layout :
+       {Layout::kPlain, Layout::kBlocked, Layout::kChannelsLast, Layout::kChannelsLastBlocked})
     for (const Case& k : kCases) check_conv(k, DType::Float32, layout);
+}
+
+// Channels-last activations go through the blocked layouts only for the float32 forward of
+// convs with a window and 32 channels or more on both sides, on a CPU below AVX-512.
+TEST(OneDnn, ChannelsLastConvsGoBlockedOnlyWhereMeasuredFaster) {
+  const ConvGeometry wide = geometry({2, 64, 8, 8, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1});
+  const ConvGeometry narrow = geometry(kCases[0]);  // 16 channels
+  const ConvGeometry pointwise = geometry(kCases[8]);
+  const Layout blocked =
+      onednn::bfloat16_supported() ? Layout::kChannelsLast : Layout::kChannelsLastBlocked;
+  EXPECT_EQ(onednn::channels_last_layout(wide, ConvPass::kForward, DType::Float32), blocked);
+  for (ConvPass pass : {ConvPass::kGradInput, ConvPass::kGradWeight})
+    EXPECT_EQ(onednn::channels_last_layout(wide, pass, DType::Float32), Layout::kChannelsLast);
+  EXPECT_EQ(onednn::channels_last_layout(wide, ConvPass::kForward, DType::BFloat16),
+            Layout::kChannelsLast);
+  EXPECT_EQ(onednn::channels_last_layout(narrow, ConvPass::kForward, DType::Float32),
+            Layout::kChannelsLast);
+  EXPECT_EQ(onednn::channels_last_layout(pointwise, ConvPass::kForward, DType::Float32),
+            Layout::kChannelsLast);
 }
 
 // oneDNN has bfloat16 kernels from AVX-512 on (emulated there without AVX512_BF16).

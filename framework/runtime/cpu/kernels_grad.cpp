@@ -303,7 +303,8 @@ void conv2d_channels_last(ConvPass pass, const ir::Conv2dAttr& attr, const Tenso
                               out);
     return;
   }
-  onednn::conv2d(pass, g, out.dtype, onednn::Layout::kChannelsLast, a.data, b.data, out.data,
+  onednn::conv2d(pass, g, out.dtype, onednn::channels_last_layout(g, pass, out.dtype), a.data,
+                 b.data, out.data,
                  {bias, relu});
 }
 

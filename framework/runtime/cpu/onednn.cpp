@@ -206,11 +206,12 @@ void finish(Entry& entry, const PD& pd) {
 Entry make_conv(ConvPass pass, const ConvGeometry& g, DType dtype, Layout layout, Epilogue e) {
   using namespace dnnl;
   const auto dt = data_type(dtype);
-  const bool channels_last = layout == Layout::kChannelsLast;
+  const bool channels_last =
+      layout == Layout::kChannelsLast || layout == Layout::kChannelsLastBlocked;
   const ConvDescs user = conv_descs(g, dt, channels_last ? Tag::nhwc : Tag::nchw, Tag::oihw);
-  const ConvDescs want = layout == Layout::kPlain ? user
-                         : channels_last          ? conv_descs(g, dt, Tag::nhwc, Tag::any)
-                                                  : conv_descs(g, dt, Tag::any, Tag::any);
+  const ConvDescs want = layout == Layout::kPlain         ? user
+                         : layout == Layout::kChannelsLast ? conv_descs(g, dt, Tag::nhwc, Tag::any)
+                                                           : conv_descs(g, dt, Tag::any, Tag::any);
   const auto& engine = cpu_engine();
   const auto alg = algorithm::convolution_direct;
   const auto& p = want.padding;
@@ -358,32 +359,29 @@ int set_threads() {
   return threads;
 }
 
+// Whether oneDNN's effective ISA (ONEDNN_MAX_CPU_ISA caps it) includes `isa`.
+bool isa_reaches(dnnl::cpu_isa isa) {
+  const auto have = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto want = static_cast<unsigned>(isa);
+  return (have & want) == want;  // ISAs are bit sets, each a superset of those below it
+}
+
+bool avx512_core() {
+  static const bool core = isa_reaches(dnnl::cpu_isa::avx512_core);
+  return core;
+}
+
 }  // namespace
 
 bool native_bfloat16() {
-  static const bool native = [] {
-    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-    const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
-    return (isa & bf16) == bf16;  // ISAs are bit sets, each a superset of those below it
-  }();
+  static const bool native = isa_reaches(dnnl::cpu_isa::avx512_core_bf16);
   return native;
 }
 
-bool bfloat16_supported() {
-  static const bool supported = [] {
-    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-    const auto core = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
-    return (isa & core) == core;
-  }();
-  return supported;
-}
+bool bfloat16_supported() { return avx512_core(); }
 
 bool amx_bfloat16() {
-  static const bool amx = [] {
-    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-    const auto tiles = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
-    return (isa & tiles) == tiles;
-  }();
+  static const bool amx = isa_reaches(dnnl::cpu_isa::avx512_core_amx);
   return amx;
 }
 
@@ -491,6 +489,28 @@ int64_t primitives_created() { return g_created.load(std::memory_order_relaxed);
 // shared cores (about 1 s instead of 5 ms), but re-measured on the idle machine they are 1.5
 // to 4x faster blocked than plain (ResNet-20's 32-channel stage: 2.32 against 8.75 ms), and
 // with a busy loop on one of the two cores still 7.1 against 8.75 ms: they go blocked.
+// On a CPU below AVX-512 (an AVX2-only EPYC, 2026-11-28, kernel_bench's OneDnnConv2d*/shape/
+// layout rows, float32, channels-last taken as it is (2) against reordered to the blocked
+// layouts and back (3), ms): the forward of every 3x3 conv with 32 channels or more on both
+// sides ran faster blocked, reorders included: ResNet-20's 32-channel stage 6.40 against 7.25,
+// its stage-3 entry 4.10 against 5.92 and 64-channel stage 6.95 against 7.79; ResNet-18's
+// 64-channel 32x32 convs 20.8 against 27.1, 128-channel ones 20.9 against 29.3, its strided
+// entries 11.3 to 14.8 against 15.3 to 16.5. With 16 channels (1.87, 7.85 and 4.70 against
+// 1.20, 5.93 and 4.33), 1x1 convs (1.3 to 3.4x slower) and the stem it lost. The gradients
+// were mixed within the run's noise (the weight gradient of ResNet-20's 32-channel stage 7.51
+// against 9.97, of ResNet-18's 128-channel stage 31.7 against 28.9): they stay channels-last.
+// In ResNet-18 b32 training steps (loom_bench --profile, captured, two runs each) the forward
+// convs took 321 and 335 ms a step against 423 and 411; ResNet-20 b128's 110 and 100 against
+// 114 and 111. With AVX-512 it was not measured: every pass stays on the channels-last
+// kernels that the measurements there chose (cpu_backend.cpp's float32_channels_last).
+constexpr int64_t kBlockedForwardMinChannels = 32;
+
+Layout channels_last_layout(const ConvGeometry& g, ConvPass pass, DType dtype) {
+  const bool blocked = !avx512_core() && dtype == DType::Float32 && pass == ConvPass::kForward &&
+                       g.kh * g.kw > 1 && std::min(g.c, g.o) >= kBlockedForwardMinChannels;
+  return blocked ? Layout::kChannelsLastBlocked : Layout::kChannelsLast;
+}
+
 Layout conv_layout(const ConvGeometry& g, ConvPass pass, DType) {
   const bool pointwise_kernel = g.kh == 1 && g.kw == 1;
   if (pass == ConvPass::kGradWeight) return pointwise_kernel ? Layout::kPlain : Layout::kBlocked;

@@ -37,7 +37,15 @@ namespace loom::runtime::onednn {
 // the activations are stored channels-last ([N,H,W,C], the layout the compiler's
 // channels_last pass gives the convs' activations) and oneDNN's direct kernels take them as
 // they are; only the weights, still [O,C/g,kh,kw], are reordered into its blocked layout.
-enum class Layout { kPlain, kBlocked, kChannelsLast };
+// kChannelsLastBlocked: channels-last activations reordered into the blocked layouts and the
+// result back, for the passes whose blocked kernels beat the channels-last ones by more than
+// the reorders cost (channels_last_layout).
+enum class Layout { kPlain, kBlocked, kChannelsLast, kChannelsLastBlocked };
+
+// The layout a conv pass over channels-last activations runs in: kChannelsLast, or
+// kChannelsLastBlocked where oneDNN's blocked kernels win with the reorders counted (the
+// measurements are in onednn.cpp).
+Layout channels_last_layout(const ConvGeometry& g, ConvPass pass, DType dtype);
 
 // Whether oneDNN computes in bfloat16 on this CPU with bfloat16 instructions (AVX512_BF16 or
 // AMX), rather than emulating them: then the CPU target keeps bfloat16 convs and matmuls in

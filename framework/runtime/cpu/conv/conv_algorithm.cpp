@@ -55,11 +55,23 @@ bool direct_wins(const ConvGeometry& g, ConvPass pass) {
   return true;
 }
 
-// Where Winograd beats the direct kernels and im2col + GEMM: from 64 channels on both sides.
+// Where Winograd beats the direct kernels and im2col + GEMM: from 64 channels on both sides,
+// in a build with AVX-512, whose 16-lane loops the kernel is written in. Without it (an
+// AVX2-only EPYC, 2026-11-28, kernel_bench, float32, ms, forward / input gradient / weight
+// gradient) its plain loops lose to oneDNN's channels-last kernels at ResNet-18's 64-channel
+// 32x32 convs (32.3 / 39.1 / 45.2 against 22.8 / 24.4 / 39.0) and 128-channel 16x16 ones
+// (23.9 / 32.3 / 42.0 against 25.1 / 21.2 / 29.3), and to im2col + GEMM at ResNet-20's
+// 64-channel 8x8 ones (9.27 / 9.82 / 12.3 against 7.95 / 7.32 / 9.49): it is not chosen
+// there (its weight gradient on 4x4 planes still is: winograd_weight_grad_chosen).
+#ifdef __AVX512F__
+constexpr bool kWinogradVectorised = true;
+#else
+constexpr bool kWinogradVectorised = false;
+#endif
 constexpr int64_t kWinogradMinChannels = 64;
 
 bool winograd_wins(const ConvGeometry& g, ConvPass) {
-  return std::min(g.c, g.o) >= kWinogradMinChannels;
+  return kWinogradVectorised && std::min(g.c, g.o) >= kWinogradMinChannels;
 }
 
 // Where oneDNN beats loom's own kernels: kernel_bench on the 2-core development machine (AMD
@@ -159,7 +171,9 @@ bool bf16_weight_grad_chosen(const ConvGeometry& g) {
 // and 1024 channels at batch 16 and 32 on 2x2, 3x3, 4x4 and 7x7 planes: 1.48 to 2.45, 1.02 to
 // 1.37, 1.28 to 1.68, and 0.92 to 1.13. In ResNet-18 training steps (loom_bench captured,
 // batch 32) the 512-channel weight gradient took 7.8 ms against oneDNN's 10.6, while the
-// 256-channel one took 7.8 against 6.6: it stays on oneDNN.
+// 256-channel one took 7.8 against 6.6: it stays on oneDNN. On an AVX2-only EPYC (2026-11-28,
+// Winograd's plain loops) the 512-channel one still won, 28.1 against 52.1 ms, and the
+// 256-channel one was even (28.8 against 31.5).
 constexpr int64_t kWinogradGradMaxPositions = 16;   // the output plane: 4x4
 constexpr int64_t kWinogradGradMinChannels = 512;   // on both sides
 constexpr int64_t kWinogradGradMinBatch = 16;
