@@ -233,8 +233,8 @@ TensorView channels_first_copy(const TensorView& v) {
 }  // namespace
 
 // Channels-last activations go to oneDNN as they are (bfloat16 ones widened to float32 where
-// oneDNN has no bfloat16 convs: onednn::bfloat16_supported), except a bfloat16 weight gradient that
-// loom's vdpbf16ps kernel takes (conv_weight_bf16.h, where bf16_weight_grad_chosen). A float32
+// oneDNN has no bfloat16 convs: onednn::bfloat16_supported), except a bfloat16 weight gradient
+// that loom's vdpbf16ps kernel takes (conv_weight_bf16.h, where bf16_weight_grad_chosen). A float32
 // weight gradient that loom's Winograd takes (where winograd_weight_grad_chosen: two small
 // copies next to its sums), and another one under use_deterministic_algorithms (oneDNN's
 // splits its sum by the thread count), copy their operands to [N,C,H,W] for loom's kernels.
@@ -304,8 +304,7 @@ void conv2d_channels_last(ConvPass pass, const ir::Conv2dAttr& attr, const Tenso
     return;
   }
   onednn::conv2d(pass, g, out.dtype, onednn::channels_last_layout(g, pass, out.dtype), a.data,
-                 b.data, out.data,
-                 {bias, relu});
+                 b.data, out.data, {bias, relu});
 }
 
 // Both gradients: oneDNN where conv_algorithm picks it, loom's kernels otherwise (bfloat16

@@ -477,18 +477,6 @@ const char* conv2d_implementation(ConvPass pass, const ConvGeometry& g, DType dt
 
 int64_t primitives_created() { return g_created.load(std::memory_order_relaxed); }
 
-// kernel_bench (OneDnnConv2d*/shape/layout/dtype, every ResNet-20 and ResNet-18 CIFAR shape,
-// the time on loom's layout over the time blocked): for 3x3 convs the blocked direct kernels
-// win even with the reorders, 1.1 to 2.4 in float32 (the 3-channel stem's forward: 0.92) and
-// 1.2 to 4.1 in bfloat16. The reorders cost about what the GEMM loses on 1x1 convs (no
-// im2col there): these stay on loom's layout up to 128 channels (0.5 to 0.95 in float32, 0.83
-// to 1.06 in bfloat16) and go blocked from 256 on (1.29 to 1.59). The weight gradients of 1x1
-// convs run on loom's layout: their blocked kernels synchronise their threads with spinning
-// barriers many times per call and stalled whenever another process took a core (8 instead of
-// 47 GF/s for a 1x1 float32 one). A helper saw the same of the 3x3 bfloat16 ones on two
-// shared cores (about 1 s instead of 5 ms), but re-measured on the idle machine they are 1.5
-// to 4x faster blocked than plain (ResNet-20's 32-channel stage: 2.32 against 8.75 ms), and
-// with a busy loop on one of the two cores still 7.1 against 8.75 ms: they go blocked.
 // On a CPU below AVX-512 (an AVX2-only EPYC, 2026-11-28, kernel_bench's OneDnnConv2d*/shape/
 // layout rows, float32, channels-last taken as it is (2) against reordered to the blocked
 // layouts and back (3), ms): the forward of every 3x3 conv with 32 channels or more on both
@@ -511,6 +499,18 @@ Layout channels_last_layout(const ConvGeometry& g, ConvPass pass, DType dtype) {
   return blocked ? Layout::kChannelsLastBlocked : Layout::kChannelsLast;
 }
 
+// kernel_bench (OneDnnConv2d*/shape/layout/dtype, every ResNet-20 and ResNet-18 CIFAR shape,
+// the time on loom's layout over the time blocked): for 3x3 convs the blocked direct kernels
+// win even with the reorders, 1.1 to 2.4 in float32 (the 3-channel stem's forward: 0.92) and
+// 1.2 to 4.1 in bfloat16. The reorders cost about what the GEMM loses on 1x1 convs (no
+// im2col there): these stay on loom's layout up to 128 channels (0.5 to 0.95 in float32, 0.83
+// to 1.06 in bfloat16) and go blocked from 256 on (1.29 to 1.59). The weight gradients of 1x1
+// convs run on loom's layout: their blocked kernels synchronise their threads with spinning
+// barriers many times per call and stalled whenever another process took a core (8 instead of
+// 47 GF/s for a 1x1 float32 one). A helper saw the same of the 3x3 bfloat16 ones on two
+// shared cores (about 1 s instead of 5 ms), but re-measured on the idle machine they are 1.5
+// to 4x faster blocked than plain (ResNet-20's 32-channel stage: 2.32 against 8.75 ms), and
+// with a busy loop on one of the two cores still 7.1 against 8.75 ms: they go blocked.
 Layout conv_layout(const ConvGeometry& g, ConvPass pass, DType) {
   const bool pointwise_kernel = g.kh == 1 && g.kw == 1;
   if (pass == ConvPass::kGradWeight) return pointwise_kernel ? Layout::kPlain : Layout::kBlocked;
