@@ -142,8 +142,7 @@ TEST(FastPathFixtures, LoadedAndCoverTheTable) {
 // pass): loom's Winograd and direct kernels for the stride-1 ones, and for the strided one
 // oneDNN in the forward and input gradient and loom's strided kernel in the weight gradient.
 // The direct kernels need AVX-512, and Winograd is chosen only with it; without it those cases
-// run im2col + GEMM. (Forced with
-// LOOM_CONV, these cases run on the forced algorithm instead.)
+// run im2col + GEMM. (Forced with LOOM_CONV, these cases run on the forced algorithm instead.)
 TEST(FastPathFixtures, ConvCasesReachTheirAlgorithm) {
   if (std::getenv("LOOM_CONV")) GTEST_SKIP() << "LOOM_CONV forces the choice";
   using runtime::ConvAlgorithm;

@@ -23,8 +23,10 @@
 #include <tbb/task_arena.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <random>
 #include <sstream>
@@ -153,28 +155,45 @@ std::vector<double> transposed(const std::vector<double>& v, int64_t n, int64_t 
   return out;
 }
 
-void check_conv(const Case& k, DType t, Layout layout) {
+// Runs one conv pass on `a` and `b` in the activations' layout the caller gave, returning the
+// result in that layout too.
+using PassRunner = std::function<std::vector<double>(
+    ConvPass, const ConvGeometry&, const std::vector<double>&, const std::vector<double>&,
+    int64_t)>;
+
+// The three passes of case k, run by `run` (activations channels-last when `last`), against
+// the reference.
+void check_passes(const Case& k, DType t, bool last, const std::string& what,
+                  const PassRunner& run) {
   const ConvGeometry g = geometry(k);
   const int64_t nx = g.n * g.c * g.h * g.w, nw = g.o * (g.c / g.groups) * g.kh * g.kw,
                 ny = g.n * g.o * g.oh * g.ow;
   const auto x = random_values(nx, 1, t), w = random_values(nw, 2, t), go = random_values(ny, 3, t);
   const Reference r = reference(g, x, w, go);
-  const std::string what = name(g, t, layout);
   const int64_t taps = g.kh * g.kw;
   // Channels-last: the activations go in as [N,H,W,C] and come back so.
-  const bool last = layout == Layout::kChannelsLast || layout == Layout::kChannelsLastBlocked;
   const auto act_x = [&](const std::vector<double>& v, bool to_last) {
     return last ? transposed(v, g.n, g.c, g.h, g.w, to_last) : v;
   };
   const auto act_y = [&](const std::vector<double>& v, bool to_last) {
     return last ? transposed(v, g.n, g.o, g.oh, g.ow, to_last) : v;
   };
-  expect_near(act_y(run_pass(ConvPass::kForward, g, t, layout, act_x(x, true), w, ny), false),
-              r.out, tolerance(t, g.c / g.groups * taps), what + " forward");
-  expect_near(act_x(run_pass(ConvPass::kGradInput, g, t, layout, act_y(go, true), w, nx), false),
-              r.grad_in, tolerance(t, g.o / g.groups * taps), what + " grad_input");
-  expect_near(run_pass(ConvPass::kGradWeight, g, t, layout, act_x(x, true), act_y(go, true), nw),
-              r.grad_w, tolerance(t, g.n * g.oh * g.ow), what + " grad_weight");
+  expect_near(act_y(run(ConvPass::kForward, g, act_x(x, true), w, ny), false), r.out,
+              tolerance(t, g.c / g.groups * taps), what + " forward");
+  expect_near(act_x(run(ConvPass::kGradInput, g, act_y(go, true), w, nx), false), r.grad_in,
+              tolerance(t, g.o / g.groups * taps), what + " grad_input");
+  expect_near(run(ConvPass::kGradWeight, g, act_x(x, true), act_y(go, true), nw), r.grad_w,
+              tolerance(t, g.n * g.oh * g.ow), what + " grad_weight");
+}
+
+// On oneDNN directly, in `layout`.
+void check_conv(const Case& k, DType t, Layout layout) {
+  const bool last = layout == Layout::kChannelsLast || layout == Layout::kChannelsLastBlocked;
+  check_passes(k, t, last, name(geometry(k), t, layout),
+               [&](ConvPass pass, const ConvGeometry& g, const std::vector<double>& a,
+                   const std::vector<double>& b, int64_t out_size) {
+                 return run_pass(pass, g, t, layout, a, b, out_size);
+               });
 }
 
 const Case kCases[] = {
@@ -203,7 +222,8 @@ TEST(OneDnn, ConvPassesMatchReferenceFloat32) {
 }
 
 // Channels-last activations go through the blocked layouts only for the float32 forward of
-// convs with a window and 32 channels or more on both sides, on a CPU below AVX-512.
+// 3x3 convs with 32 channels or more on both sides, on a CPU below AVX-512 (where oneDNN has
+// no bfloat16 kernels either: bfloat16_supported is the same test of its ISA).
 TEST(OneDnn, ChannelsLastConvsGoBlockedOnlyWhereMeasuredFaster) {
   const ConvGeometry wide = geometry({2, 64, 8, 8, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1});
   const ConvGeometry narrow = geometry(kCases[0]);  // 16 channels
@@ -230,83 +250,6 @@ TEST(OneDnn, ConvPassesMatchReferenceBFloat16) {
   if (!onednn::bfloat16_supported()) GTEST_SKIP() << kNoBFloat16;
   for (Layout layout : {Layout::kPlain, Layout::kBlocked, Layout::kChannelsLast})
     for (const Case& k : kCases) check_conv(k, DType::BFloat16, layout);
-}
-
-// The same three passes in bfloat16 through the kernels' own dispatch (run_kernel), which
-// takes oneDNN where it has bfloat16 kernels and loom's float32 ones on widened copies where it
-// has none (an AVX2-only CPU), whatever LOOM_CONV asks: the reference holds on every CPU, in
-// [N,C,H,W] and channels-last.
-std::vector<double> run_conv_kernel(ConvPass pass, const ConvGeometry& g, bool last,
-                                    const std::vector<double>& a, const std::vector<double>& b,
-                                    int64_t out_size) {
-  const DType t = DType::BFloat16;
-  Buffer ba(t, a), bb(t, b), out(t, out_size);
-  const Shape x = last ? Shape{g.n, g.h, g.w, g.c} : Shape{g.n, g.c, g.h, g.w};
-  const Shape y = last ? Shape{g.n, g.oh, g.ow, g.o} : Shape{g.n, g.o, g.oh, g.ow};
-  const Shape w{g.o, g.c / g.groups, g.kh, g.kw};
-  const ir::Conv2dAttr conv{.stride = {g.sh, g.sw}, .padding = {g.ph, g.pw},
-                            .dilation = {g.dh, g.dw}, .groups = g.groups, .channels_last = last};
-  switch (pass) {
-    case ConvPass::kForward: {
-      const std::vector<TensorView> in{{ba.data(), t, x}, {bb.data(), t, w}};
-      run_kernel(ir::Op::Conv2d, conv, in, {out.data(), t, y});
-      break;
-    }
-    case ConvPass::kGradInput: {
-      const std::vector<TensorView> in{{ba.data(), t, y}, {bb.data(), t, w}};
-      run_kernel(ir::Op::Conv2dGradInput, ir::Conv2dGradAttr{conv, {g.h, g.w}}, in,
-                 {out.data(), t, x});
-      break;
-    }
-    case ConvPass::kGradWeight: {
-      const std::vector<TensorView> in{{ba.data(), t, x}, {bb.data(), t, y}};
-      run_kernel(ir::Op::Conv2dGradWeight, ir::Conv2dGradAttr{conv, {g.kh, g.kw}}, in,
-                 {out.data(), t, w});
-      break;
-    }
-  }
-  return out.values();
-}
-
-TEST(OneDnn, BFloat16KernelsRunOnEveryCpu) {
-  const DType t = DType::BFloat16;
-  for (bool last : {false, true})
-    for (const Case& k : {kCases[0], kCases[9], kCases[14]}) {
-      const ConvGeometry g = geometry(k);
-      const int64_t nx = g.n * g.c * g.h * g.w, nw = g.o * (g.c / g.groups) * g.kh * g.kw,
-                    ny = g.n * g.o * g.oh * g.ow;
-      const auto x = random_values(nx, 1, t), w = random_values(nw, 2, t),
-                 go = random_values(ny, 3, t);
-      const Reference r = reference(g, x, w, go);
-      const std::string what = name(g, t, last ? Layout::kChannelsLast : Layout::kPlain);
-      const auto act_x = [&](const std::vector<double>& v, bool to_last) {
-        return last ? transposed(v, g.n, g.c, g.h, g.w, to_last) : v;
-      };
-      const auto act_y = [&](const std::vector<double>& v, bool to_last) {
-        return last ? transposed(v, g.n, g.o, g.oh, g.ow, to_last) : v;
-      };
-      expect_near(act_y(run_conv_kernel(ConvPass::kForward, g, last, act_x(x, true), w, ny), false),
-                  r.out, kBFloat16Tolerance, what + " forward");
-      expect_near(
-          act_x(run_conv_kernel(ConvPass::kGradInput, g, last, act_y(go, true), w, nx), false),
-          r.grad_in, kBFloat16Tolerance, what + " grad_input");
-      expect_near(
-          run_conv_kernel(ConvPass::kGradWeight, g, last, act_x(x, true), act_y(go, true), nw),
-          r.grad_w, kBFloat16Tolerance, what + " grad_weight");
-    }
-  // A matmul large enough for oneDNN (matmul_on_onednn), by the definition.
-  const int64_t m = 96, k = 256, n = 160;
-  const auto a = random_values(m * k, 4, t), b = random_values(k * n, 5, t);
-  std::vector<double> want(static_cast<std::size_t>(m * n));
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t p = 0; p < k; ++p)
-      for (int64_t j = 0; j < n; ++j)
-        want[static_cast<std::size_t>(i * n + j)] +=
-            a[static_cast<std::size_t>(i * k + p)] * b[static_cast<std::size_t>(p * n + j)];
-  Buffer ba(t, a), bb(t, b), out(t, m * n);
-  const std::vector<TensorView> in{{ba.data(), t, {m, k}}, {bb.data(), t, {k, n}}};
-  run_kernel(ir::Op::Matmul, ir::MatmulAttr{}, in, {out.data(), t, {m, n}});
-  expect_near(out.values(), want, kBFloat16Tolerance, "matmul [96,256]x[256,160] bfloat16");
 }
 
 // The bias and relu as post-ops give the bits of the conv followed by a separate add and relu
@@ -340,7 +283,10 @@ struct MatmulCase {
   bool ta, tb;
 };
 
-void check_matmul(const MatmulCase& c, DType t, bool epilogue) {
+// Where a matmul runs: on oneDNN directly, or through the kernels' dispatch (run_kernel).
+enum class Via { kOneDnn, kKernel };
+
+void check_matmul(const MatmulCase& c, DType t, bool epilogue, Via via = Via::kOneDnn) {
   const auto a = random_values(c.batch * c.m * c.k, 5, t), b = random_values(c.batch * c.k * c.n, 6, t);
   const auto bias = random_values(c.n, 7, DType::Float32);
   std::vector<double> want(static_cast<std::size_t>(c.batch * c.m * c.n));
@@ -356,12 +302,21 @@ void check_matmul(const MatmulCase& c, DType t, bool epilogue) {
         want[(q * c.m + i) * c.n + j] = epilogue ? std::max(s, 0.0) : s;
       }
   Buffer ba(t, a), bb(t, b), bias32(DType::Float32, bias), out(t, c.batch * c.m * c.n);
-  onednn::matmul({c.batch, c.m, c.n, c.k, c.ta, c.tb}, t, ba.data(), bb.data(), out.data(),
-                 epilogue ? onednn::Epilogue{bias32.f.data(), true} : onednn::Epilogue{});
+  if (via == Via::kOneDnn) {
+    onednn::matmul({c.batch, c.m, c.n, c.k, c.ta, c.tb}, t, ba.data(), bb.data(), out.data(),
+                   epilogue ? onednn::Epilogue{bias32.f.data(), true} : onednn::Epilogue{});
+  } else {
+    assert(!epilogue && "check_matmul: run_kernel's Matmul has no epilogue");
+    const Shape sa = c.ta ? Shape{c.batch, c.k, c.m} : Shape{c.batch, c.m, c.k};
+    const Shape sb = c.tb ? Shape{c.batch, c.n, c.k} : Shape{c.batch, c.k, c.n};
+    const std::vector<TensorView> in{{ba.data(), t, sa}, {bb.data(), t, sb}};
+    run_kernel(ir::Op::Matmul, ir::MatmulAttr{.transpose_a = c.ta, .transpose_b = c.tb}, in,
+               {out.data(), t, {c.batch, c.m, c.n}});
+  }
   std::ostringstream what;
   what << c.batch << "x[" << c.m << "," << c.k << "]x[" << c.k << "," << c.n << "]"
        << (c.ta ? " ta" : "") << (c.tb ? " tb" : "") << (epilogue ? " +bias relu " : " ")
-       << dtype_name(t);
+       << dtype_name(t) << (via == Via::kKernel ? " run_kernel" : "");
   expect_near(out.values(), want, tolerance(t, c.k), what.str());
 }
 
@@ -380,6 +335,60 @@ TEST(OneDnn, MatmulMatchesReference) {
     for (bool epilogue : {false, true})
       for (const MatmulCase& c : kMatmuls) check_matmul(c, t, epilogue);
   }
+}
+
+// One bfloat16 conv pass through the kernels' own dispatch (run_kernel), activations
+// channels-last when `last`.
+std::vector<double> run_conv_kernel(ConvPass pass, const ConvGeometry& g, bool last,
+                                    const std::vector<double>& a, const std::vector<double>& b,
+                                    int64_t out_size) {
+  const DType t = DType::BFloat16;
+  Buffer ba(t, a), bb(t, b), out(t, out_size);
+  const Shape x = last ? Shape{g.n, g.h, g.w, g.c} : Shape{g.n, g.c, g.h, g.w};
+  const Shape y = last ? Shape{g.n, g.oh, g.ow, g.o} : Shape{g.n, g.o, g.oh, g.ow};
+  const Shape w{g.o, g.c / g.groups, g.kh, g.kw};
+  const ir::Conv2dAttr conv{.stride = {g.sh, g.sw}, .padding = {g.ph, g.pw},
+                            .dilation = {g.dh, g.dw}, .groups = g.groups, .channels_last = last};
+  switch (pass) {
+    case ConvPass::kForward: {
+      const std::vector<TensorView> in{{ba.data(), t, x}, {bb.data(), t, w}};
+      run_kernel(ir::Op::Conv2d, conv, in, {out.data(), t, y});
+      break;
+    }
+    case ConvPass::kGradInput: {
+      const std::vector<TensorView> in{{ba.data(), t, y}, {bb.data(), t, w}};
+      run_kernel(ir::Op::Conv2dGradInput, ir::Conv2dGradAttr{conv, {g.h, g.w}}, in,
+                 {out.data(), t, x});
+      break;
+    }
+    case ConvPass::kGradWeight: {
+      const std::vector<TensorView> in{{ba.data(), t, x}, {bb.data(), t, y}};
+      run_kernel(ir::Op::Conv2dGradWeight, ir::Conv2dGradAttr{conv, {g.kh, g.kw}}, in,
+                 {out.data(), t, w});
+      break;
+    }
+  }
+  return out.values();
+}
+
+// Bfloat16 convs and a matmul through the kernels' own dispatch (run_kernel), which takes
+// oneDNN where it has bfloat16 kernels and loom's float32 ones on widened copies where it has
+// none (an AVX2-only CPU), whatever LOOM_CONV asks: the reference holds on every CPU, the convs
+// in [N,C,H,W] and channels-last.
+TEST(OneDnn, BFloat16KernelsRunOnEveryCpu) {
+  const DType t = DType::BFloat16;
+  for (bool last : {false, true})
+    for (const Case& k : {kCases[0], kCases[9], kCases[14]})
+      check_passes(k, t, last,
+                   name(geometry(k), t, last ? Layout::kChannelsLast : Layout::kPlain) +
+                       " run_kernel",
+                   [&](ConvPass pass, const ConvGeometry& g, const std::vector<double>& a,
+                       const std::vector<double>& b, int64_t out_size) {
+                     return run_conv_kernel(pass, g, last, a, b, out_size);
+                   });
+  // Large enough for oneDNN (matmul_on_onednn).
+  check_matmul({1, 96, 256, 160, false, false}, t, false, Via::kKernel);
+  check_matmul({2, 64, 300, 48, true, true}, t, false, Via::kKernel);
 }
 
 // ---- the cache, the heap, threads ----

@@ -495,7 +495,8 @@ constexpr int64_t kBlockedForwardMinChannels = 32;
 
 Layout channels_last_layout(const ConvGeometry& g, ConvPass pass, DType dtype) {
   const bool blocked = !avx512_core() && dtype == DType::Float32 && pass == ConvPass::kForward &&
-                       g.kh * g.kw > 1 && std::min(g.c, g.o) >= kBlockedForwardMinChannels;
+                       g.kh == 3 && g.kw == 3 &&
+                       std::min(g.c, g.o) >= kBlockedForwardMinChannels;
   return blocked ? Layout::kChannelsLastBlocked : Layout::kChannelsLast;
 }
 
