@@ -32,7 +32,18 @@
 #                                    with LOOM_CONV_IM2COL at its default, off and small_output
 #                                    (every conv of the evaluation as a GEMM), twice in turn;
 #                                    [args] are added (e.g. --models resnet18); the rows also go
-#                                    to $OUT/ab_infer.txt
+#                                    to $OUT/ab_infer.txt. LOOM_GPU_ROUNDS=N sets the rounds of
+#                                    both ab modes (default 2)
+#   tools/gpu-run.sh checks [args]   there: a whole lease's checklist in one call, in this order,
+#                                    each step under its own time limit so that a slow one leaves
+#                                    the next their time: the CUDA suite (less
+#                                    cuda_codegen_test, which needs no GPU and runs in ctest),
+#                                    ab-infer, ab (one round), then bench [args] (default:
+#                                    --models resnet18 --modes captured --no-host --repeat 1). LOOM_GPU_LIMITS="suite infer ab bench" sets
+#                                    the limits in seconds (default "140 110 130 180", 560 in
+#                                    all: one call of 600 s). Each step's status and time are
+#                                    printed last, and everything under $OUT is also packed
+#                                    into $OUT/checks.tar.gz (the tool brings back 8 files)
 #
 # With the device tool: run `tools/gpu-run.sh pack`, then a run whose command is
 # `tools/gpu-run.sh run` (or `bench ...`, or `all ...`) with carry [".gpu"]. Nothing is
@@ -75,15 +86,20 @@ pack() {
   echo "gpu-run.sh: $(du -h "$bundle" | cut -f1) in $bundle"
 }
 
-# Unpacks the bundle into $dir and sets up the environment the binaries run in (once).
+# Unpacks the bundle into $dir and sets up the environment the binaries run in (once per
+# process; a later process finds the same bundle unpacked, by its size and time, and keeps it).
 dir=/tmp/loom-gpu
 unpacked=0
 unpack() {
   [ "$unpacked" = 1 ] && return 0
   [ -f "$bundle" ] || { echo "gpu-run.sh: no $bundle: run 'tools/gpu-run.sh pack' here first" >&2; exit 1; }
-  rm -rf "$dir"
-  mkdir -p "$dir"
-  if ! tar -C "$dir" -xJf "$bundle"; then echo "gpu-run.sh: cannot unpack $bundle into $dir" >&2; exit 1; fi
+  stamp=$(stat -c '%s %Y' "$bundle")
+  if [ "$(cat "$dir/.stamp" 2>/dev/null)" != "$stamp" ]; then
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    if ! tar -C "$dir" -xJf "$bundle"; then echo "gpu-run.sh: cannot unpack $bundle into $dir" >&2; exit 1; fi
+    echo "$stamp" >"$dir/.stamp"
+  fi
   mkdir -p "$root/data"
   for f in "$dir"/data/*.h5; do  # a link left by an earlier unpack is renewed; a file is kept
     t=$root/data/$(basename "$f")
@@ -123,7 +139,8 @@ suite() {
      one ops ./ops_forward_test --gtest_filter='Ops/OpCaseTest.*' --gtest_brief=1) || s=$?
     (export LOOM_TEST_DEVICE=cuda
      one models ./models_test --gtest_filter='Models/TrainingReference.*' --gtest_brief=1) || s=$?
-    one codegen ./cuda_codegen_test --gtest_brief=1 || s=$?
+    # NVRTC and the emulated kernels need no GPU (ctest runs them everywhere): checks skips them.
+    if [ "${LOOM_GPU_CODEGEN:-1}" != 0 ]; then one codegen ./cuda_codegen_test --gtest_brief=1 || s=$?; fi
     exit $s
   ) || status=$?
   return $status
@@ -158,7 +175,7 @@ ab() {
                           --precision fp32,bf16 --batch resnet18=256,decoder=64 --steps 10
   out=/dev/null
   [ -n "${OUT:-}" ] && mkdir -p "$OUT" && out=$OUT/ab.txt
-  for round in 1 2; do
+  for round in $(seq "${LOOM_GPU_ROUNDS:-2}"); do
     for setting in default LOOM_CUDA_VECTOR=0 LOOM_RECOMPUTE_COSTLY=0 LOOM_CUDNN_ALGOS=fastest; do
       rows train "$setting" "$@"
     done
@@ -171,15 +188,51 @@ ab_infer() {
   unpack
   out=/dev/null
   [ -n "${OUT:-}" ] && mkdir -p "$OUT" && out=$OUT/ab_infer.txt
-  for round in 1 2; do
+  for round in $(seq "${LOOM_GPU_ROUNDS:-2}"); do
     for setting in default LOOM_CONV_IM2COL=off LOOM_CONV_IM2COL=small_output; do
       rows infer "$setting" --device cuda --sections infer "$@"
     done
   done
 }
 
+# The checklist: each step a process of this script under `timeout` (which ends the step's
+# whole process group), its status and time kept for the summary.
+checks() {
+  unpack
+  # shellcheck disable=SC2086  # four numbers
+  set -- ${LOOM_GPU_LIMITS:-140 110 130 180} "$@"
+  l_suite=$1 l_infer=$2 l_ab=$3 l_bench=$4
+  shift 4
+  [ $# -gt 0 ] || set -- --models resnet18 --modes captured --no-host --repeat 1
+  summary=
+  step() {
+    name=$1 limit=$2
+    shift 2
+    echo "==== $name (at most ${limit} s)"
+    t=$(date +%s)
+    r=0
+    timeout "$limit" "$@" || r=$?
+    d=$(($(date +%s) - t))
+    case $r in 0) what=passed ;; 124) what="stopped at its limit" ;; *) what="failed ($r)" ;; esac
+    summary="$summary$name: $what, $d s
+"
+  }
+  self=$root/tools/gpu-run.sh
+  step suite "$l_suite" env LOOM_GPU_CODEGEN=0 "$self" run
+  step ab-infer "$l_infer" "$self" ab-infer
+  step ab "$l_ab" env LOOM_GPU_ROUNDS=1 "$self" ab
+  step bench "$l_bench" "$self" bench "$@"
+  if [ -n "${OUT:-}" ]; then
+    (cd "$OUT" && tar -czf /tmp/checks.tar.gz . && mv /tmp/checks.tar.gz "$OUT/")
+  fi
+  echo "==== summary"
+  printf '%s' "$summary"
+  case $summary in *failed*|*stopped*) return 1 ;; esac
+}
+
 case "${1:-}" in
   pack) pack ;;
+  checks) shift; checks "$@" || exit $? ;;
   ab) shift; ab "$@" ;;
   ab-infer) shift; ab_infer "$@" ;;
   run) shift; suite "$@" || exit $? ;;
@@ -207,6 +260,6 @@ case "${1:-}" in
     exit $s ;;
   *) echo "usage: tools/gpu-run.sh pack | run [gtest-args] | bench [vs_pytorch.py args]" \
           "| exec CMD [args] | train [train_resnet args] | all [vs_pytorch.py args]" \
-          "| ab [loom_bench args] | ab-infer [loom_bench args]" >&2
+          "| ab [loom_bench args] | ab-infer [loom_bench args] | checks [vs_pytorch.py args]" >&2
      exit 2 ;;
 esac
