@@ -55,8 +55,11 @@ int compile_cache_size();
 // torch.use_deterministic_algorithms: every kernel then gives the same bits whatever the
 // thread count. The CPU's conv weight gradient runs on loom's own kernels, which split their
 // sums by the shapes only, instead of oneDNN's, which split the sum over images by the thread
-// count (and are faster: README, "Benchmarks"). Either way a run repeats bit for bit at a
-// fixed thread count. Read by the kernels as they run: no recompilation.
+// count (and are faster: README, "Benchmarks"). Either way a CPU run repeats bit for bit at a
+// fixed thread count. On a GPU the conv gradients take cuDNN's first-ranked algorithms, as
+// PyTorch does, and some of those sum with atomics: there runs repeat bit for bit only with
+// this on. Read as the programs run: no recompilation (a CUDA program already run makes its
+// library calls again at its next run).
 void use_deterministic_algorithms(bool on);
 bool are_deterministic_algorithms_enabled();
 

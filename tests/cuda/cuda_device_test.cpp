@@ -52,17 +52,18 @@ TEST(Cuda, CopiesRoundTripEveryDtype) {
 }
 
 // A conv net's forward and backward on both devices: the values of every gradient agree to
-// float32 tolerance (the GPU sums in other orders).
+// float32 tolerance (the GPU sums in other orders). The conv's output, 8x72x16x16, is over
+// kSmallConvOutput, so that its forward runs on cuDNN, not as a GEMM (cuda_target.cpp).
 TEST(Cuda, ConvNetGradientsMatchTheCpu) {
   auto run = [](Device d) {
-    auto x = randn({4, 3, 16, 16}, 1).to(d).requires_grad_();
-    auto w1 = (randn({8, 3, 3, 3}, 2) * 0.3).to(d).requires_grad_();
-    auto w2 = (randn({10, 8 * 4 * 4}, 3) * 0.1).to(d).requires_grad_();
-    auto y = from_vector<int64_t>({1, 3, 5, 7}, {4}).to(d);
+    auto x = randn({8, 3, 16, 16}, 1).to(d).requires_grad_();
+    auto w1 = (randn({72, 3, 3, 3}, 2) * 0.3).to(d).requires_grad_();
+    auto w2 = (randn({10, 72 * 4 * 4}, 3) * 0.05).to(d).requires_grad_();
+    auto y = from_vector<int64_t>({1, 3, 5, 7, 9, 0, 2, 4}, {8}).to(d);
     auto h = relu(conv2d(x, w1, {}, Conv2dParams{.padding = {1, 1}}));
     h = max_pool2d(h, Pool2dOptions{.kernel = {2, 2}, .stride = {2, 2}});
     h = avg_pool2d(h, Pool2dOptions{.kernel = {2, 2}, .stride = {2, 2}});
-    auto logits = matmul(h.reshape({4, -1}), w2.transpose(0, 1));
+    auto logits = matmul(h.reshape({8, -1}), w2.transpose(0, 1));
     auto loss = F::cross_entropy(logits, y);
     loss.backward();
     mark_step();
@@ -79,6 +80,37 @@ TEST(Cuda, ConvNetGradientsMatchTheCpu) {
   }
 }
 
+// The conv gradients take cuDNN's first-ranked algorithms unless deterministic algorithms are
+// on (library_ops.cpp). Turning them on after a program ran makes its library ops again (not
+// only the ones of programs compiled later), and then two runs of a training step give the
+// same bits.
+TEST(Cuda, DeterministicAlgorithmsApplyToProgramsAlreadyRun) {
+  auto step = [](uint64_t seed) {
+    auto x = randn({16, 8, 12, 12}, seed).to(gpu());
+    auto w1 = (randn({16, 8, 3, 3}, 2) * 0.2).to(gpu()).requires_grad_();
+    auto w2 = (randn({16, 16, 3, 3}, 3) * 0.2).to(gpu()).requires_grad_();
+    auto h = relu(conv2d(x, w1, {}, Conv2dParams{.padding = {1, 1}}));
+    auto loss = mean(conv2d(h, w2, {}, Conv2dParams{.stride = {2, 2}, .padding = {1, 1}}) * 0.5, {});
+    loss.backward();
+    mark_step();
+    return std::vector<std::vector<double>>{test::values(w1.grad()), test::values(w2.grad())};
+  };
+  const bool was = are_deterministic_algorithms_enabled();
+  use_deterministic_algorithms(false);
+  step(1);
+  const int64_t made = metrics::counter("CudaLibraryOpMade", gpu());
+  step(1);
+  EXPECT_EQ(metrics::counter("CudaLibraryOpMade", gpu()), made);  // the same program, kept
+  use_deterministic_algorithms(true);
+  const auto first = step(1);
+  const int64_t remade = metrics::counter("CudaLibraryOpMade", gpu());
+  EXPECT_GE(remade - made, 3);  // the three conv gradients at least
+  const auto second = step(1);
+  EXPECT_EQ(metrics::counter("CudaLibraryOpMade", gpu()), remade);
+  EXPECT_EQ(first, second);
+  use_deterministic_algorithms(was);
+}
+
 // bfloat16 convs run channels-last on the GPU (cuda_target.cpp), their weight transformed to
 // [O,kh,kw,C/g] around each call (library_ops.cpp). Under autocast, with a conv bias (fused as
 // an epilogue indexed by the last dimension), a per-channel mean over the channels-last
@@ -86,12 +118,13 @@ TEST(Cuda, ConvNetGradientsMatchTheCpu) {
 // to bfloat16 tolerance (each side rounds its bfloat16 results in its own order).
 TEST(Cuda, BFloat16ChannelsLastConvNetGradientsMatchTheCpu) {
   auto run = [](Device d) {
-    auto x = randn({8, 3, 16, 16}, 11).to(d);
+    // The first conv's output, 16x16x32x32, is over kSmallConvOutput: a cuDNN conv, not a GEMM.
+    auto x = randn({16, 3, 32, 32}, 11).to(d);
     auto w1 = (randn({16, 3, 3, 3}, 12) * 0.3).to(d).requires_grad_();
     auto b1 = (randn({16}, 13) * 0.5).to(d).requires_grad_();
     auto w2 = (randn({32, 8, 3, 3}, 14) * 0.2).to(d).requires_grad_();
     auto w3 = (randn({10, 32}, 15) * 0.3).to(d).requires_grad_();
-    auto y = from_vector<int64_t>({1, 3, 5, 7, 9, 0, 2, 4}, {8}).to(d);
+    auto y = from_vector<int64_t>({1, 3, 5, 7, 9, 0, 2, 4, 6, 8, 1, 2, 3, 4, 5, 6}, {16}).to(d);
     Tensor loss;
     {
       Autocast scope(Precision::BFloat16);

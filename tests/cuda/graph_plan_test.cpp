@@ -38,6 +38,24 @@ TEST(GraphPlan, TheThirdRunGoesThroughAGraphAndMovingInputsAreFound) {
   EXPECT_FALSE(plan.moving(7));  // no such input
 }
 
+// A run whose library ops were made again (use_deterministic_algorithms changed) captures
+// anew at the same addresses.
+TEST(GraphPlan, AForgottenGraphIsCapturedAgain) {
+  GraphPlan plan;
+  const Addresses addresses{at(0), at(1)};
+  for (int run = 0; run < GraphPlan::kFirstGraphRun - 1; ++run) EXPECT_FALSE(plan.begin_run({at(0)}));
+  EXPECT_TRUE(plan.begin_run({at(0)}));
+  EXPECT_FALSE(plan.matches(addresses));
+  plan.captured(addresses);
+  EXPECT_TRUE(plan.matches(addresses));
+  plan.forget();
+  EXPECT_FALSE(plan.matches(addresses));
+  EXPECT_TRUE(plan.begin_run({at(0)}));  // still a graph run, captured again
+  plan.captured(addresses);
+  EXPECT_TRUE(plan.matches(addresses));
+  EXPECT_EQ(plan.captures(), 2);
+}
+
 TEST(GraphPlan, AMovingInputThatKeepsItsBufferSettles) {
   GraphPlan plan;
   // Input 0 a parameter whose first steps took new buffers (no donation yet), then donated

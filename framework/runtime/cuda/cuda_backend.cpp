@@ -14,6 +14,7 @@
 #include "runtime/registry.h"
 
 #include <loom/error.h>
+#include <loom/lazy.h>
 #include <loom/metrics.h>
 #include <loom/profiler.h>
 
@@ -38,6 +39,9 @@ class CudaExecutable final : public Executable {
   std::vector<std::vector<cudaKernel_t>> kernels;  // per instruction, per launch
   int* error_word = nullptr;                       // the module's loom_error
   mutable std::vector<std::unique_ptr<LibraryOp>> library_ops;  // made at the first run
+  // loom::are_deterministic_algorithms_enabled() when library_ops were made: the conv
+  // gradients' algorithms depend on it (library_ops.cpp).
+  mutable bool library_deterministic = false;
   mutable std::shared_ptr<Storage> arena;
   mutable std::vector<void*> data;                      // per slot
   mutable std::vector<std::shared_ptr<Storage>> owned;  // per slot
@@ -319,6 +323,19 @@ class CudaBackend final : public Backend {
     };
     copies_in_.clear();
     copies_out_.clear();
+    // The library ops were made under the other setting of use_deterministic_algorithms: they
+    // are made again below, as the CPU's kernels read it as they run, and a graph holding
+    // their kernels is captured again.
+    const bool deterministic = are_deterministic_algorithms_enabled();
+    if (deterministic != e.library_deterministic) {
+      bool any = false;
+      for (auto& op : e.library_ops) {
+        any = any || op != nullptr;
+        op.reset();
+      }
+      if (any) e.graph.plan.forget();
+      e.library_deterministic = deterministic;
+    }
     std::fill(e.data.begin(), e.data.end(), nullptr);
     for (auto& o : e.owned) o.reset();
     e.donatable.assign(static_cast<std::size_t>(n_in), 0);
@@ -372,7 +389,10 @@ class CudaBackend final : public Backend {
       }
       if (code.runs == Runs::Library) {
         auto& made = e.library_ops[static_cast<std::size_t>(i)];
-        if (!made) made = make_library_op(p, i, ctx_);
+        if (!made) {
+          made = make_library_op(p, i, ctx_);
+          metrics::increment("CudaLibraryOpMade", device_);
+        }
         grow_workspace(made->workspace_bytes());
       }
     }

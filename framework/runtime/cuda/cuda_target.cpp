@@ -37,11 +37,15 @@ ir::Target cuda_target() {
   // from 2-byte logits is cheaper than a 4-byte copy written and read back.
   t.recompute_costly_steps = true;
   t.channels_last_convs = channels_last_convs();
-  // ResNet-18's 512-channel convs on 4x4 planes at batch 1 took 168 us each in cuDNN (0.45
-  // TFLOP/s, 2026-11-24): its kernels tile the 16 output positions. As one GEMM the inner
-  // dimension (C*kh*kw = 4608) is long enough for cuBLASLt to split over the device.
-  // (LOOM_CONV_IM2COL=small_output takes every small conv: tools/gpu-run.sh ab-infer compares.)
-  t.conv_as_matmul = compiler::conv_im2col_rule(compiler::tiny_plane_conv);
+  // Small convs as one GEMM over their im2col matrix. ResNet-18's 512-channel convs on 4x4
+  // planes at batch 1 took 168 us each in cuDNN (0.45 TFLOP/s, an H100, 2026-11-24): its
+  // kernels tile the 16 output positions. As one GEMM the inner dimension (C*kh*kw = 4608) is
+  // long enough for cuBLASLt to split over the device. Taking every conv of at most
+  // kSmallConvOutput output elements, not only those with fewer positions than channels
+  // (tiny_plane_conv), made ResNet-18's captured batch-1 evaluation 345 and 351 us against
+  // 510 and 512 (an H200, 2026-11-28, tools/gpu-run.sh ab-infer, two rounds; 1.22 and 1.27 ms
+  // with none). Training batches have larger outputs and keep their conv kernels.
+  t.conv_as_matmul = compiler::conv_im2col_rule(compiler::small_output_conv);
   return t;
 }
 

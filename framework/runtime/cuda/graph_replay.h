@@ -60,6 +60,9 @@ class GraphPlan {
   // it is not, the caller captures again and calls captured(addresses).
   bool matches(const std::vector<const void*>& addresses) const { return has_graph_ && addresses == key_; }
   void captured(const std::vector<const void*>& addresses);
+  // The run's work changed at the same addresses (its library ops were made again): the next
+  // graph run captures anew, as if its addresses had changed.
+  void forget() { has_graph_ = false; }
   // Graphs are given up for this program: its runs are launched kernel by kernel from now on.
   void give_up(std::string why);
   bool given_up() const { return given_up_; }
