@@ -2,8 +2,10 @@
 // profiler's Chrome trace.
 #include "json_check.h"
 #include "profiler/track.h"
+#include "runtime/registry.h"
 #include "test_util.h"
 
+#include <loom/autocast.h>
 #include <loom/debug.h>
 #include <loom/profiler.h>
 
@@ -98,6 +100,27 @@ TEST(StepAnalysis, AStepClosureDoesNotWarn) {
   wait_device_ops();
   EXPECT_GT(seen, 0);
   EXPECT_TRUE(debug::warnings().empty()) << debug::warnings()[0];
+}
+
+// bfloat16 matmuls on a device that runs them in float32 on widened copies (a CPU without
+// AVX512_BF16) are said once, whatever the number of programs; where the device has bfloat16
+// kernels nothing is said.
+TEST(StepAnalysis, BFloat16WidenedToFloat32IsSaidOnce) {
+  fresh();
+  const bool widened = !runtime::backend(Device{}).target().runs(ir::Op::Matmul, DType::BFloat16);
+  for (int64_t n : {4, 8, 4}) {  // two programs, one of them twice
+    Autocast scope(Precision::BFloat16);
+    auto y = matmul(rand({n, 16}, 1), rand({16, 4}, 2));
+    mark_step();
+  }
+  int said = 0;
+  for (const auto& w : debug::warnings())
+    if (w.find("bfloat16 matmul or convolution") != std::string::npos) {
+      ++said;
+      EXPECT_THAT(w, HasSubstr("cpu:0"));
+      EXPECT_THAT(w, HasSubstr("saves memory there, not time"));
+    }
+  EXPECT_EQ(said, widened ? 1 : 0);
 }
 
 TEST(GraphCap, ALoopWithoutABarrierIsCutAndStaysCorrect) {
