@@ -310,10 +310,38 @@ def run(name, layout, mode, precision, args):
         progress(f"  step {i + 1}/{steps}: {times[-1] * 1e3:.1f} ms, loss {loss.item():.4f}")
     if not math.isfinite(loss.item()):
         progress(f"warning: {name} {layout} loss is not finite")
+    if args.profile:
+        profile_steps(step, sync, device, f"{name}-{layout}-{mode}-{precision}", args.profile)
     median, best = statistics.median(times), min(times)
     rate = units / median
     return [name, layout, mode_label(mode, args), precision, f"{median * 1e3:.1f} ms", f"{best * 1e3:.1f} ms",
             f"{rate:.1f} {unit}", f"{rate * FLOPS_PER_UNIT[name] / 1e9:.1f}", f"{count:,}"]
+
+
+def profile_steps(step, sync, device, label, folder):
+    """Three more steps under torch.profiler; the ops' self times, device time first on a GPU,
+    to FOLDER/LABEL.txt (the table loom's recipes/profile_summary.py --by-op is read beside)."""
+    from torch.profiler import ProfilerActivity, profile
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    sync()
+    with profile(activities=activities) as prof:
+        for _ in range(3):
+            step()
+        sync()
+    events = prof.key_averages()
+    table = None
+    for key in (["self_device_time_total", "self_cuda_time_total"] if device.type == "cuda" else []) + \
+            ["self_cpu_time_total"]:
+        try:
+            table = events.table(sort_by=key, row_limit=40)
+            break
+        except (AttributeError, KeyError, ValueError):
+            continue  # an older or newer PyTorch names the column otherwise
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, label.replace(".", "_") + ".txt")
+    with open(path, "w") as f:
+        f.write(f"# {label}: 3 steps under torch.profiler\n{table}\n")
+    progress(f"  profile of 3 steps: {path}")
 
 
 def print_table(rows):
@@ -394,6 +422,9 @@ def main():
                    help="CUDA only: allow TF32 in float32 matmuls and convolutions "
                         "(torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32); without it "
                         "both are set off (cuDNN's own default is on)")
+    p.add_argument("--profile", metavar="DIR", default="",
+                   help="after each row's timed steps, profile 3 more with torch.profiler and write the "
+                        "ops' self times (device time first on a GPU) to DIR/<model>-<layout>-<mode>-<precision>.txt")
     p.add_argument("--cudnn-benchmark", action="store_true",
                    help="CUDA only: torch.backends.cudnn.benchmark = True (cuDNN times its algorithms per "
                         "shape; PyTorch's default, kept without it, is off)")

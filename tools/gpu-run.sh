@@ -29,11 +29,19 @@
 #                                    variables). [args] replace the default loom_bench
 #                                    arguments; the rows also go to $OUT/ab.txt when $OUT is set
 #   tools/gpu-run.sh ab-infer [args] there: loom_bench's batch-1 inference rows (lazy, captured)
-#                                    with LOOM_CONV_IM2COL at its default, off and small_output
-#                                    (every conv of the evaluation as a GEMM), twice in turn;
+#                                    with LOOM_CONV_IM2COL at its default (small_output: every
+#                                    conv of the evaluation as a GEMM), off and tiny_plane (the
+#                                    256- and 512-channel stages' only), twice in turn;
 #                                    [args] are added (e.g. --models resnet18); the rows also go
 #                                    to $OUT/ab_infer.txt. LOOM_GPU_ROUNDS=N sets the rounds of
 #                                    both ab modes (default 2)
+#   tools/gpu-run.sh profile [MODEL [PRECISION [BATCH]]]
+#                                    there: where one training step's GPU time goes, on both
+#                                    sides (default resnet18 fp32 256): loom_bench --profile over
+#                                    6 captured steps, summed per op by
+#                                    recipes/profile_summary.py --by-op, then pytorch_steps.py
+#                                    --profile (torch.profiler's table of the ops' self times);
+#                                    all under $OUT/profile/ (else /tmp/loom-profile/)
 #   tools/gpu-run.sh checks [args]   there: a whole lease's checklist in one call, in this order,
 #                                    each step under its own time limit so that a slow one leaves
 #                                    the next their time: the CUDA suite (less
@@ -176,23 +184,44 @@ ab() {
   out=/dev/null
   [ -n "${OUT:-}" ] && mkdir -p "$OUT" && out=$OUT/ab.txt
   for round in $(seq "${LOOM_GPU_ROUNDS:-2}"); do
-    for setting in default LOOM_CUDA_VECTOR=0 LOOM_RECOMPUTE_COSTLY=0 LOOM_CUDNN_ALGOS=fastest; do
+    for setting in default LOOM_CUDA_VECTOR=0 LOOM_RECOMPUTE_COSTLY=0 LOOM_CUDNN_ALGOS=deterministic; do
       rows train "$setting" "$@"
     done
   done
 }
 
-# Batch-1 inference (issue 16's captured/lazy rows): the tiny-plane convs as one GEMM each (the
-# default), none, and every conv of the evaluation.
+# Batch-1 inference (issue 16's captured/lazy rows): every conv of the evaluation as one GEMM
+# (the default), none, and the tiny-plane convs only.
 ab_infer() {
   unpack
   out=/dev/null
   [ -n "${OUT:-}" ] && mkdir -p "$OUT" && out=$OUT/ab_infer.txt
   for round in $(seq "${LOOM_GPU_ROUNDS:-2}"); do
-    for setting in default LOOM_CONV_IM2COL=off LOOM_CONV_IM2COL=small_output; do
+    for setting in default LOOM_CONV_IM2COL=off LOOM_CONV_IM2COL=tiny_plane; do
       rows infer "$setting" --device cuda --sections infer "$@"
     done
   done
+}
+
+# One step's GPU time per op, loom's and PyTorch's, for one model, precision and batch.
+profile() {
+  unpack
+  model=${1:-resnet18} precision=${2:-fp32} batch=${3:-256}
+  case $precision in fp32) only= ;; bf16) only=--bf16-only ;;
+    *) echo "gpu-run.sh profile: precision '$precision': expected fp32 or bf16" >&2; return 2 ;; esac
+  out=${OUT:-/tmp/loom-profile}/profile
+  mkdir -p "$out"
+  echo "== loom: $model $precision batch $batch, 6 captured steps profiled"
+  "$dir/bin/loom_bench" --device cuda --sections train --models "$model" --modes captured \
+    --precision "$precision" --batch "$model=$batch" --steps 6 --profile "$out/loom.json" 2>/dev/null |
+    grep '^train'
+  python3 "$root/recipes/profile_summary.py" "$out/loom.json" --steps 6 --by-op --top 40 |
+    tee "$out/loom_ops.txt"
+  echo "== PyTorch: $model $precision batch $batch, eager, 3 steps profiled"
+  # shellcheck disable=SC2086  # $only is empty or one word
+  python3 "$root/bench/pytorch_steps.py" --device cuda --models "$model" --batch "$model=$batch" \
+    --threads "$(nproc)" $only --profile "$out" | tail -n 3
+  for f in "$out/$model"-*.txt; do head -n 45 "$f"; done
 }
 
 # The checklist: each step a process of this script under `timeout` (which ends the step's
@@ -233,6 +262,7 @@ checks() {
 case "${1:-}" in
   pack) pack ;;
   checks) shift; checks "$@" || exit $? ;;
+  profile) shift; profile "$@" || exit $? ;;
   ab) shift; ab "$@" ;;
   ab-infer) shift; ab_infer "$@" ;;
   run) shift; suite "$@" || exit $? ;;
@@ -260,6 +290,7 @@ case "${1:-}" in
     exit $s ;;
   *) echo "usage: tools/gpu-run.sh pack | run [gtest-args] | bench [vs_pytorch.py args]" \
           "| exec CMD [args] | train [train_resnet args] | all [vs_pytorch.py args]" \
-          "| ab [loom_bench args] | ab-infer [loom_bench args] | checks [vs_pytorch.py args]" >&2
+          "| ab [loom_bench args] | ab-infer [loom_bench args] | checks [vs_pytorch.py args]" \
+          "| profile [model [precision [batch]]]" >&2
      exit 2 ;;
 esac
