@@ -187,9 +187,37 @@ TEST(ConvMatmul, ForwardAddsBiasThenRelu) {
   }
 }
 
+// A float32 weight gradient whose batch's im2col is over the budget runs as a matmul per
+// group of images, the groups' products added: the reference's values, and within rounding
+// of the one matmul, at shapes whose groups divide the batch or leave a remainder.
+TEST(ConvMatmul, WeightGradientInGroupsOfImagesMatchesReference) {
+  for (const Case& k : {Case{5, 16, 6, 6, 32, 3, 1, 1, 1}, Case{4, 32, 7, 9, 48, 3, 2, 1, 1},
+                        Case{3, 64, 8, 8, 128, 1, 2, 0, 1}}) {
+    const Operands op(k);
+    const ConvGeometry& g = op.g;
+    const int64_t per_image = g.oh * g.ow * g.kh * g.kw * g.c * 4;
+    const int64_t budget = per_image * 2;  // two images a matmul
+    ASSERT_EQ(weight_grad_images(g, DType::Float32, budget), 2) << name(g, ConvPass::kGradWeight, DType::Float32);
+    std::vector<float> x(op.x.begin(), op.x.end()), grad(op.grad.begin(), op.grad.end());
+    std::vector<float> grouped(op.w.size()), whole(op.w.size());
+    conv2d_matmul_grad_weight(g, DType::Float32, x.data(), grad.data(), grouped.data(), budget);
+    conv2d_matmul_grad_weight(g, DType::Float32, x.data(), grad.data(), whole.data(),
+                              per_image * g.n);
+    const std::string what = name(g, ConvPass::kGradWeight, DType::Float32) + " in groups of 2";
+    const double tol = tolerance(DType::Float32, op.terms(ConvPass::kGradWeight));
+    expect_near({grouped.begin(), grouped.end()}, op.reference(ConvPass::kGradWeight, false, false),
+                tol, what);
+    expect_near({grouped.begin(), grouped.end()}, {whole.begin(), whole.end()}, tol, what + " vs one");
+  }
+  // bfloat16 rounds one sum: never grouped.
+  const ConvGeometry g = geometry(kCases[0]);
+  EXPECT_EQ(weight_grad_images(g, DType::BFloat16, 1), g.n);
+}
+
 // ResNet-18 (CIFAR, batch 32): its last stage's 4x4 planes take the matmul (in float32 the
-// forward only) and, in bfloat16, its strided convs' weight gradients; a stride-1 conv on a
-// 32x32 plane keeps oneDNN's direct kernels; deterministic algorithms keep every pass off the
+// forward only, and with AVX-512 the weight gradient not) and, in bfloat16, its strided convs'
+// weight gradients; a stride-1 conv on a 32x32 plane keeps oneDNN's direct kernels, but for
+// its float32 weight gradient below AVX-512; deterministic algorithms keep every pass off the
 // matmul, whose sums oneDNN may split by the thread count.
 TEST(ConvMatmul, ChosenWhereItWins) {
   if (std::getenv("LOOM_CONV")) GTEST_SKIP() << "LOOM_CONV forces the choice";
@@ -199,14 +227,23 @@ TEST(ConvMatmul, ChosenWhereItWins) {
   const DType f32 = DType::Float32, bf16 = DType::BFloat16;
   EXPECT_TRUE(conv_matmul_chosen(last, ConvPass::kForward, f32));
   EXPECT_FALSE(conv_matmul_chosen(last, ConvPass::kGradInput, f32));
-  EXPECT_FALSE(conv_matmul_chosen(last, ConvPass::kGradWeight, f32));
+  const bool avx2 = !onednn::avx512_core();  // below AVX-512: the float32 weight gradients
+  EXPECT_EQ(conv_matmul_chosen(last, ConvPass::kGradWeight, f32), avx2);
   EXPECT_TRUE(conv_matmul_chosen(entry, ConvPass::kGradWeight, f32));
   for (ConvPass pass : {ConvPass::kForward, ConvPass::kGradInput, ConvPass::kGradWeight}) {
     EXPECT_EQ(conv_matmul_chosen(last, pass, bf16), onednn::amx_bfloat16())
         << name(last, pass, bf16);
     EXPECT_FALSE(conv_matmul_chosen(first, pass, bf16)) << name(first, pass, bf16);
-    EXPECT_FALSE(conv_matmul_chosen(first, pass, f32)) << name(first, pass, f32);
+    EXPECT_EQ(conv_matmul_chosen(first, pass, f32), avx2 && pass == ConvPass::kGradWeight)
+        << name(first, pass, f32);
   }
+  // Below AVX-512 not the stems or 16-channel convs, nor planes over 32x32.
+  const ConvGeometry stem = geometry({32, 3, 32, 32, 64, 3, 1, 1, 1});
+  const ConvGeometry narrow = geometry({128, 16, 32, 32, 32, 3, 2, 1, 1});
+  const ConvGeometry wide_plane = geometry({8, 64, 56, 56, 64, 3, 1, 1, 1});
+  for (const ConvGeometry& g : {stem, narrow, wide_plane})
+    EXPECT_FALSE(conv_matmul_chosen(g, ConvPass::kGradWeight, f32))
+        << name(g, ConvPass::kGradWeight, f32);
   EXPECT_EQ(conv_matmul_chosen(entry, ConvPass::kGradWeight, bf16), onednn::amx_bfloat16());
   // The same strided conv on 32 ImageNet-sized planes: an im2col of 231M elements.
   const ConvGeometry large = geometry({32, 256, 112, 112, 512, 3, 2, 1, 1});

@@ -366,12 +366,12 @@ bool isa_reaches(dnnl::cpu_isa isa) {
   return (have & want) == want;  // ISAs are bit sets, each a superset of those below it
 }
 
+}  // namespace
+
 bool avx512_core() {
   static const bool core = isa_reaches(dnnl::cpu_isa::avx512_core);
   return core;
 }
-
-}  // namespace
 
 bool native_bfloat16() {
   static const bool native = isa_reaches(dnnl::cpu_isa::avx512_core_bf16);

@@ -47,6 +47,11 @@ enum class Layout { kPlain, kBlocked, kChannelsLast, kChannelsLastBlocked };
 // measurements are in onednn.cpp).
 Layout channels_last_layout(const ConvGeometry& g, ConvPass pass, DType dtype);
 
+// Whether oneDNN's effective ISA reaches AVX512_CORE (ONEDNN_MAX_CPU_ISA caps it): its float32
+// kernels are then the 16-lane ones that most of the conv choices were measured against;
+// below, on an AVX2-only CPU, some choices differ (channels_last_layout, conv_algorithm.cpp).
+bool avx512_core();
+
 // Whether oneDNN computes in bfloat16 on this CPU with bfloat16 instructions (AVX512_BF16 or
 // AMX), rather than emulating them: then the CPU target keeps bfloat16 convs and matmuls in
 // bfloat16 (cpu_backend.cpp), and oneDNN runs them with float32 accumulation. oneDNN's

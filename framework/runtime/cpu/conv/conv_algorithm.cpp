@@ -187,8 +187,11 @@ bool winograd_weight_grad_chosen(const ConvGeometry& g, DType dtype) {
     case Forced::kDirect:
     case Forced::kGemm: return false;
   }
+  // Below AVX-512 im2col and a matmul take it first (conv_matmul_chosen: 26.0 against 27.3 ms
+  // in kernel_bench, 23.0 against 27.1 in ResNet-18 steps).
   return g.oh * g.ow <= kWinogradGradMaxPositions && g.n >= kWinogradGradMinBatch &&
-         std::min(g.c, g.o) >= kWinogradGradMinChannels;
+         std::min(g.c, g.o) >= kWinogradGradMinChannels &&
+         !conv_matmul_chosen(g, ConvPass::kGradWeight, dtype);
 }
 
 // Where loom's bfloat16 Winograd beats oneDNN's direct bfloat16 kernels on channels-last
@@ -246,6 +249,26 @@ bool bf16_winograd_chosen(const ConvGeometry& g, ConvPass pass) {
 //     does every stride-1 conv on 8x8 planes and larger (0.15 to 0.88). The strided 1x1
 //     projections onto 8x8 planes win by 1.1 to 1.47 (0.92 once) at a few hundredths of a
 //     millisecond each; they stay direct too.
+// Below AVX-512 (an AVX2-only EPYC, 2026-11-28, the same rows, float32, medians of two
+// interleaved runs, oneDNN's channels-last time over the matmul's) the weight gradient goes
+// the other way at most shapes: oneDNN's 8-lane kernels ran it at 57 to 80 GFLOP/s, its GEMM
+// faster. 1.49 (ResNet-20's 32-to-64 strided conv), 1.08 (its 64-channel 8x8 stage), 1.31
+// (ResNet-18's 64-channel 32x32), 1.58 (64 to 128, strided), 1.09 (128 channels, 16x16), 1.31
+// (128 to 256), 1.38 (256, 8x8), 2.03 (256 to 512) and 1.96 (512, 4x4; 26.0 against loom's
+// Winograd's 27.3 ms); it lost with fewer than 32 input or 64 output channels (0.20 to 0.95:
+// the stems, ResNet-20's 16- and 32-channel stages), and the forward and input gradient
+// stayed on oneDNN's kernels nearly everywhere (the forward runs blocked there:
+// onednn::channels_last_layout). So below AVX-512 the float32 weight gradient of every conv
+// with a window (not 1x1) from 32 input and 64 output channels, on output planes up to the
+// measured 32x32, runs as im2col and matmuls (groups of images within kWeightGradColumnBytes,
+// conv_matmul.h: ResNet-18's 64-channel convs need 75 MB for all 32 images). In ResNet-18 b32
+// training steps (loom_bench --profile, captured, old and new binaries alternated three times)
+// the weight gradients took 2545 to 2728 ms over five steps before, 1917 to 2006 after, and
+// the steps 1.32, 1.42 and 1.36 s before, 1.16, 1.13 and 1.24 after; ResNet-20 b128 moved
+// within noise (weight gradients 1031 and 1354 ms before, 952 and 1335 after).
+constexpr int64_t kAvx2GemmWeightGradMinIn = 32;
+constexpr int64_t kAvx2GemmWeightGradMinOut = 64;
+constexpr int64_t kAvx2GemmWeightGradMaxPlane = 32 * 32;
 constexpr int64_t kGemmMaxSmallPlane = 16;        // output positions: 4x4
 constexpr int64_t kGemmMaxWeightGradPlane = 64;   // ... 8x8, for the bfloat16 weight gradient
 constexpr int64_t kGemmMinChannels = 256;         // on both sides, at those planes
@@ -255,12 +278,15 @@ constexpr int64_t kGemmMinProjection = 32 * 64;   // in x out channels: bfloat16
 constexpr int64_t kGemmMaxColumnBytes = int64_t{32} << 20;
 
 // The bytes of im2col's buffer for pass `pass` of `g` (the input gradient's im2col reads
-// grad_out at the input's plane; a 1x1 stride-1 unpadded conv needs none).
+// grad_out at the input's plane; a 1x1 stride-1 unpadded conv needs none; a float32 weight
+// gradient's, one group of images).
 int64_t column_bytes(const ConvGeometry& g, ConvPass pass, DType dtype) {
   if (pointwise(g)) return 0;
   const int64_t positions = pass == ConvPass::kGradInput ? g.h * g.w : g.oh * g.ow;
   const int64_t depth = g.kh * g.kw * (pass == ConvPass::kGradInput ? g.o : g.c);
-  return g.n * positions * depth * static_cast<int64_t>(dtype_size(dtype));
+  // A float32 weight gradient takes its images in groups (conv_matmul.h).
+  const int64_t images = pass == ConvPass::kGradWeight ? weight_grad_images(g, dtype) : g.n;
+  return images * positions * depth * static_cast<int64_t>(dtype_size(dtype));
 }
 
 bool conv_matmul_chosen(const ConvGeometry& g, ConvPass pass, DType dtype) {
@@ -278,7 +304,11 @@ bool conv_matmul_chosen(const ConvGeometry& g, ConvPass pass, DType dtype) {
   const bool wide = channels >= kGemmMinChannels;
   if (dtype == DType::Float32) {
     const bool small = wide && plane <= kGemmMaxSmallPlane;
-    return small && (pass == ConvPass::kForward || (pass == ConvPass::kGradWeight && strided(g)));
+    if (small && (pass == ConvPass::kForward || (pass == ConvPass::kGradWeight && strided(g))))
+      return true;
+    return pass == ConvPass::kGradWeight && !onednn::avx512_core() && g.kh * g.kw > 1 &&
+           g.c >= kAvx2GemmWeightGradMinIn && g.o >= kAvx2GemmWeightGradMinOut &&
+           plane <= kAvx2GemmWeightGradMaxPlane;
   }
   const bool projection = strided(g) && g.c * g.o >= kGemmMinProjection;
   switch (pass) {

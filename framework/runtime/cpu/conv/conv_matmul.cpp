@@ -121,6 +121,7 @@ void reorder(const ConvGeometry& g, DType dtype, WeightLayout from, WeightLayout
 // The caller's per-thread buffers (kernels_impl.h's thread_scratch).
 struct ColTag;
 struct WeightTag;
+struct PartTag;
 
 // im2col of x in the calling thread's buffer (x itself for a 1x1 conv that reads its input in
 // place), its columns in the weight's order where `weight_order`.
@@ -152,6 +153,47 @@ bool conv_matmul_applies(const ConvGeometry& g, ConvPass pass, DType dtype) {
     return false;
   if (pass != ConvPass::kGradInput) return true;
   return g.sh == 1 && g.sw == 1 && g.ph <= g.dh * (g.kh - 1) && g.pw <= g.dw * (g.kw - 1);
+}
+
+int64_t weight_grad_images(const ConvGeometry& g, DType dtype, int64_t column_bytes) {
+  if (dtype != DType::Float32 || forward_conv(g).in_place())
+    return g.n;  // one rounding in bfloat16; no im2col for a 1x1 conv read in place
+  const int64_t per_image = g.oh * g.ow * g.kh * g.kw * g.c * static_cast<int64_t>(sizeof(float));
+  return std::clamp<int64_t>(column_bytes / std::max<int64_t>(per_image, 1), 1,
+                             std::max<int64_t>(g.n, 1));
+}
+
+void conv2d_matmul_grad_weight(const ConvGeometry& g, DType dtype, const void* x,
+                               const void* grad_y, void* out, int64_t column_bytes) {
+  const int64_t taps = g.kh * g.kw;
+  const Conv v = forward_conv(g);
+  void* weight = taps > 1 ? weight_buffer(g, dtype) : out;
+  const int64_t images = weight_grad_images(g, dtype, column_bytes);
+  if (images >= g.n) {
+    const void* col = columns(v, dtype, x);
+    onednn::matmul({.m = g.o, .n = v.depth(), .k = v.rows(), .ta = true}, dtype, grad_y, col,
+                   weight);
+  } else {
+    // float32 only: a matmul per group of images, the later ones' products added to the
+    // first's in image order (the groups are fixed by the shape, not the thread count).
+    const int64_t elements = g.o * v.depth();
+    auto* sum = static_cast<float*>(weight);
+    float* part = thread_scratch<float, PartTag>(static_cast<std::size_t>(elements));
+    const auto* xf = static_cast<const float*>(x);
+    const auto* grad = static_cast<const float*>(grad_y);
+    for (int64_t first = 0; first < g.n; first += images) {
+      Conv chunk = v;
+      chunk.n = std::min(images, g.n - first);
+      const void* col = columns(chunk, dtype, xf + first * g.h * g.w * g.c);
+      onednn::matmul({.m = g.o, .n = chunk.depth(), .k = chunk.rows(), .ta = true}, dtype,
+                     grad + first * g.oh * g.ow * g.o, col, first == 0 ? sum : part);
+      if (first > 0)
+        parallel_range(elements, grain_for(4 * sizeof(float)), [&](int64_t s, int64_t e) {
+          for (int64_t i = s; i < e; ++i) sum[i] += part[i];
+        });
+    }
+  }
+  if (taps > 1) reorder(g, dtype, taps_outer(g), pytorch(g), weight, out);
 }
 
 void conv2d_matmul(const ConvGeometry& g, ConvPass pass, DType dtype, const void* a,
@@ -186,15 +228,9 @@ void conv2d_matmul(const ConvGeometry& g, ConvPass pass, DType dtype, const void
                      out);
       return;
     }
-    case ConvPass::kGradWeight: {
-      const Conv v = forward_conv(g);
-      const void* col = columns(v, dtype, a);
-      void* weight = taps > 1 ? weight_buffer(g, dtype) : out;
-      onednn::matmul({.m = g.o, .n = v.depth(), .k = v.rows(), .ta = true}, dtype, b, col,
-                     weight);
-      if (taps > 1) reorder(g, dtype, taps_outer(g), pytorch(g), weight, out);
+    case ConvPass::kGradWeight:
+      conv2d_matmul_grad_weight(g, dtype, a, b, out);
       return;
-    }
   }
 }
 

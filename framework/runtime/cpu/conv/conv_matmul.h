@@ -38,11 +38,26 @@ namespace loom::runtime {
 // bfloat16 matmul runs on AMX; strided convs have no input gradient on this path.
 bool conv_matmul_applies(const ConvGeometry& g, ConvPass pass, DType dtype);
 
+// im2col of a float32 weight gradient's images at most this size: a larger batch runs as one
+// matmul per group of images, each group's products added to the first group's in image order
+// (fixed by the shape; the bfloat16 one stays one matmul, rounded once).
+constexpr int64_t kWeightGradColumnBytes = int64_t{32} << 20;
+// The images in each of those matmuls (g.n: one matmul), for an im2col budget of
+// `column_bytes`.
+int64_t weight_grad_images(const ConvGeometry& g, DType dtype,
+                           int64_t column_bytes = kWeightGradColumnBytes);
+
 // Pass `pass` of conv `g` in `dtype` (conv_matmul_applies must hold), its operands as
 // onednn::conv2d's with Layout::kChannelsLast: kForward a = x, b = w, out = y (+ bias per
 // output channel, then relu); kGradInput a = grad_y, b = w, out = grad_x; kGradWeight a = x,
 // b = grad_y, out = grad_w [O, C, kh, kw]. The epilogue applies to the forward only.
 void conv2d_matmul(const ConvGeometry& g, ConvPass pass, DType dtype, const void* a,
                    const void* b, void* out, const float* bias = nullptr, bool relu = false);
+
+// conv2d_matmul's weight gradient (x, grad_y -> grad_w [O, C, kh, kw]) with im2col's budget
+// per matmul given (the tests take a small one to split a small batch).
+void conv2d_matmul_grad_weight(const ConvGeometry& g, DType dtype, const void* x,
+                               const void* grad_y, void* out,
+                               int64_t column_bytes = kWeightGradColumnBytes);
 
 }  // namespace loom::runtime
