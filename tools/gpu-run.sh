@@ -47,9 +47,10 @@
 #                                    the next their time: the CUDA suite (less
 #                                    cuda_codegen_test, which needs no GPU and runs in ctest),
 #                                    ab-infer, ab (one round), then bench [args] (default:
-#                                    --models resnet18 --modes captured --no-host --repeat 1). LOOM_GPU_LIMITS="suite infer ab bench" sets
-#                                    the limits in seconds (default "140 110 130 180", 560 in
-#                                    all: one call of 600 s). Each step's status and time are
+#                                    --models resnet18 --modes captured --no-host --repeat 1).
+#                                    LOOM_GPU_LIMITS="suite infer ab bench" sets the limits in
+#                                    seconds (default "140 110 130 180", 560 in all: one call
+#                                    of 600 s). Each step's status and time are
 #                                    printed last, and everything under $OUT is also packed
 #                                    into $OUT/checks.tar.gz (the tool brings back 8 files)
 #

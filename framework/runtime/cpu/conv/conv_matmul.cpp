@@ -166,31 +166,28 @@ int64_t weight_grad_images(const ConvGeometry& g, DType dtype, int64_t column_by
 void conv2d_matmul_grad_weight(const ConvGeometry& g, DType dtype, const void* x,
                                const void* grad_y, void* out, int64_t column_bytes) {
   const int64_t taps = g.kh * g.kw;
-  const Conv v = forward_conv(g);
   void* weight = taps > 1 ? weight_buffer(g, dtype) : out;
+  // A matmul per group of images (one group but for a large float32 batch), the later groups'
+  // products added to the first's in image order: the groups are fixed by the shape, not the
+  // thread count.
   const int64_t images = weight_grad_images(g, dtype, column_bytes);
-  if (images >= g.n) {
-    const void* col = columns(v, dtype, x);
-    onednn::matmul({.m = g.o, .n = v.depth(), .k = v.rows(), .ta = true}, dtype, grad_y, col,
-                   weight);
-  } else {
-    // float32 only: a matmul per group of images, the later ones' products added to the
-    // first's in image order (the groups are fixed by the shape, not the thread count).
-    const int64_t elements = g.o * v.depth();
-    auto* sum = static_cast<float*>(weight);
-    float* part = thread_scratch<float, PartTag>(static_cast<std::size_t>(elements));
-    const auto* xf = static_cast<const float*>(x);
-    const auto* grad = static_cast<const float*>(grad_y);
-    for (int64_t first = 0; first < g.n; first += images) {
-      Conv chunk = v;
-      chunk.n = std::min(images, g.n - first);
-      const void* col = columns(chunk, dtype, xf + first * g.h * g.w * g.c);
-      onednn::matmul({.m = g.o, .n = chunk.depth(), .k = chunk.rows(), .ta = true}, dtype,
-                     grad + first * g.oh * g.ow * g.o, col, first == 0 ? sum : part);
-      if (first > 0)
-        parallel_range(elements, grain_for(4 * sizeof(float)), [&](int64_t s, int64_t e) {
-          for (int64_t i = s; i < e; ++i) sum[i] += part[i];
-        });
+  const auto size = static_cast<int64_t>(dtype_size(dtype));
+  const auto* xb = static_cast<const std::byte*>(x);
+  const auto* grad = static_cast<const std::byte*>(grad_y);
+  for (int64_t first = 0; first < g.n; first += images) {
+    Conv group = forward_conv(g);
+    group.n = std::min(images, g.n - first);
+    const void* col = columns(group, dtype, xb + first * g.h * g.w * g.c * size);
+    const int64_t elements = g.o * group.depth();
+    float* part = first == 0 ? nullptr
+                             : thread_scratch<float, PartTag>(static_cast<std::size_t>(elements));
+    onednn::matmul({.m = g.o, .n = group.depth(), .k = group.rows(), .ta = true}, dtype,
+                   grad + first * g.oh * g.ow * g.o * size, col, part ? part : weight);
+    if (part) {  // float32 only (weight_grad_images)
+      auto* sum = static_cast<float*>(weight);
+      parallel_range(elements, grain_for(4 * sizeof(float)), [&](int64_t s, int64_t e) {
+        for (int64_t i = s; i < e; ++i) sum[i] += part[i];
+      });
     }
   }
   if (taps > 1) reorder(g, dtype, taps_outer(g), pytorch(g), weight, out);
