@@ -29,6 +29,7 @@
 #include "runtime/cpu/conv/conv_weight_bf16.h"
 #include "runtime/cpu/conv/conv_winograd.h"
 #include "runtime/cpu/conv/conv_winograd_bf16.h"
+#include "runtime/cpu/conv/conv_winograd_f32.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/onednn.h"
 
@@ -233,7 +234,9 @@ TensorView channels_first_copy(const TensorView& v) {
 }  // namespace
 
 // Channels-last activations go to oneDNN as they are (bfloat16 ones widened to float32 where
-// oneDNN has no bfloat16 convs: onednn::bfloat16_supported), except a bfloat16 weight gradient
+// oneDNN has no bfloat16 convs: onednn::bfloat16_supported), except the passes that im2col + a
+// matmul (conv_matmul_chosen) or a Winograd (f32_winograd_chosen below AVX-512,
+// bf16_winograd_chosen) take, a bfloat16 weight gradient
 // that loom's vdpbf16ps kernel takes (conv_weight_bf16.h, where bf16_weight_grad_chosen). A float32
 // weight gradient that loom's Winograd takes (where winograd_weight_grad_chosen: two small
 // copies next to its sums), and another one under use_deterministic_algorithms (oneDNN's
@@ -280,6 +283,10 @@ void conv2d_channels_last(ConvPass pass, const ir::Conv2dAttr& attr, const Tenso
   }
   if (a.dtype == out.dtype && b.dtype == out.dtype && conv_matmul_chosen(g, pass, out.dtype))
     return conv2d_matmul(g, pass, out.dtype, a.data, b.data, out.data, bias, relu);
+  if (pass != ConvPass::kGradWeight && a.dtype == DType::Float32 && b.dtype == DType::Float32 &&
+      out.dtype == DType::Float32 && f32_winograd_chosen(g, pass))
+    return conv2d_winograd_f32(g, pass, a.as<const float>(), b.as<const float>(), out.as<float>(),
+                               bias, relu);
   if (pass != ConvPass::kGradWeight && a.dtype == DType::BFloat16 &&
       b.dtype == DType::BFloat16 && out.dtype == DType::BFloat16 && bf16_winograd_chosen(g, pass))
     return conv2d_winograd_bf16(g, pass, a.as<const bfloat16>(), b.as<const bfloat16>(),

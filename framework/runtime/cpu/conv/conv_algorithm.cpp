@@ -7,6 +7,7 @@
 #include "runtime/cpu/conv/conv_weight_bf16.h"
 #include "runtime/cpu/conv/conv_winograd.h"
 #include "runtime/cpu/conv/conv_winograd_bf16.h"
+#include "runtime/cpu/conv/conv_winograd_f32.h"
 #include "runtime/cpu/onednn.h"
 
 #include <loom/error.h>
@@ -227,6 +228,37 @@ bool bf16_winograd_chosen(const ConvGeometry& g, ConvPass pass) {
   if (onednn::amx_bfloat16()) return false;  // oneDNN's AMX kernels are 3.2 to 6.7x faster
   return std::min(g.c, g.o) >= kBf16WinogradMinChannels &&
          (pass == ConvPass::kForward || g.h * g.w >= kBf16WinogradMinGradPositions);
+}
+
+// Where loom's float32 channels-last Winograd on AVX2 (conv_winograd_f32.h) beats oneDNN's
+// 8-lane kernels, below AVX-512 (an AVX2-only EPYC, 2026-11-28, kernel_bench's F32Winograd
+// rows, oneDNN in the layout loom gives it against the Winograd, back to back, best of three
+// interleaved runs, ms, forward / input gradient): ResNet-18's 64-channel 32x32 convs 20.2 vs
+// 11.0 / 21.7 vs 10.3, its 128-channel 16x16 ones 22.5 vs 8.4 / 18.6 vs 9.3, 256-channel 8x8
+// 21.6 vs 10.3 / 14.0 vs 11.0; ResNet-20's 64-channel 8x8 stage 4.8 vs 2.1 / 4.6 vs 2.1, its
+// 32-channel 16x16 5.9 vs 2.9 / 4.9 vs 2.7 and its 16-channel 32x32 6.0 vs 4.7 / 5.3 vs 5.1.
+// On 4x4 planes (ResNet-18's 512 channels) it lost, 23.0 vs 48.7 / 21.0 vs 49.8: four tiles
+// per image, so each block of tiles reads the whole 16 MB transformed kernel. It is not
+// measured with AVX-512, where oneDNN's 16-lane kernels and loom's other Winograds run.
+constexpr int64_t kF32WinogradMinPlane = 8 * 8;  // output positions of the pass's conv
+
+bool f32_winograd_allowed() {
+  static const bool allowed = ir::env_setting("LOOM_F32_WINOGRAD", "1", {"0", "1"}) == "1";
+  return allowed;
+}
+
+bool f32_winograd_chosen(const ConvGeometry& g, ConvPass pass) {
+  if (pass == ConvPass::kGradWeight || !f32_winograd_applies(g) || !f32_winograd_allowed())
+    return false;
+  switch (forced_choice()) {
+    case Forced::kWinograd: return true;
+    case Forced::kNone: break;
+    case Forced::kOneDnn:
+    case Forced::kDirect:
+    case Forced::kGemm: return false;
+  }
+  const int64_t plane = pass == ConvPass::kForward ? g.oh * g.ow : g.h * g.w;
+  return !onednn::avx512_core() && plane >= kF32WinogradMinPlane;
 }
 
 // Where im2col + one oneDNN matmul beats oneDNN's direct kernels on channels-last activations

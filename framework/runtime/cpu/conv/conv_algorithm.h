@@ -5,7 +5,8 @@
 //
 // The algorithms: oneDNN (onednn.h: its direct JIT kernels on blocked layouts, or its im2col
 // + JIT GEMM on loom's layouts), loom's direct AVX-512 kernels (conv_direct.h; the weight
-// gradient of strided convs by phases), Winograd F(2x2, 3x3) (conv_winograd.h) and im2col + Eigen GEMM (the general
+// gradient of strided convs by phases), Winograd F(2x2, 3x3) (conv_winograd.h; on channels-last
+// activations conv_winograd_bf16.h and conv_winograd_f32.h) and im2col + Eigen GEMM (the general
 // path, and float64's only one: oneDNN has no float64). LOOM_CONV=onednn|direct|gemm|winograd
 // forces one wherever it applies (read once; for measurements); elsewhere the choice stands.
 #pragma once
@@ -54,6 +55,12 @@ bool winograd_weight_grad_chosen(const ConvGeometry& g, DType dtype);
 // LOOM_CONV=winograd forces it wherever it applies; never with LOOM_BF16_WINOGRAD=0 or another
 // LOOM_CONV.
 bool bf16_winograd_chosen(const ConvGeometry& g, ConvPass pass);
+
+// Whether loom's float32 Winograd on AVX2 (conv_winograd_f32.h) runs pass `pass` (kForward or
+// kGradInput) of the channels-last conv `g`: where it applies and beats oneDNN's kernels, on a
+// CPU below AVX-512 and planes (the pass's output) of 8x8 or more, or LOOM_CONV=winograd forces
+// it wherever it applies; never with LOOM_F32_WINOGRAD=0 or another LOOM_CONV.
+bool f32_winograd_chosen(const ConvGeometry& g, ConvPass pass);
 
 // Whether im2col + one oneDNN matmul (conv_matmul.h) runs pass `pass` of the channels-last
 // conv `g` in `dtype`: where it applies (one group; float32, or bfloat16 on AMX; the input

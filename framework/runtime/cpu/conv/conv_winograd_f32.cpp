@@ -1,0 +1,315 @@
+// Winograd F(2x2, 3x3) on float32 channels-last activations with AVX2 and FMA
+// (conv_winograd_f32.h), laid out as conv_winograd_bf16.cpp (Lavin & Gray 2016):
+//   Y = A^T [ (G g G^T) . (B^T d B) ] A,   summed over input channels: 16 GEMMs per tile
+//   M_xi [tiles, O] = V_xi [tiles, C] * U_xi [C, O],   V = B^T d B,  U = G g G^T
+//   U [16][C][O]: the kernel transformed once per call, shared by every task.
+//   V [16][block][C]: a block of tiles' transformed input, in a per-thread buffer.
+//   M [16][block][64]: the block's GEMM results for 64 output channels at a time, transformed
+//     back (+ bias, relu) and stored before the next 64.
+// A register tile is R tiles x Q vectors of 8 output channels (R <= 6, Q <= 2: 12 sums, Q loads
+// and one broadcast at a time in AVX2's 16 registers), over all C input channels.
+#include "runtime/cpu/conv/conv_winograd_f32.h"
+
+#include "runtime/cpu/kernels_impl.h"
+
+#include <immintrin.h>
+
+#include <loom/error.h>
+
+#include <algorithm>
+#include <array>
+#include <utility>
+
+namespace loom::runtime {
+
+#if defined(__AVX2__) && defined(__FMA__)
+namespace {
+
+constexpr int64_t kXi = 16;     // positions in a 4x4 tile
+constexpr int64_t kLanes = 8;   // float32 lanes: channels per vector
+constexpr int64_t kChunk = 64;  // output channels per GEMM pass over a block
+constexpr int64_t kRows = 6;    // tiles per register tile
+// Tiles per task: its V and M together about this many bytes, so that they stay in L2 (512 KiB
+// per core on the AVX2 EPYC) beside the part of U the GEMMs read; a multiple of kRows.
+constexpr int64_t kBlockBytes = 256 * 1024;
+constexpr int64_t kMinBlock = 12, kMaxBlock = 192;
+
+// The conv both passes run: the forward conv itself, or the input gradient's.
+struct Conv {
+  int64_t n, ci, h, w;    // input [n, h, w, ci]
+  int64_t co, oh, ow;     // output [n, oh, ow, co]
+  int64_t ph, pw;         // padding
+  int64_t th, tw, tiles;  // 2x2 output tiles down, across and in all
+  // Weight (output channel k, input channel c, tap t = 3i + j) at w[k * k_step + c * c_step +
+  // t], or at tap 8 - t when flipped.
+  int64_t k_step, c_step;
+  bool flip;
+  int64_t block;  // tiles per task
+};
+
+Conv make_conv(const ConvGeometry& g, ConvPass pass) {
+  Conv v;
+  v.n = g.n;
+  if (pass == ConvPass::kForward) {
+    v.ci = g.c, v.h = g.h, v.w = g.w, v.co = g.o, v.oh = g.oh, v.ow = g.ow, v.ph = g.ph;
+    v.pw = g.pw, v.k_step = g.c * 9, v.c_step = 9, v.flip = false;
+  } else {  // grad_x = conv(grad_out, w with taps flipped and channels swapped, padding 2 - p)
+    v.ci = g.o, v.h = g.oh, v.w = g.ow, v.co = g.c, v.oh = g.h, v.ow = g.w, v.ph = 2 - g.ph;
+    v.pw = 2 - g.pw, v.k_step = 9, v.c_step = g.c * 9, v.flip = true;
+  }
+  v.th = ceil_div(v.oh, 2);
+  v.tw = ceil_div(v.ow, 2);
+  v.tiles = v.n * v.th * v.tw;
+  const int64_t bytes_per_tile = kXi * (v.ci + std::min(v.co, kChunk)) * 4;
+  v.block = std::clamp(kBlockBytes / bytes_per_tile, kMinBlock, kMaxBlock) / kRows * kRows;
+  return v;
+}
+
+// ---- The kernel: U = G g G^T, [16][C][O] ----
+
+// The 9 taps of output channels k0 .. k0+7 (lanes) and input channel c.
+void load_taps(const Conv& v, const float* w, int64_t k0, int64_t c, __m256 g[9]) {
+  const __m256i lane = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                          _mm256_set1_epi32(static_cast<int>(v.k_step)));
+  const float* taps = w + k0 * v.k_step + c * v.c_step;
+  for (int t = 0; t < 9; ++t) g[t] = _mm256_i32gather_ps(taps + (v.flip ? 8 - t : t), lane, 4);
+}
+
+void transform_kernel(const __m256 g[9], __m256 u[kXi]) {
+  const __m256 half = _mm256_set1_ps(0.5f);
+  __m256 t[4][3];  // G g
+  for (int j = 0; j < 3; ++j) {
+    const __m256 outer = _mm256_add_ps(g[j], g[6 + j]);
+    t[0][j] = g[j];
+    t[1][j] = _mm256_mul_ps(half, _mm256_add_ps(outer, g[3 + j]));
+    t[2][j] = _mm256_mul_ps(half, _mm256_sub_ps(outer, g[3 + j]));
+    t[3][j] = g[6 + j];
+  }
+  for (int i = 0; i < 4; ++i) {  // (G g) G^T
+    const __m256 outer = _mm256_add_ps(t[i][0], t[i][2]);
+    u[i * 4 + 0] = t[i][0];
+    u[i * 4 + 1] = _mm256_mul_ps(half, _mm256_add_ps(outer, t[i][1]));
+    u[i * 4 + 2] = _mm256_mul_ps(half, _mm256_sub_ps(outer, t[i][1]));
+    u[i * 4 + 3] = t[i][2];
+  }
+}
+
+void transform_kernels(const Conv& v, const float* w, float* u) {
+  const int64_t kblocks = v.co / kLanes;
+  parallel_range(v.ci * kblocks, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t unit = begin; unit < end; ++unit) {
+      const int64_t c = unit / kblocks, k0 = unit % kblocks * kLanes;
+      __m256 g[9], t[kXi];
+      load_taps(v, w, k0, c, g);
+      transform_kernel(g, t);
+      for (int64_t xi = 0; xi < kXi; ++xi) _mm256_storeu_ps(u + (xi * v.ci + c) * v.co + k0, t[xi]);
+    }
+  });
+}
+
+// ---- The input: V = B^T d B, [16][block][C] ----
+
+struct TileAt {
+  int64_t n, y, x;  // image, top-left output position
+};
+
+TileAt tile_at(const Conv& v, int64_t t) {
+  const int64_t per_image = v.th * v.tw, r = t % per_image;
+  return {t / per_image, r / v.tw * 2, r % v.tw * 2};
+}
+
+// d = B^T d B, in place, for the 4x4 vectors d[4 i + j].
+inline void input_transform(__m256 d[kXi]) {
+  for (int j = 0; j < 4; ++j) {  // B^T d
+    const __m256 d0 = d[j], d1 = d[4 + j], d2 = d[8 + j], d3 = d[12 + j];
+    d[j] = _mm256_sub_ps(d0, d2);
+    d[4 + j] = _mm256_add_ps(d1, d2);
+    d[8 + j] = _mm256_sub_ps(d2, d1);
+    d[12 + j] = _mm256_sub_ps(d1, d3);
+  }
+  for (int i = 0; i < 4; ++i) {  // (B^T d) B
+    __m256* r = d + 4 * i;
+    const __m256 r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
+    r[0] = _mm256_sub_ps(r0, r2);
+    r[1] = _mm256_add_ps(r1, r2);
+    r[2] = _mm256_sub_ps(r2, r1);
+    r[3] = _mm256_sub_ps(r1, r3);
+  }
+}
+
+// The block's tiles [t0, t0 + nt) transformed into vs.
+void transform_input(const Conv& v, const float* in, int64_t t0, int64_t nt, float* vs) {
+  const int64_t xi_step = v.block * v.ci;
+  for (int64_t tl = 0; tl < nt; ++tl) {
+    const TileAt at = tile_at(v, t0 + tl);
+    const int64_t y0 = at.y - v.ph, x0 = at.x - v.pw;
+    const float* src[kXi];  // each position's channels, null outside the plane
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 4; ++j) {
+        const int64_t y = y0 + i, x = x0 + j;
+        src[4 * i + j] =
+            y >= 0 && y < v.h && x >= 0 && x < v.w ? in + ((at.n * v.h + y) * v.w + x) * v.ci
+                                                   : nullptr;
+      }
+    float* dst = vs + tl * v.ci;
+    for (int64_t c = 0; c < v.ci; c += kLanes) {
+      __m256 d[kXi];
+      for (int k = 0; k < kXi; ++k) d[k] = src[k] ? _mm256_loadu_ps(src[k] + c) : _mm256_setzero_ps();
+      input_transform(d);
+      for (int k = 0; k < kXi; ++k) _mm256_storeu_ps(dst + k * xi_step + c, d[k]);
+    }
+  }
+}
+
+// ---- The GEMMs: M_xi [rows][8 Q] = V_xi [rows][C] * U_xi [C][8 Q] ----
+
+// a: R rows of C input channels, lda apart; b: U_xi at the tile's first output channel, ldb
+// apart per input channel; m: R rows of Q vectors, kChunk floats apart.
+template <int R, int Q>
+void gemm_tile(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t channels,
+               float* m) {
+  // Unrolled early (the pragmas), so that GCC keeps the sums in registers: without them it
+  // stored each sum back to the stack after its FMA, a third of the FMA rate.
+  __m256 acc[R][Q];
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int q = 0; q < Q; ++q) acc[r][q] = _mm256_setzero_ps();
+  for (int64_t c = 0; c < channels; ++c, ++a, b += ldb) {
+    __m256 u[Q];
+#pragma GCC unroll 2
+    for (int q = 0; q < Q; ++q) u[q] = _mm256_loadu_ps(b + q * kLanes);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const __m256 x = _mm256_broadcast_ss(a + r * lda);
+#pragma GCC unroll 2
+      for (int q = 0; q < Q; ++q) acc[r][q] = _mm256_fmadd_ps(x, u[q], acc[r][q]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int q = 0; q < Q; ++q) _mm256_storeu_ps(m + r * kChunk + q * kLanes, acc[r][q]);
+}
+
+using GemmTile = void (*)(const float*, int64_t, const float*, int64_t, int64_t, float*);
+
+template <int Q, int... R>
+constexpr std::array<GemmTile, sizeof...(R)> tiles_of(std::integer_sequence<int, R...>) {
+  return {&gemm_tile<R + 1, Q>...};
+}
+
+// The block's nt rows of V_xi times Q vectors of U_xi, kRows rows at a time: the Q vectors'
+// C x 8Q panel of U_xi stays in L1 while the rows go by.
+template <int Q>
+void gemm_rows(const Conv& v, const float* a, const float* b, int64_t nt, float* m) {
+  static constexpr auto kTiles = tiles_of<Q>(std::make_integer_sequence<int, kRows>{});
+  for (int64_t r = 0; r < nt; r += kRows) {
+    const int64_t rows = std::min(kRows, nt - r);
+    kTiles[static_cast<std::size_t>(rows - 1)](a + r * v.ci, v.ci, b, v.co, v.ci, m + r * kChunk);
+  }
+}
+
+// ---- The output: Y = A^T M A (+ bias, relu) ----
+
+void transform_output(const Conv& v, const float* ms, int64_t t0, int64_t nt, int64_t k0,
+                      int64_t width, const float* bias, bool relu, float* out) {
+  const int64_t xi_step = v.block * kChunk;
+  for (int64_t tl = 0; tl < nt; ++tl) {
+    const TileAt at = tile_at(v, t0 + tl);
+    const bool down = at.y + 1 < v.oh, across = at.x + 1 < v.ow;
+    float* o = out + ((at.n * v.oh + at.y) * v.ow + at.x) * v.co + k0;
+    for (int64_t q = 0; q < width; q += kLanes) {
+      const float* src = ms + tl * kChunk + q;
+      __m256 s[2][4];  // A^T M
+      for (int j = 0; j < 4; ++j) {
+        const __m256 m0 = _mm256_loadu_ps(src + j * xi_step);
+        const __m256 m1 = _mm256_loadu_ps(src + (4 + j) * xi_step);
+        const __m256 m2 = _mm256_loadu_ps(src + (8 + j) * xi_step);
+        const __m256 m3 = _mm256_loadu_ps(src + (12 + j) * xi_step);
+        s[0][j] = _mm256_add_ps(_mm256_add_ps(m0, m1), m2);
+        s[1][j] = _mm256_sub_ps(_mm256_sub_ps(m1, m2), m3);
+      }
+      const __m256 b = bias ? _mm256_loadu_ps(bias + k0 + q) : _mm256_setzero_ps();
+      const auto finish = [&](__m256 y) {
+        y = _mm256_add_ps(y, b);
+        return relu ? _mm256_max_ps(y, _mm256_setzero_ps()) : y;
+      };
+      for (int i = 0; i < (down ? 2 : 1); ++i) {  // (A^T M) A
+        float* row = o + i * v.ow * v.co + q;
+        _mm256_storeu_ps(row, finish(_mm256_add_ps(_mm256_add_ps(s[i][0], s[i][1]), s[i][2])));
+        if (across)
+          _mm256_storeu_ps(row + v.co,
+                           finish(_mm256_sub_ps(_mm256_sub_ps(s[i][1], s[i][2]), s[i][3])));
+      }
+    }
+  }
+}
+
+struct KernelTag;  // thread_scratch tags
+struct InputTag;
+struct ProductTag;
+
+// Tiles [t0, t0 + nt): transformed, multiplied and transformed back, 64 output channels at a
+// time.
+void run_block(const Conv& v, const float* in, const float* u, int64_t t0, int64_t nt,
+               const float* bias, bool relu, float* out) {
+  const auto size = [](int64_t n) { return static_cast<std::size_t>(n); };
+  float* vs = thread_scratch<float, InputTag>(size(kXi * v.block * v.ci));
+  float* ms = thread_scratch<float, ProductTag>(size(kXi * v.block * kChunk));
+  transform_input(v, in, t0, nt, vs);
+  for (int64_t k0 = 0; k0 < v.co; k0 += kChunk) {
+    const int64_t width = std::min(kChunk, v.co - k0);
+    for (int64_t xi = 0; xi < kXi; ++xi) {
+      const float* axi = vs + xi * v.block * v.ci;
+      const float* bxi = u + xi * v.ci * v.co + k0;
+      float* mxi = ms + xi * v.block * kChunk;
+      int64_t q = 0;
+      for (; q + 2 * kLanes <= width; q += 2 * kLanes) gemm_rows<2>(v, axi, bxi + q, nt, mxi + q);
+      if (q < width) gemm_rows<1>(v, axi, bxi + q, nt, mxi + q);
+    }
+    transform_output(v, ms, t0, nt, k0, width, bias, relu, out);
+  }
+}
+
+}  // namespace
+
+bool f32_winograd_applies(const ConvGeometry& g) {
+  return g.groups == 1 && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 &&
+         g.dw == 1 && g.ph >= 0 && g.ph <= 2 && g.pw >= 0 && g.pw <= 2 && g.c % kLanes == 0 &&
+         g.o % kLanes == 0 && g.c > 0 && g.o > 0 && g.n > 0 && g.oh > 0 && g.ow > 0 &&
+         g.h > 0 && g.w > 0;
+}
+
+void conv2d_winograd_f32(const ConvGeometry& g, ConvPass pass, const float* in, const float* w,
+                         float* out, const float* bias, bool relu) {
+  if (pass == ConvPass::kGradWeight)
+    throw Error("conv2d_winograd_f32: runs the forward and the input gradient only");
+  if (!f32_winograd_applies(g))
+    throw Error("conv2d_winograd_f32: not a 3x3 stride-1 conv with channels in multiples of 8 "
+                "(check f32_winograd_applies first)");
+  const Conv v = make_conv(g, pass);
+  float* u = thread_scratch<float, KernelTag>(static_cast<std::size_t>(kXi * v.ci * v.co));
+  transform_kernels(v, w, u);
+  const int64_t blocks = ceil_div(v.tiles, v.block);
+  parallel_range(blocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t t0 = b * v.block;
+      run_block(v, in, u, t0, std::min(v.block, v.tiles - t0), bias, relu, out);
+    }
+  });
+}
+
+#else  // no AVX2 and FMA in this build: oneDNN runs every float32 channels-last conv
+
+bool f32_winograd_applies(const ConvGeometry&) { return false; }
+
+void conv2d_winograd_f32(const ConvGeometry&, ConvPass, const float*, const float*, float*,
+                         const float*, bool) {
+  throw Error("conv2d_winograd_f32: this build has no AVX2 and FMA kernel (check "
+              "f32_winograd_applies first)");
+}
+
+#endif
+
+}  // namespace loom::runtime

@@ -1,0 +1,251 @@
+// Winograd F(2x2,3x3) on float32 channels-last convs with AVX2 (runtime/cpu/conv/
+// conv_winograd_f32.h): the forward (with a bias and relu) and the input gradient against
+// float64 sums by the definition on the same operands, at shapes that exercise its paths (odd
+// planes, whose last tile is cut; padding 0 to 2; several blocks of tiles; output channels in
+// chunks of 64 with a narrower last one, down to one vector of 8; each register-tile height);
+// the same bits on 1, 2 and 4 threads; the choice; and the channels-last conv kernel running it
+// where it is chosen.
+//
+// Tolerance: the transformed input (sums of up to 4 inputs) and kernel (of up to 9 taps,
+// weighted 1/4 to 1) are rounded to float32 before they are multiplied, and an output adds 16
+// products per input channel with the signs of A^T, so its error is a few float32 roundings of
+// the operands' scale (2^-24 of a few inputs' magnitude per term), not one per product.
+// 1e-5 x (|want| + rms(want)) bounds that with room (LOOM_TEST_SHOW_ERRORS=1 prints each case's
+// worst share of it); a wrong tap, sign or tile edge is off by the size of a term, 1e-2 or more.
+#include "runtime/cpu/conv/conv_winograd_f32.h"
+
+#include "runtime/cpu/conv/conv_algorithm.h"
+#include "runtime/cpu/kernels.h"
+#include "runtime/cpu/kernels_impl.h"
+#include "runtime/cpu/onednn.h"
+#include "runtime/expect_near.h"
+
+#include <loom/error.h>
+
+#include <gtest/gtest.h>
+#include <tbb/task_arena.h>
+
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace loom::runtime {
+namespace {
+
+constexpr double kTolerance = 1e-5;
+
+struct Case {
+  int64_t n, c, h, w, o, ph, pw;
+};
+
+ConvGeometry geometry(const Case& k) {
+  return {k.n, k.c, k.h, k.w, k.o, 3, 3, k.h + 2 * k.ph - 2, k.w + 2 * k.pw - 2,
+          1,   1,   k.ph, k.pw, 1,   1, 1};
+}
+
+std::string name(const ConvGeometry& g, ConvPass pass) {
+  std::ostringstream s;
+  s << (pass == ConvPass::kForward ? "forward" : "grad_input") << " n" << g.n << " c" << g.c
+    << " " << g.h << "x" << g.w << " o" << g.o << " p" << g.ph << "," << g.pw;
+  return s.str();
+}
+
+std::size_t at(int64_t i) { return static_cast<std::size_t>(i); }
+
+std::vector<float> random_floats(int64_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  std::vector<float> v(at(n));
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+// out [N,Ho,Wo,O] = conv(x [N,H,W,C], w [O,C,3,3]) + bias, then relu, by the definition.
+std::vector<double> forward_reference(const ConvGeometry& g, const std::vector<float>& x,
+                                      const std::vector<float>& w, const std::vector<float>& bias,
+                                      bool relu) {
+  std::vector<double> out(at(g.n * g.oh * g.ow * g.o));
+  for (int64_t n = 0; n < g.n; ++n)
+    for (int64_t y = 0; y < g.oh; ++y)
+      for (int64_t xx = 0; xx < g.ow; ++xx)
+        for (int64_t o = 0; o < g.o; ++o) {
+          double sum = bias.empty() ? 0.0 : bias[at(o)];
+          for (int64_t i = 0; i < 3; ++i)
+            for (int64_t j = 0; j < 3; ++j) {
+              const int64_t iy = y - g.ph + i, ix = xx - g.pw + j;
+              if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
+              for (int64_t c = 0; c < g.c; ++c)
+                sum += static_cast<double>(x[at(((n * g.h + iy) * g.w + ix) * g.c + c)]) *
+                       static_cast<double>(w[at(((o * g.c + c) * 3 + i) * 3 + j)]);
+            }
+          out[at(((n * g.oh + y) * g.ow + xx) * g.o + o)] = relu ? std::max(sum, 0.0) : sum;
+        }
+  return out;
+}
+
+// grad_x [N,H,W,C] from grad_out [N,Ho,Wo,O] and w [O,C,3,3], by the definition.
+std::vector<double> grad_input_reference(const ConvGeometry& g, const std::vector<float>& grad,
+                                         const std::vector<float>& w) {
+  std::vector<double> out(at(g.n * g.h * g.w * g.c));
+  for (int64_t n = 0; n < g.n; ++n)
+    for (int64_t y = 0; y < g.oh; ++y)
+      for (int64_t xx = 0; xx < g.ow; ++xx)
+        for (int64_t i = 0; i < 3; ++i)
+          for (int64_t j = 0; j < 3; ++j) {
+            const int64_t iy = y - g.ph + i, ix = xx - g.pw + j;
+            if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
+            for (int64_t o = 0; o < g.o; ++o) {
+              const double go = grad[at(((n * g.oh + y) * g.ow + xx) * g.o + o)];
+              for (int64_t c = 0; c < g.c; ++c)
+                out[at(((n * g.h + iy) * g.w + ix) * g.c + c)] +=
+                    go * static_cast<double>(w[at(((o * g.c + c) * 3 + i) * 3 + j)]);
+            }
+          }
+  return out;
+}
+
+std::vector<double> values(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+#define SKIP_WITHOUT_KERNEL()                                                                   \
+  if (!f32_winograd_applies(geometry({1, 8, 4, 4, 8, 1, 1})))                                  \
+  GTEST_SKIP() << "built without AVX2 and FMA: oneDNN runs every float32 channels-last conv"
+
+// The operands of conv `g`, channels-last: x [N,H,W,C], w [O,C,3,3] and grad (of the output)
+// [N,Ho,Wo,O] uniform in [-1, 1) (seeds 1, 2, 3), and a bias per output channel.
+struct Operands {
+  ConvGeometry g;
+  std::vector<float> x, w, grad, bias;
+  explicit Operands(const Case& k)
+      : g(geometry(k)),
+        x(random_floats(g.n * g.h * g.w * g.c, 1)),
+        w(random_floats(g.o * g.c * 9, 2)),
+        grad(random_floats(g.n * g.oh * g.ow * g.o, 3)) {
+    for (int64_t o = 0; o < g.o; ++o) bias.push_back(static_cast<float>(o % 7) * 0.25f - 0.75f);
+  }
+  std::vector<float> forward(bool with_bias, bool relu) const {
+    std::vector<float> out(at(g.n * g.oh * g.ow * g.o));
+    conv2d_winograd_f32(g, ConvPass::kForward, x.data(), w.data(), out.data(),
+                        with_bias ? bias.data() : nullptr, relu);
+    return out;
+  }
+  std::vector<float> grad_input() const {
+    std::vector<float> out(at(g.n * g.h * g.w * g.c));
+    conv2d_winograd_f32(g, ConvPass::kGradInput, grad.data(), w.data(), out.data(), nullptr,
+                        false);
+    return out;
+  }
+};
+
+const Case kCases[] = {
+    {2, 16, 8, 8, 16, 1, 1},     // a ResNet block, small: one block of tiles
+    {3, 24, 7, 9, 40, 1, 1},     // odd planes (the last tile row and column cut); 16+16+8 outputs
+    {1, 8, 5, 6, 8, 0, 2},       // padding 0 and 2 (the input gradient's 2 and 0); one vector
+    {2, 64, 12, 12, 80, 1, 1},   // output channels 64 + 16; tiles past one block
+    {4, 128, 6, 6, 136, 1, 2},   // 64 + 64 + 8 output channels, 12 tiles per image
+    {33, 16, 4, 4, 16, 1, 1},    // 132 tiles: many blocks, a last one of 6 tiles
+    {3, 256, 4, 4, 72, 1, 1},    // wide input, blocks of 12 tiles
+    {5, 32, 3, 3, 32, 0, 0},     // a 1x1 output: one cut tile per image, 1 to 5 register rows
+};
+
+TEST(F32Winograd, ForwardMatchesReference) {
+  SKIP_WITHOUT_KERNEL();
+  for (const Case& k : kCases) {
+    const Operands op(k);
+    ASSERT_TRUE(f32_winograd_applies(op.g)) << name(op.g, ConvPass::kForward);
+    expect_near(values(op.forward(false, false)), forward_reference(op.g, op.x, op.w, {}, false),
+                kTolerance, name(op.g, ConvPass::kForward));
+  }
+  const Operands op(kCases[1]);
+  expect_near(values(op.forward(true, true)), forward_reference(op.g, op.x, op.w, op.bias, true),
+              kTolerance, name(op.g, ConvPass::kForward) + " + bias, relu");
+}
+
+TEST(F32Winograd, InputGradientMatchesReference) {
+  SKIP_WITHOUT_KERNEL();
+  for (const Case& k : kCases) {
+    const Operands op(k);
+    expect_near(values(op.grad_input()), grad_input_reference(op.g, op.grad, op.w), kTolerance,
+                name(op.g, ConvPass::kGradInput));
+  }
+}
+
+TEST(F32Winograd, IndependentOfThreadCount) {
+  SKIP_WITHOUT_KERNEL();
+  for (const Case& k : {kCases[3], kCases[5]}) {
+    const Operands op(k);
+    const auto in_arena = [&](int threads) {
+      std::vector<double> r;
+      tbb::task_arena(threads).execute([&] {
+        r = values(op.forward(true, false));
+        const auto gi = values(op.grad_input());
+        r.insert(r.end(), gi.begin(), gi.end());
+      });
+      return r;
+    };
+    const auto one = in_arena(1);
+    for (int threads : {2, 4}) EXPECT_EQ(in_arena(threads), one) << name(op.g, ConvPass::kForward);
+  }
+}
+
+TEST(F32Winograd, AppliesToThreeByThreeStrideOneConvs) {
+  SKIP_WITHOUT_KERNEL();
+  EXPECT_TRUE(f32_winograd_applies(geometry({32, 64, 32, 32, 64, 1, 1})));
+  const ConvGeometry g = geometry({2, 16, 8, 8, 16, 1, 1});
+  for (auto change : {+[](ConvGeometry& v) { v.c = 12; }, +[](ConvGeometry& v) { v.o = 4; },
+                      +[](ConvGeometry& v) { v.kh = v.kw = 1; },
+                      +[](ConvGeometry& v) { v.sh = v.sw = 2; },
+                      +[](ConvGeometry& v) { v.groups = 2; }, +[](ConvGeometry& v) { v.dh = 2; },
+                      +[](ConvGeometry& v) { v.ph = 3; }}) {
+    ConvGeometry other = g;
+    change(other);
+    EXPECT_FALSE(f32_winograd_applies(other)) << name(other, ConvPass::kForward);
+    EXPECT_THROW(conv2d_winograd_f32(other, ConvPass::kForward, nullptr, nullptr, nullptr,
+                                     nullptr, false),
+                 Error);
+  }
+  EXPECT_THROW(conv2d_winograd_f32(g, ConvPass::kGradWeight, nullptr, nullptr, nullptr, nullptr,
+                                   false),
+               Error);
+  // Chosen over oneDNN's below AVX-512, on planes from 8x8 (the pass's output); never for the
+  // weight gradient.
+  const bool own = !onednn::avx512_core();
+  const ConvGeometry wide = geometry({32, 64, 32, 32, 128, 1, 1});
+  EXPECT_EQ(f32_winograd_chosen(wide, ConvPass::kForward), own);
+  EXPECT_EQ(f32_winograd_chosen(wide, ConvPass::kGradInput), own);
+  EXPECT_FALSE(f32_winograd_chosen(wide, ConvPass::kGradWeight));
+  EXPECT_EQ(f32_winograd_chosen(geometry({32, 256, 8, 8, 256, 1, 1}), ConvPass::kGradInput), own);
+  EXPECT_FALSE(f32_winograd_chosen(geometry({32, 512, 4, 4, 512, 1, 1}), ConvPass::kForward));
+  EXPECT_FALSE(f32_winograd_chosen(geometry({32, 512, 4, 4, 512, 1, 1}), ConvPass::kGradInput));
+}
+
+// The channels-last conv kernel runs it where it is chosen (the same bits), both passes, with
+// the bias and relu of a fused epilogue.
+TEST(F32Winograd, RunsForChosenChannelsLastFloat32Convs) {
+  SKIP_WITHOUT_KERNEL();
+  const Operands op({2, 32, 8, 8, 48, 1, 1});
+  const ConvGeometry& g = op.g;
+  if (!f32_winograd_chosen(g, ConvPass::kForward))
+    GTEST_SKIP() << "this CPU has AVX-512: oneDNN's and loom's other kernels run float32 convs";
+  ASSERT_TRUE(f32_winograd_chosen(g, ConvPass::kGradInput));
+  const ir::Conv2dAttr conv{.stride = {1, 1}, .padding = {g.ph, g.pw}, .channels_last = true};
+  std::vector<float> x = op.x, w = op.w, grad = op.grad, bias = op.bias;
+  std::vector<float> out(at(g.n * g.oh * g.ow * g.o));
+  const std::vector<TensorView> forward_in{{x.data(), DType::Float32, {g.n, g.h, g.w, g.c}},
+                                           {w.data(), DType::Float32, {g.o, g.c, 3, 3}}};
+  const TensorView forward_out{out.data(), DType::Float32, {g.n, g.oh, g.ow, g.o}};
+  run_kernel(ir::Op::Conv2d, conv, forward_in, forward_out);
+  EXPECT_EQ(values(out), values(op.forward(false, false)));
+  conv2d_channels_last(ConvPass::kForward, conv, forward_in[0], forward_in[1], forward_out,
+                       bias.data(), true);
+  EXPECT_EQ(values(out), values(op.forward(true, true)));
+  std::vector<float> gi(at(g.n * g.h * g.w * g.c));
+  const std::vector<TensorView> grad_in{{grad.data(), DType::Float32, {g.n, g.oh, g.ow, g.o}},
+                                        {w.data(), DType::Float32, {g.o, g.c, 3, 3}}};
+  run_kernel(ir::Op::Conv2dGradInput, ir::Conv2dGradAttr{conv, {g.h, g.w}}, grad_in,
+             {gi.data(), DType::Float32, {g.n, g.h, g.w, g.c}});
+  EXPECT_EQ(values(gi), values(op.grad_input()));
+}
+
+}  // namespace
+}  // namespace loom::runtime
