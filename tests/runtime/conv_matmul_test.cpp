@@ -215,7 +215,7 @@ TEST(ConvMatmul, WeightGradientInGroupsOfImagesMatchesReference) {
 }
 
 // ResNet-18 (CIFAR, batch 32): its last stage's 4x4 planes take the matmul (in float32 the
-// forward only, and with AVX-512 the weight gradient not) and, in bfloat16, its strided convs'
+// forward with AVX-512 only, the weight gradient below it only) and, in bfloat16, its strided convs'
 // weight gradients; a stride-1 conv on a 32x32 plane keeps oneDNN's direct kernels, but for
 // its float32 weight gradient below AVX-512; deterministic algorithms keep every pass off the
 // matmul, whose sums oneDNN may split by the thread count.
@@ -225,9 +225,11 @@ TEST(ConvMatmul, ChosenWhereItWins) {
   const ConvGeometry entry = geometry({32, 256, 8, 8, 512, 3, 2, 1, 1});
   const ConvGeometry first = geometry({32, 64, 32, 32, 64, 3, 1, 1, 1});
   const DType f32 = DType::Float32, bf16 = DType::BFloat16;
-  EXPECT_TRUE(conv_matmul_chosen(last, ConvPass::kForward, f32));
+  // Below AVX-512 the float32 weight gradients take it, while the float32 Winograd
+  // (conv_winograd_f32.h) takes the forward of the 4x4 planes from it.
+  const bool avx2 = !onednn::avx512_core();
+  EXPECT_EQ(conv_matmul_chosen(last, ConvPass::kForward, f32), !avx2);
   EXPECT_FALSE(conv_matmul_chosen(last, ConvPass::kGradInput, f32));
-  const bool avx2 = !onednn::avx512_core();  // below AVX-512: the float32 weight gradients
   EXPECT_EQ(conv_matmul_chosen(last, ConvPass::kGradWeight, f32), avx2);
   EXPECT_TRUE(conv_matmul_chosen(entry, ConvPass::kGradWeight, f32));
   for (ConvPass pass : {ConvPass::kForward, ConvPass::kGradInput, ConvPass::kGradWeight}) {
@@ -266,7 +268,8 @@ TEST(ConvMatmul, RunsForChosenChannelsLastConvs) {
     // bfloat16: the weight gradient; float32: the forward (its only 4x4 stride-1 pass here).
     const ConvPass pass = dtype == DType::BFloat16 ? ConvPass::kGradWeight : ConvPass::kForward;
     if (!conv_matmul_chosen(g, pass, dtype)) {
-      std::printf("%s: not chosen here (no AMX, or LOOM_CONV)\n", name(g, pass, dtype).c_str());
+      std::printf("%s: not chosen here (no AMX, LOOM_CONV, or the float32 Winograd below "
+                  "AVX-512)\n", name(g, pass, dtype).c_str());
       continue;
     }
     std::vector<double> got;

@@ -2,7 +2,8 @@
 // conv_winograd_f32.h): the forward (with a bias and relu) and the input gradient against
 // float64 sums by the definition on the same operands, at shapes that exercise its paths (odd
 // planes, whose last tile is cut; padding 0 to 2; several blocks of tiles; output channels in
-// chunks of 64 with a narrower last one, down to one vector of 8; each register-tile height);
+// chunks of 64 with a narrower last one, down to one vector of 8; each register-tile height;
+// convs with fewer tiles than output channels, which go by chunks of output channels);
 // the same bits on 1, 2 and 4 threads; the choice; and the channels-last conv kernel running it
 // where it is chosen.
 //
@@ -146,6 +147,7 @@ const Case kCases[] = {
     {33, 16, 4, 4, 16, 1, 1},    // 132 tiles: many blocks, a last one of 6 tiles
     {3, 256, 4, 4, 72, 1, 1},    // wide input, blocks of 12 tiles
     {5, 32, 3, 3, 32, 0, 0},     // a 1x1 output: one cut tile per image, 1 to 5 register rows
+    {13, 16, 8, 8, 264, 1, 1},   // fewer tiles (208) than outputs: by chunks, 2 blocks of tiles
 };
 
 TEST(F32Winograd, ForwardMatchesReference) {
@@ -207,7 +209,7 @@ TEST(F32Winograd, AppliesToThreeByThreeStrideOneConvs) {
   EXPECT_THROW(conv2d_winograd_f32(g, ConvPass::kGradWeight, nullptr, nullptr, nullptr, nullptr,
                                    false),
                Error);
-  // Chosen over oneDNN's below AVX-512, on planes from 8x8 (the pass's output); never for the
+  // Chosen over oneDNN's below AVX-512, on planes from 4x4 (the pass's output); never for the
   // weight gradient.
   const bool own = !onednn::avx512_core();
   const ConvGeometry wide = geometry({32, 64, 32, 32, 128, 1, 1});
@@ -215,8 +217,9 @@ TEST(F32Winograd, AppliesToThreeByThreeStrideOneConvs) {
   EXPECT_EQ(f32_winograd_chosen(wide, ConvPass::kGradInput), own);
   EXPECT_FALSE(f32_winograd_chosen(wide, ConvPass::kGradWeight));
   EXPECT_EQ(f32_winograd_chosen(geometry({32, 256, 8, 8, 256, 1, 1}), ConvPass::kGradInput), own);
-  EXPECT_FALSE(f32_winograd_chosen(geometry({32, 512, 4, 4, 512, 1, 1}), ConvPass::kForward));
-  EXPECT_FALSE(f32_winograd_chosen(geometry({32, 512, 4, 4, 512, 1, 1}), ConvPass::kGradInput));
+  EXPECT_EQ(f32_winograd_chosen(geometry({32, 512, 4, 4, 512, 1, 1}), ConvPass::kForward), own);
+  EXPECT_EQ(f32_winograd_chosen(geometry({32, 512, 4, 4, 512, 1, 1}), ConvPass::kGradInput), own);
+  EXPECT_FALSE(f32_winograd_chosen(geometry({32, 512, 3, 3, 512, 1, 1}), ConvPass::kForward));
 }
 
 // The channels-last conv kernel runs it where it is chosen (the same bits), both passes, with

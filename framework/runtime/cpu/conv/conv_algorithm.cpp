@@ -233,14 +233,13 @@ bool bf16_winograd_chosen(const ConvGeometry& g, ConvPass pass) {
 // Where loom's float32 channels-last Winograd on AVX2 (conv_winograd_f32.h) beats oneDNN's
 // 8-lane kernels, below AVX-512 (an AVX2-only EPYC, 2026-11-28, kernel_bench's F32Winograd
 // rows, oneDNN in the layout loom gives it against the Winograd, back to back, best of three
-// interleaved runs, ms, forward / input gradient): ResNet-18's 64-channel 32x32 convs 20.2 vs
-// 11.0 / 21.7 vs 10.3, its 128-channel 16x16 ones 22.5 vs 8.4 / 18.6 vs 9.3, 256-channel 8x8
-// 21.6 vs 10.3 / 14.0 vs 11.0; ResNet-20's 64-channel 8x8 stage 4.8 vs 2.1 / 4.6 vs 2.1, its
-// 32-channel 16x16 5.9 vs 2.9 / 4.9 vs 2.7 and its 16-channel 32x32 6.0 vs 4.7 / 5.3 vs 5.1.
-// On 4x4 planes (ResNet-18's 512 channels) it lost, 23.0 vs 48.7 / 21.0 vs 49.8: four tiles
-// per image, so each block of tiles reads the whole 16 MB transformed kernel. It is not
-// measured with AVX-512, where oneDNN's 16-lane kernels and loom's other Winograds run.
-constexpr int64_t kF32WinogradMinPlane = 8 * 8;  // output positions of the pass's conv
+// or four interleaved runs, ms, forward / input gradient): ResNet-18's 64-channel 32x32 convs
+// 21.3 vs 9.7 / 21.1 vs 9.7, its 128-channel 16x16 ones 22.5 vs 8.4 / 18.6 vs 9.3, 256-channel
+// 8x8 21.5 vs 10.7 / 18.5 vs 11.3, 512-channel 4x4 22.6 vs 14.7 / 22.4 vs 16.5; ResNet-20's
+// 64-channel 8x8 stage 4.8 vs 2.1 / 4.6 vs 2.1, its 32-channel 16x16 5.9 vs 2.9 / 4.9 vs 2.7
+// and its 16-channel 32x32 6.0 vs 4.7 / 5.3 vs 5.1. Planes under 4x4 were not measured; nor
+// was AVX-512, where oneDNN's 16-lane kernels and loom's other Winograds run.
+constexpr int64_t kF32WinogradMinPlane = 4 * 4;  // output positions of the pass's conv
 
 bool f32_winograd_allowed() {
   static const bool allowed = ir::env_setting("LOOM_F32_WINOGRAD", "1", {"0", "1"}) == "1";
@@ -332,6 +331,9 @@ bool conv_matmul_chosen(const ConvGeometry& g, ConvPass pass, DType dtype) {
     case Forced::kWinograd: return false;
   }
   if (column_bytes(g, pass, dtype) > kGemmMaxColumnBytes) return false;
+  // Below AVX-512 the float32 Winograd beats it on the 4x4 planes too (14.7 against 20.9 ms
+  // forward at ResNet-18's 512 channels).
+  if (dtype == DType::Float32 && f32_winograd_chosen(g, pass)) return false;
   const int64_t plane = g.oh * g.ow, channels = std::min(g.c, g.o);
   const bool wide = channels >= kGemmMinChannels;
   if (dtype == DType::Float32) {

@@ -94,17 +94,22 @@ void transform_kernel(const __m256 g[9], __m256 u[kXi]) {
   }
 }
 
-void transform_kernels(const Conv& v, const float* w, float* u) {
-  const int64_t kblocks = v.co / kLanes;
-  parallel_range(v.ci * kblocks, 16, [&](int64_t begin, int64_t end) {
+// U of output channels [k0, k0 + width) into u [16][C][width], on the calling thread when
+// `serial`, else in parallel.
+void transform_kernels(const Conv& v, const float* w, int64_t k0, int64_t width, float* u,
+                       bool serial) {
+  const int64_t kblocks = width / kLanes;
+  const auto units = [&](int64_t begin, int64_t end) {
     for (int64_t unit = begin; unit < end; ++unit) {
-      const int64_t c = unit / kblocks, k0 = unit % kblocks * kLanes;
+      const int64_t c = unit / kblocks, k = unit % kblocks * kLanes;
       __m256 g[9], t[kXi];
-      load_taps(v, w, k0, c, g);
+      load_taps(v, w, k0 + k, c, g);
       transform_kernel(g, t);
-      for (int64_t xi = 0; xi < kXi; ++xi) _mm256_storeu_ps(u + (xi * v.ci + c) * v.co + k0, t[xi]);
+      for (int64_t xi = 0; xi < kXi; ++xi) _mm256_storeu_ps(u + (xi * v.ci + c) * width + k, t[xi]);
     }
-  });
+  };
+  if (serial) units(0, v.ci * kblocks);
+  else parallel_range(v.ci * kblocks, 16, units);
 }
 
 // ---- The input: V = B^T d B, [16][block][C] ----
@@ -137,9 +142,9 @@ inline void input_transform(__m256 d[kXi]) {
   }
 }
 
-// The block's tiles [t0, t0 + nt) transformed into vs.
-void transform_input(const Conv& v, const float* in, int64_t t0, int64_t nt, float* vs) {
-  const int64_t xi_step = v.block * v.ci;
+// Tiles [t0, t0 + nt) transformed into vs: V_xi of the k-th at vs + xi * xi_step + k * C.
+void transform_input(const Conv& v, const float* in, int64_t t0, int64_t nt, float* vs,
+                     int64_t xi_step) {
   for (int64_t tl = 0; tl < nt; ++tl) {
     const TileAt at = tile_at(v, t0 + tl);
     const int64_t y0 = at.y - v.ph, x0 = at.x - v.pw;
@@ -165,16 +170,18 @@ void transform_input(const Conv& v, const float* in, int64_t t0, int64_t nt, flo
 
 // a: R rows of C input channels, lda apart; b: U_xi at the tile's first output channel, ldb
 // apart per input channel; m: R rows of Q vectors, kChunk floats apart.
+// With `add`, the sums start from m's values (a later slice of C).
 template <int R, int Q>
 void gemm_tile(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t channels,
-               float* m) {
+               float* m, bool add) {
   // Unrolled early (the pragmas), so that GCC keeps the sums in registers: without them it
   // stored each sum back to the stack after its FMA, a third of the FMA rate.
   __m256 acc[R][Q];
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 2
-    for (int q = 0; q < Q; ++q) acc[r][q] = _mm256_setzero_ps();
+    for (int q = 0; q < Q; ++q)
+      acc[r][q] = add ? _mm256_loadu_ps(m + r * kChunk + q * kLanes) : _mm256_setzero_ps();
   for (int64_t c = 0; c < channels; ++c, ++a, b += ldb) {
     __m256 u[Q];
 #pragma GCC unroll 2
@@ -192,29 +199,37 @@ void gemm_tile(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t
     for (int q = 0; q < Q; ++q) _mm256_storeu_ps(m + r * kChunk + q * kLanes, acc[r][q]);
 }
 
-using GemmTile = void (*)(const float*, int64_t, const float*, int64_t, int64_t, float*);
+using GemmTile = void (*)(const float*, int64_t, const float*, int64_t, int64_t, float*, bool);
 
 template <int Q, int... R>
 constexpr std::array<GemmTile, sizeof...(R)> tiles_of(std::integer_sequence<int, R...>) {
   return {&gemm_tile<R + 1, Q>...};
 }
 
-// The block's nt rows of V_xi times Q vectors of U_xi, kRows rows at a time: the Q vectors'
-// C x 8Q panel of U_xi stays in L1 while the rows go by.
+// nt rows of V_xi (C apart) times Q vectors of U_xi (rows ldb apart), kRows rows at a time, in
+// slices of kSliceChannels input channels: a slice's panel of U_xi (at most 256 x 16 floats,
+// 16 KB) stays in L1 while the rows go by. Each sum adds its slices in order.
+constexpr int64_t kSliceChannels = 256;
+
 template <int Q>
-void gemm_rows(const Conv& v, const float* a, const float* b, int64_t nt, float* m) {
+void gemm_rows(const Conv& v, const float* a, const float* b, int64_t ldb, int64_t nt, float* m) {
   static constexpr auto kTiles = tiles_of<Q>(std::make_integer_sequence<int, kRows>{});
-  for (int64_t r = 0; r < nt; r += kRows) {
-    const int64_t rows = std::min(kRows, nt - r);
-    kTiles[static_cast<std::size_t>(rows - 1)](a + r * v.ci, v.ci, b, v.co, v.ci, m + r * kChunk);
+  for (int64_t c0 = 0; c0 < v.ci; c0 += kSliceChannels) {
+    const int64_t channels = std::min(kSliceChannels, v.ci - c0);
+    for (int64_t r = 0; r < nt; r += kRows) {
+      const int64_t rows = std::min(kRows, nt - r);
+      kTiles[static_cast<std::size_t>(rows - 1)](a + r * v.ci + c0, v.ci, b + c0 * ldb, ldb,
+                                                 channels, m + r * kChunk, c0 > 0);
+    }
   }
 }
 
 // ---- The output: Y = A^T M A (+ bias, relu) ----
 
-void transform_output(const Conv& v, const float* ms, int64_t t0, int64_t nt, int64_t k0,
-                      int64_t width, const float* bias, bool relu, float* out) {
-  const int64_t xi_step = v.block * kChunk;
+// Tiles [t0, t0 + nt) from M (M_xi of the k-th at ms + xi * xi_step + k * kChunk) into
+// output channels [k0, k0 + width).
+void transform_output(const Conv& v, const float* ms, int64_t xi_step, int64_t t0, int64_t nt,
+                      int64_t k0, int64_t width, const float* bias, bool relu, float* out) {
   for (int64_t tl = 0; tl < nt; ++tl) {
     const TileAt at = tile_at(v, t0 + tl);
     const bool down = at.y + 1 < v.oh, across = at.x + 1 < v.ow;
@@ -250,26 +265,64 @@ struct KernelTag;  // thread_scratch tags
 struct InputTag;
 struct ProductTag;
 
+// M = V U for nt tiles and output channels [k0, k0 + width): V_xi at vs + xi * v_step (rows C
+// apart), U_xi at u + xi * C * ldu (rows ldu apart, from output channel k0), M_xi at ms + xi *
+// m_step (rows kChunk apart).
+void multiply(const Conv& v, const float* vs, int64_t v_step, const float* u, int64_t ldu,
+              int64_t nt, int64_t width, float* ms, int64_t m_step) {
+  for (int64_t xi = 0; xi < kXi; ++xi) {
+    const float* axi = vs + xi * v_step;
+    const float* bxi = u + xi * v.ci * ldu;
+    float* mxi = ms + xi * m_step;
+    int64_t q = 0;
+    for (; q + 2 * kLanes <= width; q += 2 * kLanes)
+      gemm_rows<2>(v, axi, bxi + q, ldu, nt, mxi + q);
+    if (q < width) gemm_rows<1>(v, axi, bxi + q, ldu, nt, mxi + q);
+  }
+}
+
 // Tiles [t0, t0 + nt): transformed, multiplied and transformed back, 64 output channels at a
-// time.
+// time; u: U [16][C][O].
 void run_block(const Conv& v, const float* in, const float* u, int64_t t0, int64_t nt,
                const float* bias, bool relu, float* out) {
   const auto size = [](int64_t n) { return static_cast<std::size_t>(n); };
   float* vs = thread_scratch<float, InputTag>(size(kXi * v.block * v.ci));
   float* ms = thread_scratch<float, ProductTag>(size(kXi * v.block * kChunk));
-  transform_input(v, in, t0, nt, vs);
+  transform_input(v, in, t0, nt, vs, v.block * v.ci);
   for (int64_t k0 = 0; k0 < v.co; k0 += kChunk) {
     const int64_t width = std::min(kChunk, v.co - k0);
-    for (int64_t xi = 0; xi < kXi; ++xi) {
-      const float* axi = vs + xi * v.block * v.ci;
-      const float* bxi = u + xi * v.ci * v.co + k0;
-      float* mxi = ms + xi * v.block * kChunk;
-      int64_t q = 0;
-      for (; q + 2 * kLanes <= width; q += 2 * kLanes) gemm_rows<2>(v, axi, bxi + q, nt, mxi + q);
-      if (q < width) gemm_rows<1>(v, axi, bxi + q, nt, mxi + q);
-    }
-    transform_output(v, ms, t0, nt, k0, width, bias, relu, out);
+    multiply(v, vs, v.block * v.ci, u + k0, v.co, nt, width, ms, v.block * kChunk);
+    transform_output(v, ms, v.block * kChunk, t0, nt, k0, width, bias, relu, out);
   }
+}
+
+// Fewer tiles than output channels (small planes: ResNet-18's 512-channel 4x4 stage has 4
+// tiles per image): then U outweighs V, and blocks of tiles that each read all of U (16 MB for
+// 512 x 512 channels) would go to memory for it once per block. Instead every tile's V is
+// transformed once into `vs`, and the tasks are chunks of 64 output channels (by blocks of
+// kMaxBlock tiles), each transforming its chunk of the kernel into its own buffer (2 MB at
+// 512 input channels, where it stays in cache; U is never written whole).
+void run_by_chunks(const Conv& v, const float* in, const float* w, float* vs, const float* bias,
+                   bool relu, float* out) {
+  const int64_t v_step = v.tiles * v.ci;
+  parallel_range(v.tiles, kRows, [&](int64_t begin, int64_t end) {
+    transform_input(v, in, begin, end - begin, vs + begin * v.ci, v_step);
+  });
+  const int64_t chunks = ceil_div(v.co, kChunk), blocks = ceil_div(v.tiles, kMaxBlock);
+  parallel_range(chunks * blocks, 1, [&](int64_t begin, int64_t end) {
+    const auto size = [](int64_t n) { return static_cast<std::size_t>(n); };
+    float* ms = thread_scratch<float, ProductTag>(size(kXi * kMaxBlock * kChunk));
+    float* u = thread_scratch<float, KernelTag>(size(kXi * v.ci * kChunk));
+    int64_t made = -1;  // the chunk whose U is in u
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t k0 = task / blocks * kChunk, t0 = task % blocks * kMaxBlock;
+      const int64_t nt = std::min(kMaxBlock, v.tiles - t0), width = std::min(kChunk, v.co - k0);
+      if (made != k0) transform_kernels(v, w, k0, width, u, true);
+      made = k0;
+      multiply(v, vs + t0 * v.ci, v_step, u, width, nt, width, ms, kMaxBlock * kChunk);
+      transform_output(v, ms, kMaxBlock * kChunk, t0, nt, k0, width, bias, relu, out);
+    }
+  });
 }
 
 }  // namespace
@@ -289,8 +342,15 @@ void conv2d_winograd_f32(const ConvGeometry& g, ConvPass pass, const float* in, 
     throw Error("conv2d_winograd_f32: not a 3x3 stride-1 conv with channels in multiples of 8 "
                 "(check f32_winograd_applies first)");
   const Conv v = make_conv(g, pass);
-  float* u = thread_scratch<float, KernelTag>(static_cast<std::size_t>(kXi * v.ci * v.co));
-  transform_kernels(v, w, u);
+  const auto size = [](int64_t n) { return static_cast<std::size_t>(n); };
+  if (v.co > v.tiles) {
+    struct AllInputTag;
+    return run_by_chunks(v, in, w, thread_scratch<float, AllInputTag>(size(kXi * v.tiles * v.ci)),
+                         bias, relu, out);
+  }
+  struct WholeKernelTag;
+  float* u = thread_scratch<float, WholeKernelTag>(size(kXi * v.ci * v.co));
+  transform_kernels(v, w, 0, v.co, u, false);
   const int64_t blocks = ceil_div(v.tiles, v.block);
   parallel_range(blocks, 1, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) {
