@@ -8,7 +8,8 @@
 // on channels-last activations by oneDNN and by loom's vdpbf16ps kernel back to back
 // (Bf16WeightGrad/shape/kernel: 0 oneDNN, 1 loom), the bfloat16 forward and input gradient of
 // every 3x3 stride-1 conv by oneDNN and by loom's Winograd (Bf16Winograd/shape/pass/kernel), the
-// same in float32 by oneDNN and by loom's AVX2 Winograd (F32Winograd/shape/pass/kernel), and
+// same and the weight gradient in float32 by oneDNN, by loom's AVX2 Winograd and by im2col +
+// matmul (F32Winograd/shape/pass/kernel), and
 // the decoder's matmuls next to raw Eigen GEMMs, and the steps' float32 sums (Reduce/case:
 // BatchNorm statistics NCHW and channels-last, the decoder's row sums; GB/s of the operand read
 // once). The kernels are called directly
@@ -310,45 +311,54 @@ BENCHMARK(BM_Bf16Winograd)->Apply([](auto* b) {
   b->UseRealTime()->Unit(benchmark::kMillisecond);
 });
 
-// The forward and input gradient of every 3x3 stride-1 float32 conv on channels-last
-// activations: oneDNN in the layout loom gives it (onednn::channels_last_layout; kernel 0)
-// against loom's AVX2 Winograd (1), shape by shape, back to back (F32Winograd/shape/pass/kernel:
-// pass 0 forward, 1 input gradient). GFLOP/s counts the direct conv's multiplies for both.
+// Every pass of every 3x3 stride-1 float32 conv on channels-last activations: oneDNN in the
+// layout loom gives it (onednn::channels_last_layout; kernel 0) against loom's AVX2 Winograd
+// (1: F(2x2,3x3) forward and input gradient, F(3x3,2x2) weight gradient) and, for the weight
+// gradient, im2col + oneDNN matmuls (2, conv_matmul.h), shape by shape, back to back
+// (F32Winograd/shape/pass/kernel: pass 0 forward, 1 input gradient, 2 weight gradient).
+// GFLOP/s counts the direct conv's multiplies for all.
 void BM_F32Winograd(benchmark::State& state) {
   namespace onednn = loom::runtime::onednn;
   using loom::runtime::ConvPass;
   const ConvShape s = kShapes[state.range(0)];
-  const ConvPass pass = state.range(1) == 0 ? ConvPass::kForward : ConvPass::kGradInput;
-  const bool own = state.range(2) == 1;
+  const auto pass = static_cast<ConvPass>(state.range(1));
+  const int64_t kernel = state.range(2);
   Buffer x({s.n, s.size, s.size, s.c}, DType::Float32), w({s.o, s.c, s.k, s.k}, DType::Float32);
   Buffer y({s.n, s.size, s.size, s.o}, DType::Float32);
   const loom::runtime::ConvGeometry g{s.n, s.c, s.size, s.size, s.o, s.k, s.k, s.size, s.size,
                                       1, 1, s.pad, s.pad, 1, 1, 1};
-  if (own && !loom::runtime::f32_winograd_applies(g)) {
+  if (kernel == 1 && !loom::runtime::f32_winograd_applies(g)) {
     state.SkipWithError("loom's float32 channels-last Winograd does not apply here (no AVX2)");
     return;
   }
-  const bool forward = pass == ConvPass::kForward;
-  const auto* in = static_cast<const float*>(forward ? x.ptr() : y.ptr());
-  const auto* pw = static_cast<const float*>(w.ptr());
-  auto* out = static_cast<float*>(forward ? y.ptr() : x.ptr());
+  const void* a = pass == ConvPass::kGradInput ? y.ptr() : x.ptr();
+  const void* b = pass == ConvPass::kGradWeight ? y.ptr() : w.ptr();
+  void* out = pass == ConvPass::kForward ? y.ptr() : pass == ConvPass::kGradInput ? x.ptr() : w.ptr();
+  const auto* fa = static_cast<const float*>(a);
+  const auto* fb = static_cast<const float*>(b);
+  auto* fo = static_cast<float*>(out);
   const auto layout = onednn::channels_last_layout(g, pass, DType::Float32);
   for (auto _ : state) {
-    if (own) loom::runtime::conv2d_winograd_f32(g, pass, in, pw, out, nullptr, false);
-    else onednn::conv2d(pass, g, DType::Float32, layout, in, pw, out);
+    if (kernel == 2) loom::runtime::conv2d_matmul(g, pass, DType::Float32, a, b, out);
+    else if (kernel == 0) onednn::conv2d(pass, g, DType::Float32, layout, a, b, out);
+    else if (pass == ConvPass::kGradWeight)
+      loom::runtime::conv2d_grad_weight_winograd_f32(g, fa, fb, fo);
+    else loom::runtime::conv2d_winograd_f32(g, pass, fa, fb, fo, nullptr, false);
   }
   state.counters["GFLOPS"] =
       benchmark::Counter(conv_flops(s) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   set_label(state, s, DType::Float32,
-            own ? "loom Winograd AVX2"
-                : layout == onednn::Layout::kChannelsLastBlocked ? "oneDNN channels-last blocked"
-                                                                 : "oneDNN channels-last");
+            kernel == 1   ? "loom Winograd AVX2"
+            : kernel == 2 ? "im2col + oneDNN matmul"
+            : layout == onednn::Layout::kChannelsLastBlocked ? "oneDNN channels-last blocked"
+                                                              : "oneDNN channels-last");
 }
 BENCHMARK(BM_F32Winograd)->Apply([](auto* b) {
   for (int64_t i = 0; i <= kLastShape; ++i)
     if (kShapes[i].k == 3 && kShapes[i].stride == 1 && kShapes[i].c % 8 == 0)
-      for (int64_t pass : {0, 1})
-        for (int64_t own : {0, 1}) b->Args({i, pass, own});
+      for (int64_t pass : {0, 1, 2})
+        for (int64_t kernel : {0, 1, 2})
+          if (kernel < 2 || pass == 2) b->Args({i, pass, kernel});
   b->UseRealTime()->Unit(benchmark::kMillisecond);
 });
 

@@ -10,6 +10,7 @@
 #include "runtime/cpu/conv/conv_algorithm.h"
 #include "runtime/cpu/conv/conv_matmul.h"
 #include "runtime/cpu/conv/conv_winograd.h"
+#include "runtime/cpu/conv/conv_winograd_f32.h"
 #include "runtime/cpu/onednn.h"
 
 #include <loom/lazy.h>
@@ -227,8 +228,9 @@ TEST(Conv2dKernels, WinogradMatchesReference) {
 // ResNet-18's last stage (512 channels, 4x4 planes) from batch 16 on takes it in float32
 // training steps with AVX-512: the channels-last weight-gradient kernel gives Winograd's bits
 // on [N,C,H,W] copies of its operands (which match the reference in WinogradMatchesReference).
-// Below AVX-512 im2col and a matmul take it instead (conv_algorithm.cpp), and the kernel gives
-// that path's bits. Smaller batches, 256 channels or 8x8 planes, and bfloat16 stay off it.
+// Below AVX-512 the channels-last float32 Winograd takes it instead (conv_winograd_f32.h), and
+// the kernel gives that path's bits. Smaller batches, 256 channels or 8x8 planes, and bfloat16
+// stay off it.
 TEST(Conv2dKernels, WinogradWeightGradientChosenForChannelsLastLastStage) {
   if (std::getenv("LOOM_CONV")) GTEST_SKIP() << "LOOM_CONV forces the choice";
   const auto geometry = [](int64_t n, int64_t c, int64_t size) {
@@ -243,7 +245,7 @@ TEST(Conv2dKernels, WinogradWeightGradientChosenForChannelsLastLastStage) {
 
   const ConvGeometry g = geometry(16, 512, 4);
   ASSERT_EQ(winograd_weight_grad_chosen(g, DType::Float32), avx512);
-  ASSERT_NE(conv_matmul_chosen(g, ConvPass::kGradWeight, DType::Float32), avx512);
+  ASSERT_NE(f32_winograd_chosen(g, ConvPass::kGradWeight), avx512);
   const auto x = random(g.n * g.c * 16, 6), go = random(g.n * g.o * 16, 7);
   const std::vector<float> xf(x.begin(), x.end()), gof(go.begin(), go.end());
   // The same operands channels-last: element (n, c, p) of [N,C,16] at (n, p, c) of [N,16,C].
@@ -257,7 +259,7 @@ TEST(Conv2dKernels, WinogradWeightGradientChosenForChannelsLastLastStage) {
   if (avx512)
     ASSERT_TRUE(conv2d_grad_weight_winograd(g, xf.data(), gof.data(), want.data()));
   else
-    conv2d_matmul_grad_weight(g, DType::Float32, x_last.data(), go_last.data(), want.data());
+    conv2d_grad_weight_winograd_f32(g, x_last.data(), go_last.data(), want.data());
   const ir::Conv2dAttr conv{.stride = {1, 1}, .padding = {1, 1}, .channels_last = true};
   const std::vector<TensorView> in{{x_last.data(), DType::Float32, {g.n, 4, 4, g.c}},
                                    {go_last.data(), DType::Float32, {g.n, 4, 4, g.o}}};

@@ -215,9 +215,9 @@ TEST(ConvMatmul, WeightGradientInGroupsOfImagesMatchesReference) {
 }
 
 // ResNet-18 (CIFAR, batch 32): its last stage's 4x4 planes take the matmul (in float32 the
-// forward with AVX-512 only, the weight gradient below it only) and, in bfloat16, its strided convs'
-// weight gradients; a stride-1 conv on a 32x32 plane keeps oneDNN's direct kernels, but for
-// its float32 weight gradient below AVX-512; deterministic algorithms keep every pass off the
+// forward with AVX-512 only) and, in bfloat16, its strided convs' weight gradients (in float32
+// too, and below AVX-512 those from 32 in and 64 out channels); a stride-1 conv on a 32x32
+// plane never takes it; deterministic algorithms keep every pass off the
 // matmul, whose sums oneDNN may split by the thread count.
 TEST(ConvMatmul, ChosenWhereItWins) {
   if (std::getenv("LOOM_CONV")) GTEST_SKIP() << "LOOM_CONV forces the choice";
@@ -225,20 +225,23 @@ TEST(ConvMatmul, ChosenWhereItWins) {
   const ConvGeometry entry = geometry({32, 256, 8, 8, 512, 3, 2, 1, 1});
   const ConvGeometry first = geometry({32, 64, 32, 32, 64, 3, 1, 1, 1});
   const DType f32 = DType::Float32, bf16 = DType::BFloat16;
-  // Below AVX-512 the float32 weight gradients take it, while the float32 Winograd
-  // (conv_winograd_f32.h) takes the forward of the 4x4 planes from it.
+  // Below AVX-512 the float32 Winograd (conv_winograd_f32.h) takes every pass of the stride-1
+  // 3x3 convs from it; the strided convs' weight gradients stay on it.
   const bool avx2 = !onednn::avx512_core();
   EXPECT_EQ(conv_matmul_chosen(last, ConvPass::kForward, f32), !avx2);
   EXPECT_FALSE(conv_matmul_chosen(last, ConvPass::kGradInput, f32));
-  EXPECT_EQ(conv_matmul_chosen(last, ConvPass::kGradWeight, f32), avx2);
+  EXPECT_FALSE(conv_matmul_chosen(last, ConvPass::kGradWeight, f32));
   EXPECT_TRUE(conv_matmul_chosen(entry, ConvPass::kGradWeight, f32));
   for (ConvPass pass : {ConvPass::kForward, ConvPass::kGradInput, ConvPass::kGradWeight}) {
     EXPECT_EQ(conv_matmul_chosen(last, pass, bf16), onednn::amx_bfloat16())
         << name(last, pass, bf16);
     EXPECT_FALSE(conv_matmul_chosen(first, pass, bf16)) << name(first, pass, bf16);
-    EXPECT_EQ(conv_matmul_chosen(first, pass, f32), avx2 && pass == ConvPass::kGradWeight)
-        << name(first, pass, f32);
+    EXPECT_FALSE(conv_matmul_chosen(first, pass, f32)) << name(first, pass, f32);
   }
+  // Below AVX-512 the float32 weight gradient of a strided conv from 32 in and 64 out channels
+  // takes it (64 to 128 channels, ResNet-18's layer 2 entry), where the Winograd does not apply.
+  const ConvGeometry layer2 = geometry({32, 64, 32, 32, 128, 3, 2, 1, 1});
+  EXPECT_EQ(conv_matmul_chosen(layer2, ConvPass::kGradWeight, f32), avx2);
   // Below AVX-512 not the stems or 16-channel convs, nor planes over 32x32.
   const ConvGeometry stem = geometry({32, 3, 32, 32, 64, 3, 1, 1, 1});
   const ConvGeometry narrow = geometry({128, 16, 32, 32, 32, 3, 2, 1, 1});

@@ -1,5 +1,6 @@
 // Winograd F(2x2,3x3) on float32 channels-last convs with AVX2 (runtime/cpu/conv/
-// conv_winograd_f32.h): the forward (with a bias and relu) and the input gradient against
+// conv_winograd_f32.h): the forward (with a bias and relu), the input gradient and the weight
+// gradient (F(3x3,2x2); its sums in one group of tiles and in several) against
 // float64 sums by the definition on the same operands, at shapes that exercise its paths (odd
 // planes, whose last tile is cut; padding 0 to 2; several blocks of tiles; output channels in
 // chunks of 64 with a narrower last one, down to one vector of 8; each register-tile height;
@@ -22,10 +23,12 @@
 #include "runtime/expect_near.h"
 
 #include <loom/error.h>
+#include <loom/lazy.h>
 
 #include <gtest/gtest.h>
 #include <tbb/task_arena.h>
 
+#include <cstdlib>
 #include <random>
 #include <sstream>
 #include <string>
@@ -106,6 +109,27 @@ std::vector<double> grad_input_reference(const ConvGeometry& g, const std::vecto
   return out;
 }
 
+// grad_w [O,C,3,3] from x [N,H,W,C] and grad_out [N,Ho,Wo,O], by the definition.
+std::vector<double> grad_weight_reference(const ConvGeometry& g, const std::vector<float>& x,
+                                          const std::vector<float>& grad) {
+  std::vector<double> out(at(g.o * g.c * 9));
+  for (int64_t n = 0; n < g.n; ++n)
+    for (int64_t y = 0; y < g.oh; ++y)
+      for (int64_t xx = 0; xx < g.ow; ++xx)
+        for (int64_t i = 0; i < 3; ++i)
+          for (int64_t j = 0; j < 3; ++j) {
+            const int64_t iy = y - g.ph + i, ix = xx - g.pw + j;
+            if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
+            for (int64_t o = 0; o < g.o; ++o) {
+              const double go = grad[at(((n * g.oh + y) * g.ow + xx) * g.o + o)];
+              for (int64_t c = 0; c < g.c; ++c)
+                out[at(((o * g.c + c) * 3 + i) * 3 + j)] +=
+                    go * static_cast<double>(x[at(((n * g.h + iy) * g.w + ix) * g.c + c)]);
+            }
+          }
+  return out;
+}
+
 std::vector<double> values(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
 #define SKIP_WITHOUT_KERNEL()                                                                   \
@@ -130,6 +154,11 @@ struct Operands {
                         with_bias ? bias.data() : nullptr, relu);
     return out;
   }
+  std::vector<float> grad_weight() const {
+    std::vector<float> out(at(g.o * g.c * 9));
+    conv2d_grad_weight_winograd_f32(g, x.data(), grad.data(), out.data());
+    return out;
+  }
   std::vector<float> grad_input() const {
     std::vector<float> out(at(g.n * g.h * g.w * g.c));
     conv2d_winograd_f32(g, ConvPass::kGradInput, grad.data(), w.data(), out.data(), nullptr,
@@ -148,6 +177,8 @@ const Case kCases[] = {
     {3, 256, 4, 4, 72, 1, 1},    // wide input, blocks of 12 tiles
     {5, 32, 3, 3, 32, 0, 0},     // a 1x1 output: one cut tile per image, 1 to 5 register rows
     {13, 16, 8, 8, 264, 1, 1},   // fewer tiles (208) than outputs: by chunks, 2 blocks of tiles
+    {2, 8, 66, 65, 8, 1, 1},     // 2178 tiles: the weight gradient's sums in 3 groups
+    {3, 264, 4, 4, 16, 1, 1},    // the weight gradient's input channels in 3 blocks
 };
 
 TEST(F32Winograd, ForwardMatchesReference) {
@@ -172,16 +203,29 @@ TEST(F32Winograd, InputGradientMatchesReference) {
   }
 }
 
+TEST(F32Winograd, WeightGradientMatchesReference) {
+  SKIP_WITHOUT_KERNEL();
+  for (const Case& k : kCases) {
+    const Operands op(k);
+    expect_near(values(op.grad_weight()), grad_weight_reference(op.g, op.x, op.grad), kTolerance,
+                "grad_weight" + name(op.g, ConvPass::kForward).substr(7));
+  }
+  EXPECT_EQ(f32_winograd_weight_grad_groups(geometry(kCases[9])), 3);
+  EXPECT_EQ(f32_winograd_weight_grad_groups(geometry({32, 64, 32, 32, 64, 1, 1})), 8);
+}
+
 TEST(F32Winograd, IndependentOfThreadCount) {
   SKIP_WITHOUT_KERNEL();
-  for (const Case& k : {kCases[3], kCases[5]}) {
+  for (const Case& k : {kCases[3], kCases[5], kCases[9]}) {
     const Operands op(k);
     const auto in_arena = [&](int threads) {
       std::vector<double> r;
       tbb::task_arena(threads).execute([&] {
         r = values(op.forward(true, false));
         const auto gi = values(op.grad_input());
+        const auto gw = values(op.grad_weight());
         r.insert(r.end(), gi.begin(), gi.end());
+        r.insert(r.end(), gw.begin(), gw.end());
       });
       return r;
     };
@@ -192,6 +236,7 @@ TEST(F32Winograd, IndependentOfThreadCount) {
 
 TEST(F32Winograd, AppliesToThreeByThreeStrideOneConvs) {
   SKIP_WITHOUT_KERNEL();
+  if (std::getenv("LOOM_CONV")) GTEST_SKIP() << "LOOM_CONV forces the choice";
   EXPECT_TRUE(f32_winograd_applies(geometry({32, 64, 32, 32, 64, 1, 1})));
   const ConvGeometry g = geometry({2, 16, 8, 8, 16, 1, 1});
   for (auto change : {+[](ConvGeometry& v) { v.c = 12; }, +[](ConvGeometry& v) { v.o = 4; },
@@ -209,13 +254,15 @@ TEST(F32Winograd, AppliesToThreeByThreeStrideOneConvs) {
   EXPECT_THROW(conv2d_winograd_f32(g, ConvPass::kGradWeight, nullptr, nullptr, nullptr, nullptr,
                                    false),
                Error);
-  // Chosen over oneDNN's below AVX-512, on planes from 4x4 (the pass's output); never for the
-  // weight gradient.
+  // Chosen over oneDNN's and im2col + matmul below AVX-512, on planes from 4x4 (the pass's
+  // output; the weight gradient's: the conv's output), every pass.
   const bool own = !onednn::avx512_core();
   const ConvGeometry wide = geometry({32, 64, 32, 32, 128, 1, 1});
   EXPECT_EQ(f32_winograd_chosen(wide, ConvPass::kForward), own);
   EXPECT_EQ(f32_winograd_chosen(wide, ConvPass::kGradInput), own);
-  EXPECT_FALSE(f32_winograd_chosen(wide, ConvPass::kGradWeight));
+  EXPECT_EQ(f32_winograd_chosen(wide, ConvPass::kGradWeight), own);
+  EXPECT_EQ(f32_winograd_chosen(geometry({32, 512, 4, 4, 512, 1, 1}), ConvPass::kGradWeight), own);
+  EXPECT_FALSE(f32_winograd_chosen(geometry({32, 512, 3, 3, 512, 1, 1}), ConvPass::kGradWeight));
   EXPECT_EQ(f32_winograd_chosen(geometry({32, 256, 8, 8, 256, 1, 1}), ConvPass::kGradInput), own);
   EXPECT_EQ(f32_winograd_chosen(geometry({32, 512, 4, 4, 512, 1, 1}), ConvPass::kForward), own);
   EXPECT_EQ(f32_winograd_chosen(geometry({32, 512, 4, 4, 512, 1, 1}), ConvPass::kGradInput), own);
@@ -226,6 +273,7 @@ TEST(F32Winograd, AppliesToThreeByThreeStrideOneConvs) {
 // the bias and relu of a fused epilogue.
 TEST(F32Winograd, RunsForChosenChannelsLastFloat32Convs) {
   SKIP_WITHOUT_KERNEL();
+  if (std::getenv("LOOM_CONV")) GTEST_SKIP() << "LOOM_CONV forces the choice";
   const Operands op({2, 32, 8, 8, 48, 1, 1});
   const ConvGeometry& g = op.g;
   if (!f32_winograd_chosen(g, ConvPass::kForward))
@@ -248,6 +296,18 @@ TEST(F32Winograd, RunsForChosenChannelsLastFloat32Convs) {
   run_kernel(ir::Op::Conv2dGradInput, ir::Conv2dGradAttr{conv, {g.h, g.w}}, grad_in,
              {gi.data(), DType::Float32, {g.n, g.h, g.w, g.c}});
   EXPECT_EQ(values(gi), values(op.grad_input()));
+  // The weight gradient, also under deterministic algorithms (its sums by the shape only).
+  ASSERT_TRUE(f32_winograd_chosen(g, ConvPass::kGradWeight));
+  const std::vector<TensorView> weight_in{{x.data(), DType::Float32, {g.n, g.h, g.w, g.c}},
+                                          {grad.data(), DType::Float32, {g.n, g.oh, g.ow, g.o}}};
+  for (bool deterministic : {false, true}) {
+    use_deterministic_algorithms(deterministic);
+    std::vector<float> gw(at(g.o * g.c * 9));
+    run_kernel(ir::Op::Conv2dGradWeight, ir::Conv2dGradAttr{conv, {3, 3}}, weight_in,
+               {gw.data(), DType::Float32, {g.o, g.c, 3, 3}});
+    use_deterministic_algorithms(false);
+    EXPECT_EQ(values(gw), values(op.grad_weight())) << "deterministic " << deterministic;
+  }
 }
 
 }  // namespace

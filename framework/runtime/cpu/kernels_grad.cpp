@@ -281,10 +281,14 @@ void conv2d_channels_last(ConvPass pass, const ir::Conv2dAttr& attr, const Tenso
                            bias, relu);
     });
   }
-  if (pass != ConvPass::kGradWeight && a.dtype == DType::Float32 && b.dtype == DType::Float32 &&
-      out.dtype == DType::Float32 && f32_winograd_chosen(g, pass))
+  if (a.dtype == DType::Float32 && b.dtype == DType::Float32 && out.dtype == DType::Float32 &&
+      f32_winograd_chosen(g, pass)) {
+    if (pass == ConvPass::kGradWeight)
+      return conv2d_grad_weight_winograd_f32(g, a.as<const float>(), b.as<const float>(),
+                                             out.as<float>());
     return conv2d_winograd_f32(g, pass, a.as<const float>(), b.as<const float>(), out.as<float>(),
                                bias, relu);
+  }
   if (a.dtype == out.dtype && b.dtype == out.dtype && conv_matmul_chosen(g, pass, out.dtype))
     return conv2d_matmul(g, pass, out.dtype, a.data, b.data, out.data, bias, relu);
   if (pass != ConvPass::kGradWeight && a.dtype == DType::BFloat16 &&

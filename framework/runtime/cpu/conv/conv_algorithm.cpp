@@ -192,7 +192,8 @@ bool winograd_weight_grad_chosen(const ConvGeometry& g, DType dtype) {
   // in kernel_bench, 23.0 against 27.1 in ResNet-18 steps).
   return g.oh * g.ow <= kWinogradGradMaxPositions && g.n >= kWinogradGradMinBatch &&
          std::min(g.c, g.o) >= kWinogradGradMinChannels &&
-         !conv_matmul_chosen(g, ConvPass::kGradWeight, dtype);
+         !conv_matmul_chosen(g, ConvPass::kGradWeight, dtype) &&
+         !f32_winograd_chosen(g, ConvPass::kGradWeight);
 }
 
 // Where loom's bfloat16 Winograd beats oneDNN's direct bfloat16 kernels on channels-last
@@ -237,8 +238,13 @@ bool bf16_winograd_chosen(const ConvGeometry& g, ConvPass pass) {
 // 21.3 vs 9.7 / 21.1 vs 9.7, its 128-channel 16x16 ones 22.5 vs 8.4 / 18.6 vs 9.3, 256-channel
 // 8x8 21.5 vs 10.7 / 18.5 vs 11.3, 512-channel 4x4 22.6 vs 14.7 / 22.4 vs 16.5; ResNet-20's
 // 64-channel 8x8 stage 4.8 vs 2.1 / 4.6 vs 2.1, its 32-channel 16x16 5.9 vs 2.9 / 4.9 vs 2.7
-// and its 16-channel 32x32 6.0 vs 4.7 / 5.3 vs 5.1. Planes under 4x4 were not measured; nor
-// was AVX-512, where oneDNN's 16-lane kernels and loom's other Winograds run.
+// and its 16-channel 32x32 6.0 vs 4.7 / 5.3 vs 5.1. The weight gradient by F(3x3, 2x2), against
+// oneDNN's and im2col + matmul (the rule below AVX-512 before it), same run conditions: 64
+// channels 32x32 15.5 vs 36.3 and 27.7, 128 16x16 14.0 vs 28.0 and 24.9, 256 8x8 15.1 vs 26.0
+// and 24.1, 512 4x4 16.9 vs 40.7 and 23.2; ResNet-20's 16, 32 and 64 channels 6.8, 4.2 and 3.7
+// vs 8.0, 7.2 and 6.7 (oneDNN; the matmul 21.0, 9.9 and 6.9). Its sums go in fixed groups of
+// tiles, so it also runs under deterministic algorithms. Planes under 4x4 were not measured;
+// nor was AVX-512, where oneDNN's 16-lane kernels and loom's other Winograds run.
 constexpr int64_t kF32WinogradMinPlane = 4 * 4;  // output positions of the pass's conv
 
 bool f32_winograd_allowed() {
@@ -247,8 +253,7 @@ bool f32_winograd_allowed() {
 }
 
 bool f32_winograd_chosen(const ConvGeometry& g, ConvPass pass) {
-  if (pass == ConvPass::kGradWeight || !f32_winograd_applies(g) || !f32_winograd_allowed())
-    return false;
+  if (!f32_winograd_applies(g) || !f32_winograd_allowed()) return false;
   switch (forced_choice()) {
     case Forced::kWinograd: return true;
     case Forced::kNone: break;
@@ -256,7 +261,7 @@ bool f32_winograd_chosen(const ConvGeometry& g, ConvPass pass) {
     case Forced::kDirect:
     case Forced::kGemm: return false;
   }
-  const int64_t plane = pass == ConvPass::kForward ? g.oh * g.ow : g.h * g.w;
+  const int64_t plane = pass == ConvPass::kGradInput ? g.h * g.w : g.oh * g.ow;
   return !onednn::avx512_core() && plane >= kF32WinogradMinPlane;
 }
 
@@ -331,8 +336,7 @@ bool conv_matmul_chosen(const ConvGeometry& g, ConvPass pass, DType dtype) {
     case Forced::kWinograd: return false;
   }
   if (column_bytes(g, pass, dtype) > kGemmMaxColumnBytes) return false;
-  // Below AVX-512 the float32 Winograd beats it on the 4x4 planes too (14.7 against 20.9 ms
-  // forward at ResNet-18's 512 channels).
+  // Below AVX-512 the float32 Winograd beats it wherever that applies (f32_winograd_chosen).
   if (dtype == DType::Float32 && f32_winograd_chosen(g, pass)) return false;
   const int64_t plane = g.oh * g.ow, channels = std::min(g.c, g.o);
   const bool wide = channels >= kGemmMinChannels;

@@ -56,10 +56,12 @@ bool winograd_weight_grad_chosen(const ConvGeometry& g, DType dtype);
 // LOOM_CONV.
 bool bf16_winograd_chosen(const ConvGeometry& g, ConvPass pass);
 
-// Whether loom's float32 Winograd on AVX2 (conv_winograd_f32.h) runs pass `pass` (kForward or
-// kGradInput) of the channels-last conv `g`: where it applies and beats oneDNN's kernels, on a
-// CPU below AVX-512 and planes (the pass's output) of 4x4 or more, or LOOM_CONV=winograd forces
-// it wherever it applies; never with LOOM_F32_WINOGRAD=0 or another LOOM_CONV.
+// Whether loom's float32 Winograd on AVX2 (conv_winograd_f32.h) runs pass `pass` of the
+// channels-last conv `g`: where it applies and beats oneDNN's kernels and im2col + matmul, on a
+// CPU below AVX-512 and planes (the pass's output; the weight gradient's: the conv's output) of
+// 4x4 or more, also under deterministic algorithms (its sums depend on the shapes only), or
+// LOOM_CONV=winograd forces it wherever it applies; never with LOOM_F32_WINOGRAD=0 or another
+// LOOM_CONV.
 bool f32_winograd_chosen(const ConvGeometry& g, ConvPass pass);
 
 // Whether im2col + one oneDNN matmul (conv_matmul.h) runs pass `pass` of the channels-last

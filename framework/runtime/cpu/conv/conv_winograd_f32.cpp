@@ -142,9 +142,11 @@ inline void input_transform(__m256 d[kXi]) {
   }
 }
 
-// Tiles [t0, t0 + nt) transformed into vs: V_xi of the k-th at vs + xi * xi_step + k * C.
+// Tiles [t0, t0 + nt) transformed into vs, input channels [c0, c0 + width) (default: all): V_xi
+// of the k-th at vs + xi * xi_step + k * width.
 void transform_input(const Conv& v, const float* in, int64_t t0, int64_t nt, float* vs,
-                     int64_t xi_step) {
+                     int64_t xi_step, int64_t c0 = 0, int64_t width = -1) {
+  if (width < 0) width = v.ci;
   for (int64_t tl = 0; tl < nt; ++tl) {
     const TileAt at = tile_at(v, t0 + tl);
     const int64_t y0 = at.y - v.ph, x0 = at.x - v.pw;
@@ -156,10 +158,11 @@ void transform_input(const Conv& v, const float* in, int64_t t0, int64_t nt, flo
             y >= 0 && y < v.h && x >= 0 && x < v.w ? in + ((at.n * v.h + y) * v.w + x) * v.ci
                                                    : nullptr;
       }
-    float* dst = vs + tl * v.ci;
-    for (int64_t c = 0; c < v.ci; c += kLanes) {
+    float* dst = vs + tl * width;
+    for (int64_t c = 0; c < width; c += kLanes) {
       __m256 d[kXi];
-      for (int k = 0; k < kXi; ++k) d[k] = src[k] ? _mm256_loadu_ps(src[k] + c) : _mm256_setzero_ps();
+      for (int k = 0; k < kXi; ++k)
+        d[k] = src[k] ? _mm256_loadu_ps(src[k] + c0 + c) : _mm256_setzero_ps();
       input_transform(d);
       for (int k = 0; k < kXi; ++k) _mm256_storeu_ps(dst + k * xi_step + c, d[k]);
     }
@@ -168,12 +171,13 @@ void transform_input(const Conv& v, const float* in, int64_t t0, int64_t nt, flo
 
 // ---- The GEMMs: M_xi [rows][8 Q] = V_xi [rows][C] * U_xi [C][8 Q] ----
 
-// a: R rows of C input channels, lda apart; b: U_xi at the tile's first output channel, ldb
-// apart per input channel; m: R rows of Q vectors, kChunk floats apart.
+// m [R][8Q] (+)= a [R][K] * b [K][8Q]: a's rows lda apart and its K values a_step apart (the
+// forward's V_xi rows: C and 1; the weight gradient's transformed grad_out: 1 and O), b's rows
+// ldb apart, m's rows ldm apart.
 // With `add`, the sums start from m's values (a later slice of C).
 template <int R, int Q>
-void gemm_tile(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t channels,
-               float* m, bool add) {
+void gemm_tile(const float* a, int64_t lda, int64_t a_step, const float* b, int64_t ldb,
+               int64_t depth, float* m, int64_t ldm, bool add) {
   // Unrolled early (the pragmas), so that GCC keeps the sums in registers: without them it
   // stored each sum back to the stack after its FMA, a third of the FMA rate.
   __m256 acc[R][Q];
@@ -181,8 +185,8 @@ void gemm_tile(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 2
     for (int q = 0; q < Q; ++q)
-      acc[r][q] = add ? _mm256_loadu_ps(m + r * kChunk + q * kLanes) : _mm256_setzero_ps();
-  for (int64_t c = 0; c < channels; ++c, ++a, b += ldb) {
+      acc[r][q] = add ? _mm256_loadu_ps(m + r * ldm + q * kLanes) : _mm256_setzero_ps();
+  for (int64_t k = 0; k < depth; ++k, a += a_step, b += ldb) {
     __m256 u[Q];
 #pragma GCC unroll 2
     for (int q = 0; q < Q; ++q) u[q] = _mm256_loadu_ps(b + q * kLanes);
@@ -196,10 +200,11 @@ void gemm_tile(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 2
-    for (int q = 0; q < Q; ++q) _mm256_storeu_ps(m + r * kChunk + q * kLanes, acc[r][q]);
+    for (int q = 0; q < Q; ++q) _mm256_storeu_ps(m + r * ldm + q * kLanes, acc[r][q]);
 }
 
-using GemmTile = void (*)(const float*, int64_t, const float*, int64_t, int64_t, float*, bool);
+using GemmTile = void (*)(const float*, int64_t, int64_t, const float*, int64_t, int64_t, float*,
+                          int64_t, bool);
 
 template <int Q, int... R>
 constexpr std::array<GemmTile, sizeof...(R)> tiles_of(std::integer_sequence<int, R...>) {
@@ -218,8 +223,8 @@ void gemm_rows(const Conv& v, const float* a, const float* b, int64_t ldb, int64
     const int64_t channels = std::min(kSliceChannels, v.ci - c0);
     for (int64_t r = 0; r < nt; r += kRows) {
       const int64_t rows = std::min(kRows, nt - r);
-      kTiles[static_cast<std::size_t>(rows - 1)](a + r * v.ci + c0, v.ci, b + c0 * ldb, ldb,
-                                                 channels, m + r * kChunk, c0 > 0);
+      kTiles[static_cast<std::size_t>(rows - 1)](a + r * v.ci + c0, v.ci, 1, b + c0 * ldb, ldb,
+                                                 channels, m + r * kChunk, kChunk, c0 > 0);
     }
   }
 }
@@ -325,6 +330,131 @@ void run_by_chunks(const Conv& v, const float* in, const float* w, float* vs, co
   });
 }
 
+// ---- The weight gradient: F(3x3, 2x2), dW = G^T [ sum over tiles (A g A^T) . (B^T d B) ] G ----
+//
+// Each 2x2 tile g of grad_out and the 4x4 input window d under it add to the 3x3 weight
+// gradient of every (output, input) channel pair: dW[i][j] += sum over a, b of g[a][b] d[i+a][j+b],
+// itself a Winograd product with the forward's points: 16 multiplies instead of 36. With
+// A = [1 0; 1 1; 1 -1; 0 -1] (4x2) and the forward's B and G:
+//   M_xi [O][C] = sum over tiles of W_xi [tile][O] * V_xi [tile][C],  W = A g A^T,  V = B^T d B
+// and dW = G^T M G at the end. The tiles go in fixed groups of kGradGroupTiles, each group's
+// sums in a buffer of its own, added in group order at the end: the same bits on any thread
+// count. A task is a group's tiles for a block of output and of input channels, in blocks of
+// tiles whose W and V are transformed into per-thread buffers.
+constexpr int64_t kGradGroupTiles = 1024;
+constexpr int64_t kGradTiles = 48;      // tiles per transformed block
+constexpr int64_t kGradOutBlock = 64;   // output channels per task
+constexpr int64_t kGradInBlock = 128;   // input channels per task
+
+// W = A g A^T of tiles [t0, t0 + nt) for output channels [o0, o0 + width): W_xi of the k-th at
+// ws + xi * xi_step + k * width. `grad` is grad_out [N, Ho, Wo, O] (the forward conv's output).
+void transform_grad(const Conv& v, const float* grad, int64_t t0, int64_t nt, int64_t o0,
+                    int64_t width, float* ws, int64_t xi_step) {
+  for (int64_t tl = 0; tl < nt; ++tl) {
+    const TileAt at = tile_at(v, t0 + tl);
+    const bool down = at.y + 1 < v.oh, across = at.x + 1 < v.ow;
+    const float* row0 = grad + ((at.n * v.oh + at.y) * v.ow + at.x) * v.co + o0;
+    const float* row1 = row0 + v.ow * v.co;
+    float* dst = ws + tl * width;
+    for (int64_t o = 0; o < width; o += kLanes) {
+      const __m256 zero = _mm256_setzero_ps();
+      const __m256 g00 = _mm256_loadu_ps(row0 + o);
+      const __m256 g01 = across ? _mm256_loadu_ps(row0 + v.co + o) : zero;
+      const __m256 g10 = down ? _mm256_loadu_ps(row1 + o) : zero;
+      const __m256 g11 = down && across ? _mm256_loadu_ps(row1 + v.co + o) : zero;
+      __m256 t[4][2];  // A g
+      const __m256 col[2][2] = {{g00, g10}, {g01, g11}};
+      for (int j = 0; j < 2; ++j) {
+        const __m256 a = col[j][0], b = col[j][1];
+        t[0][j] = a;
+        t[1][j] = _mm256_add_ps(a, b);
+        t[2][j] = _mm256_sub_ps(a, b);
+        t[3][j] = _mm256_sub_ps(zero, b);
+      }
+      for (int i = 0; i < 4; ++i) {  // (A g) A^T
+        float* p = dst + 4 * i * xi_step + o;
+        _mm256_storeu_ps(p, t[i][0]);
+        _mm256_storeu_ps(p + xi_step, _mm256_add_ps(t[i][0], t[i][1]));
+        _mm256_storeu_ps(p + 2 * xi_step, _mm256_sub_ps(t[i][0], t[i][1]));
+        _mm256_storeu_ps(p + 3 * xi_step, _mm256_sub_ps(zero, t[i][1]));
+      }
+    }
+  }
+}
+
+// m [rows][width] (+)= W_xi^T V_xi over nt tiles: ws rows of `rows` output channels (W_xi [nt]
+// [rows], a tile's row `rows` apart), vs rows of `width` input channels; m rows ldm apart.
+void gemm_grad(const float* ws, int64_t rows, const float* vs, int64_t width, int64_t nt,
+               float* m, int64_t ldm, bool add) {
+  static constexpr auto kTiles2 = tiles_of<2>(std::make_integer_sequence<int, kRows>{});
+  static constexpr auto kTiles1 = tiles_of<1>(std::make_integer_sequence<int, kRows>{});
+  for (int64_t q = 0; q < width; q += 2 * kLanes) {
+    const auto& tiles = q + 2 * kLanes <= width ? kTiles2 : kTiles1;
+    for (int64_t r = 0; r < rows; r += kRows) {
+      const int64_t n = std::min(kRows, rows - r);
+      tiles[static_cast<std::size_t>(n - 1)](ws + r, 1, rows, vs + q, width, nt, m + r * ldm + q,
+                                             ldm, add);
+    }
+  }
+}
+
+struct GradInputTag;  // thread_scratch tags
+struct GradOutTag;
+
+// One task: the tiles of group `group`, output channels [o0, o0 + ow), input channels [c0, c0 +
+// cw), summed into ms (M_xi [O][C] of the group at ms + xi * O * C).
+void grad_task(const Conv& v, const float* x, const float* grad, int64_t group, int64_t o0,
+               int64_t ow, int64_t c0, int64_t cw, float* ms) {
+  const auto size = [](int64_t n) { return static_cast<std::size_t>(n); };
+  float* vs = thread_scratch<float, GradInputTag>(size(kXi * kGradTiles * kGradInBlock));
+  float* ws = thread_scratch<float, GradOutTag>(size(kXi * kGradTiles * kGradOutBlock));
+  const int64_t first = group * kGradGroupTiles;
+  const int64_t last = std::min(v.tiles, first + kGradGroupTiles);
+  for (int64_t t0 = first; t0 < last; t0 += kGradTiles) {
+    const int64_t nt = std::min(kGradTiles, last - t0);
+    transform_input(v, x, t0, nt, vs, kGradTiles * cw, c0, cw);
+    transform_grad(v, grad, t0, nt, o0, ow, ws, kGradTiles * ow);
+    for (int64_t xi = 0; xi < kXi; ++xi)
+      gemm_grad(ws + xi * kGradTiles * ow, ow, vs + xi * kGradTiles * cw, cw, nt,
+                ms + (xi * v.co + o0) * v.ci + c0, v.ci, t0 > first);
+  }
+}
+
+// dW [O][C][3][3] = G^T M G, M the groups' sums added in group order.
+void transform_weight_grad(const Conv& v, const float* sums, int64_t groups, float* out) {
+  const int64_t group_step = kXi * v.co * v.ci, xi_step = v.co * v.ci;
+  parallel_range(v.co, 4, [&](int64_t begin, int64_t end) {
+    for (int64_t o = begin; o < end; ++o)
+      for (int64_t c = 0; c < v.ci; c += kLanes) {
+        __m256 m[kXi];
+        for (int64_t xi = 0; xi < kXi; ++xi) {
+          const float* p = sums + xi * xi_step + o * v.ci + c;
+          m[xi] = _mm256_loadu_ps(p);
+          for (int64_t gi = 1; gi < groups; ++gi)
+            m[xi] = _mm256_add_ps(m[xi], _mm256_loadu_ps(p + gi * group_step));
+        }
+        const __m256 half = _mm256_set1_ps(0.5f);
+        __m256 t[3][4];  // G^T M
+        for (int j = 0; j < 4; ++j) {
+          const __m256 mid = _mm256_mul_ps(half, _mm256_add_ps(m[4 + j], m[8 + j]));
+          t[0][j] = _mm256_add_ps(m[j], mid);
+          t[1][j] = _mm256_mul_ps(half, _mm256_sub_ps(m[4 + j], m[8 + j]));
+          t[2][j] = _mm256_add_ps(mid, m[12 + j]);
+        }
+        alignas(32) float y[9][kLanes];
+        for (int i = 0; i < 3; ++i) {  // (G^T M) G
+          const __m256 mid = _mm256_mul_ps(half, _mm256_add_ps(t[i][1], t[i][2]));
+          _mm256_store_ps(y[3 * i], _mm256_add_ps(t[i][0], mid));
+          _mm256_store_ps(y[3 * i + 1], _mm256_mul_ps(half, _mm256_sub_ps(t[i][1], t[i][2])));
+          _mm256_store_ps(y[3 * i + 2], _mm256_add_ps(mid, t[i][3]));
+        }
+        float* dst = out + (o * v.ci + c) * 9;
+        for (int64_t l = 0; l < kLanes; ++l)
+          for (int k = 0; k < 9; ++k) dst[l * 9 + k] = y[k][l];
+      }
+  });
+}
+
 }  // namespace
 
 bool f32_winograd_applies(const ConvGeometry& g) {
@@ -360,6 +490,31 @@ void conv2d_winograd_f32(const ConvGeometry& g, ConvPass pass, const float* in, 
   });
 }
 
+int64_t f32_winograd_weight_grad_groups(const ConvGeometry& g) {
+  return ceil_div(g.n * ceil_div(g.oh, 2) * ceil_div(g.ow, 2), kGradGroupTiles);
+}
+
+void conv2d_grad_weight_winograd_f32(const ConvGeometry& g, const float* x, const float* grad,
+                                     float* out) {
+  if (!f32_winograd_applies(g))
+    throw Error("conv2d_grad_weight_winograd_f32: not a 3x3 stride-1 conv with channels in "
+                "multiples of 8 (check f32_winograd_applies first)");
+  const Conv v = make_conv(g, ConvPass::kForward);
+  const int64_t groups = f32_winograd_weight_grad_groups(g);
+  const int64_t oblocks = ceil_div(v.co, kGradOutBlock), cblocks = ceil_div(v.ci, kGradInBlock);
+  struct SumsTag;
+  float* sums = thread_scratch<float, SumsTag>(static_cast<std::size_t>(groups * kXi * v.co * v.ci));
+  parallel_range(groups * oblocks * cblocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t group = task / (oblocks * cblocks), rest = task % (oblocks * cblocks);
+      const int64_t o0 = rest / cblocks * kGradOutBlock, c0 = rest % cblocks * kGradInBlock;
+      grad_task(v, x, grad, group, o0, std::min(kGradOutBlock, v.co - o0), c0,
+                std::min(kGradInBlock, v.ci - c0), sums + group * kXi * v.co * v.ci);
+    }
+  });
+  transform_weight_grad(v, sums, groups, out);
+}
+
 #else  // no AVX2 and FMA in this build: oneDNN runs every float32 channels-last conv
 
 bool f32_winograd_applies(const ConvGeometry&) { return false; }
@@ -367,6 +522,13 @@ bool f32_winograd_applies(const ConvGeometry&) { return false; }
 void conv2d_winograd_f32(const ConvGeometry&, ConvPass, const float*, const float*, float*,
                          const float*, bool) {
   throw Error("conv2d_winograd_f32: this build has no AVX2 and FMA kernel (check "
+              "f32_winograd_applies first)");
+}
+
+int64_t f32_winograd_weight_grad_groups(const ConvGeometry&) { return 0; }
+
+void conv2d_grad_weight_winograd_f32(const ConvGeometry&, const float*, const float*, float*) {
+  throw Error("conv2d_grad_weight_winograd_f32: this build has no AVX2 and FMA kernel (check "
               "f32_winograd_applies first)");
 }
 

@@ -1,5 +1,5 @@
 // Private to the CPU conv kernels: Winograd F(2x2, 3x3) for float32 channels-last convs on
-// 8-lane AVX2 and FMA, for CPUs below AVX-512.
+// 8-lane AVX2 and FMA, for CPUs below AVX-512, and F(3x3, 2x2) for their weight gradients.
 //
 //   if (f32_winograd_chosen(g, pass)) return conv2d_winograd_f32(g, pass, in, w, out, bias, relu);
 //
@@ -36,5 +36,14 @@ bool f32_winograd_applies(const ConvGeometry& g);
 //   kGradInput: out = grad_x [N,H,W,C] from in = grad_out [N,Ho,Wo,O] (bias null, relu false).
 void conv2d_winograd_f32(const ConvGeometry& g, ConvPass pass, const float* in, const float* w,
                          float* out, const float* bias, bool relu);
+
+// The weight gradient of the channels-last conv `g` (f32_winograd_applies must hold): out =
+// grad_w [O,C,3,3] from x [N,H,W,C] and grad (of the output) [N,Ho,Wo,O], by F(3x3, 2x2), whose
+// 4x4 transforms are the forward's. The 2x2 output tiles are summed in fixed groups of 1024
+// (f32_winograd_weight_grad_groups of them), each group's sums kept apart and the groups added
+// in order, so the bits depend on the shapes only.
+void conv2d_grad_weight_winograd_f32(const ConvGeometry& g, const float* x, const float* grad,
+                                     float* out);
+int64_t f32_winograd_weight_grad_groups(const ConvGeometry& g);
 
 }  // namespace loom::runtime
