@@ -6,8 +6,11 @@
 //   V [16][block][C]: a block of tiles' transformed input, in a per-thread buffer.
 //   M [16][block][64]: the block's GEMM results for 64 output channels at a time, transformed
 //     back (+ bias, relu) and stored before the next 64.
-// A register tile is R tiles x Q vectors of 8 output channels (R <= 6, Q <= 2: 12 sums, Q loads
-// and one broadcast at a time in AVX2's 16 registers), over all C input channels.
+// With fewer tiles than output channels the tasks are chunks of output channels instead
+// (run_by_chunks). A register tile is R tiles x Q vectors of 8 output channels (R <= 6, Q <= 2:
+// 12 sums, Q loads and one broadcast at a time in AVX2's 16 registers), over slices of up to
+// 256 input channels. The weight gradient (F(3x3, 2x2), below) reuses the input transform and
+// the register tile.
 #include "runtime/cpu/conv/conv_winograd_f32.h"
 
 #include "runtime/cpu/kernels_impl.h"
