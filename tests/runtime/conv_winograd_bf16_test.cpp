@@ -17,6 +17,7 @@
 #include "runtime/cpu/conv/conv_algorithm.h"
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/onednn.h"
+#include "runtime/conv3x3_reference.h"
 #include "runtime/expect_near.h"
 #include "runtime/random_bf16.h"
 
@@ -35,67 +36,9 @@ namespace {
 
 constexpr double kTolerance = 2.5e-2;
 
-struct Case {
-  int64_t n, c, h, w, o, ph, pw;
-};
-
-ConvGeometry geometry(const Case& k) {
-  return {k.n, k.c, k.h, k.w, k.o, 3, 3, k.h + 2 * k.ph - 2, k.w + 2 * k.pw - 2,
-          1,   1,   k.ph, k.pw, 1,   1, 1};
-}
-
-std::string name(const ConvGeometry& g, ConvPass pass) {
-  std::ostringstream s;
-  s << (pass == ConvPass::kForward ? "forward" : "grad_input") << " n" << g.n << " c" << g.c
-    << " " << g.h << "x" << g.w << " o" << g.o << " p" << g.ph << "," << g.pw;
-  return s.str();
-}
+using Case = Conv3x3Case;
 
 std::size_t at(int64_t i) { return static_cast<std::size_t>(i); }
-
-// out [N,Ho,Wo,O] = conv(x [N,H,W,C], w [O,C,3,3]) + bias, then relu, by the definition.
-std::vector<double> forward_reference(const ConvGeometry& g, const std::vector<bfloat16>& x,
-                                      const std::vector<bfloat16>& w,
-                                      const std::vector<float>& bias, bool relu) {
-  std::vector<double> out(at(g.n * g.oh * g.ow * g.o));
-  for (int64_t n = 0; n < g.n; ++n)
-    for (int64_t y = 0; y < g.oh; ++y)
-      for (int64_t xx = 0; xx < g.ow; ++xx)
-        for (int64_t o = 0; o < g.o; ++o) {
-          double sum = bias.empty() ? 0.0 : bias[at(o)];
-          for (int64_t i = 0; i < 3; ++i)
-            for (int64_t j = 0; j < 3; ++j) {
-              const int64_t iy = y - g.ph + i, ix = xx - g.pw + j;
-              if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
-              for (int64_t c = 0; c < g.c; ++c)
-                sum += static_cast<double>(x[at(((n * g.h + iy) * g.w + ix) * g.c + c)]) *
-                       static_cast<double>(w[at(((o * g.c + c) * 3 + i) * 3 + j)]);
-            }
-          out[at(((n * g.oh + y) * g.ow + xx) * g.o + o)] = relu ? std::max(sum, 0.0) : sum;
-        }
-  return out;
-}
-
-// grad_x [N,H,W,C] from grad_out [N,Ho,Wo,O] and w [O,C,3,3], by the definition.
-std::vector<double> grad_input_reference(const ConvGeometry& g, const std::vector<bfloat16>& grad,
-                                         const std::vector<bfloat16>& w) {
-  std::vector<double> out(at(g.n * g.h * g.w * g.c));
-  for (int64_t n = 0; n < g.n; ++n)
-    for (int64_t y = 0; y < g.oh; ++y)
-      for (int64_t xx = 0; xx < g.ow; ++xx)
-        for (int64_t i = 0; i < 3; ++i)
-          for (int64_t j = 0; j < 3; ++j) {
-            const int64_t iy = y - g.ph + i, ix = xx - g.pw + j;
-            if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
-            for (int64_t o = 0; o < g.o; ++o) {
-              const double go = static_cast<double>(grad[at(((n * g.oh + y) * g.ow + xx) * g.o + o)]);
-              for (int64_t c = 0; c < g.c; ++c)
-                out[at(((n * g.h + iy) * g.w + ix) * g.c + c)] +=
-                    go * static_cast<double>(w[at(((o * g.c + c) * 3 + i) * 3 + j)]);
-            }
-          }
-  return out;
-}
 
 std::vector<double> values(const std::vector<bfloat16>& v) { return {v.begin(), v.end()}; }
 

@@ -20,6 +20,7 @@
 #include "runtime/cpu/kernels.h"
 #include "runtime/cpu/kernels_impl.h"
 #include "runtime/cpu/onednn.h"
+#include "runtime/conv3x3_reference.h"
 #include "runtime/expect_near.h"
 
 #include <loom/error.h>
@@ -39,21 +40,7 @@ namespace {
 
 constexpr double kTolerance = 1e-5;
 
-struct Case {
-  int64_t n, c, h, w, o, ph, pw;
-};
-
-ConvGeometry geometry(const Case& k) {
-  return {k.n, k.c, k.h, k.w, k.o, 3, 3, k.h + 2 * k.ph - 2, k.w + 2 * k.pw - 2,
-          1,   1,   k.ph, k.pw, 1,   1, 1};
-}
-
-std::string name(const ConvGeometry& g, ConvPass pass) {
-  std::ostringstream s;
-  s << (pass == ConvPass::kForward ? "forward" : "grad_input") << " n" << g.n << " c" << g.c
-    << " " << g.h << "x" << g.w << " o" << g.o << " p" << g.ph << "," << g.pw;
-  return s.str();
-}
+using Case = Conv3x3Case;
 
 std::size_t at(int64_t i) { return static_cast<std::size_t>(i); }
 
@@ -63,71 +50,6 @@ std::vector<float> random_floats(int64_t n, unsigned seed) {
   std::vector<float> v(at(n));
   for (auto& x : v) x = dist(gen);
   return v;
-}
-
-// out [N,Ho,Wo,O] = conv(x [N,H,W,C], w [O,C,3,3]) + bias, then relu, by the definition.
-std::vector<double> forward_reference(const ConvGeometry& g, const std::vector<float>& x,
-                                      const std::vector<float>& w, const std::vector<float>& bias,
-                                      bool relu) {
-  std::vector<double> out(at(g.n * g.oh * g.ow * g.o));
-  for (int64_t n = 0; n < g.n; ++n)
-    for (int64_t y = 0; y < g.oh; ++y)
-      for (int64_t xx = 0; xx < g.ow; ++xx)
-        for (int64_t o = 0; o < g.o; ++o) {
-          double sum = bias.empty() ? 0.0 : bias[at(o)];
-          for (int64_t i = 0; i < 3; ++i)
-            for (int64_t j = 0; j < 3; ++j) {
-              const int64_t iy = y - g.ph + i, ix = xx - g.pw + j;
-              if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
-              for (int64_t c = 0; c < g.c; ++c)
-                sum += static_cast<double>(x[at(((n * g.h + iy) * g.w + ix) * g.c + c)]) *
-                       static_cast<double>(w[at(((o * g.c + c) * 3 + i) * 3 + j)]);
-            }
-          out[at(((n * g.oh + y) * g.ow + xx) * g.o + o)] = relu ? std::max(sum, 0.0) : sum;
-        }
-  return out;
-}
-
-// grad_x [N,H,W,C] from grad_out [N,Ho,Wo,O] and w [O,C,3,3], by the definition.
-std::vector<double> grad_input_reference(const ConvGeometry& g, const std::vector<float>& grad,
-                                         const std::vector<float>& w) {
-  std::vector<double> out(at(g.n * g.h * g.w * g.c));
-  for (int64_t n = 0; n < g.n; ++n)
-    for (int64_t y = 0; y < g.oh; ++y)
-      for (int64_t xx = 0; xx < g.ow; ++xx)
-        for (int64_t i = 0; i < 3; ++i)
-          for (int64_t j = 0; j < 3; ++j) {
-            const int64_t iy = y - g.ph + i, ix = xx - g.pw + j;
-            if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
-            for (int64_t o = 0; o < g.o; ++o) {
-              const double go = grad[at(((n * g.oh + y) * g.ow + xx) * g.o + o)];
-              for (int64_t c = 0; c < g.c; ++c)
-                out[at(((n * g.h + iy) * g.w + ix) * g.c + c)] +=
-                    go * static_cast<double>(w[at(((o * g.c + c) * 3 + i) * 3 + j)]);
-            }
-          }
-  return out;
-}
-
-// grad_w [O,C,3,3] from x [N,H,W,C] and grad_out [N,Ho,Wo,O], by the definition.
-std::vector<double> grad_weight_reference(const ConvGeometry& g, const std::vector<float>& x,
-                                          const std::vector<float>& grad) {
-  std::vector<double> out(at(g.o * g.c * 9));
-  for (int64_t n = 0; n < g.n; ++n)
-    for (int64_t y = 0; y < g.oh; ++y)
-      for (int64_t xx = 0; xx < g.ow; ++xx)
-        for (int64_t i = 0; i < 3; ++i)
-          for (int64_t j = 0; j < 3; ++j) {
-            const int64_t iy = y - g.ph + i, ix = xx - g.pw + j;
-            if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
-            for (int64_t o = 0; o < g.o; ++o) {
-              const double go = grad[at(((n * g.oh + y) * g.ow + xx) * g.o + o)];
-              for (int64_t c = 0; c < g.c; ++c)
-                out[at(((o * g.c + c) * 3 + i) * 3 + j)] +=
-                    go * static_cast<double>(x[at(((n * g.h + iy) * g.w + ix) * g.c + c)]);
-            }
-          }
-  return out;
 }
 
 std::vector<double> values(const std::vector<float>& v) { return {v.begin(), v.end()}; }
@@ -208,7 +130,7 @@ TEST(F32Winograd, WeightGradientMatchesReference) {
   for (const Case& k : kCases) {
     const Operands op(k);
     expect_near(values(op.grad_weight()), grad_weight_reference(op.g, op.x, op.grad), kTolerance,
-                "grad_weight" + name(op.g, ConvPass::kForward).substr(7));
+                name(op.g, ConvPass::kGradWeight));
   }
   EXPECT_EQ(f32_winograd_weight_grad_groups(geometry(kCases[9])), 3);
   EXPECT_EQ(f32_winograd_weight_grad_groups(geometry({32, 64, 32, 32, 64, 1, 1})), 8);

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 
 namespace loom::runtime {
@@ -216,16 +217,23 @@ bool bf16_winograd_allowed() {
   return allowed;
 }
 
-bool bf16_winograd_chosen(const ConvGeometry& g, ConvPass pass) {
-  if (pass == ConvPass::kGradWeight || !bf16_winograd_applies(g) || !bf16_winograd_allowed())
-    return false;
+// What LOOM_CONV says of a channels-last Winograd that applies: chosen (winograd), not (another
+// algorithm), or nothing (unset: the measured rule decides).
+std::optional<bool> channels_last_winograd_forced() {
   switch (forced_choice()) {
     case Forced::kWinograd: return true;
-    case Forced::kNone: break;
+    case Forced::kNone: return std::nullopt;
     case Forced::kOneDnn:
     case Forced::kDirect:
     case Forced::kGemm: return false;
   }
+  return std::nullopt;
+}
+
+bool bf16_winograd_chosen(const ConvGeometry& g, ConvPass pass) {
+  if (pass == ConvPass::kGradWeight || !bf16_winograd_applies(g) || !bf16_winograd_allowed())
+    return false;
+  if (const auto forced = channels_last_winograd_forced()) return *forced;
   if (onednn::amx_bfloat16()) return false;  // oneDNN's AMX kernels are 3.2 to 6.7x faster
   return std::min(g.c, g.o) >= kBf16WinogradMinChannels &&
          (pass == ConvPass::kForward || g.h * g.w >= kBf16WinogradMinGradPositions);
@@ -254,13 +262,7 @@ bool f32_winograd_allowed() {
 
 bool f32_winograd_chosen(const ConvGeometry& g, ConvPass pass) {
   if (!f32_winograd_applies(g) || !f32_winograd_allowed()) return false;
-  switch (forced_choice()) {
-    case Forced::kWinograd: return true;
-    case Forced::kNone: break;
-    case Forced::kOneDnn:
-    case Forced::kDirect:
-    case Forced::kGemm: return false;
-  }
+  if (const auto forced = channels_last_winograd_forced()) return *forced;
   const int64_t plane = pass == ConvPass::kGradInput ? g.h * g.w : g.oh * g.ow;
   return !onednn::avx512_core() && plane >= kF32WinogradMinPlane;
 }

@@ -14,6 +14,7 @@
 // broadcasts and Q loads per R*Q dot products, over all C/2 input pairs.
 #include "runtime/cpu/conv/conv_winograd_bf16.h"
 
+#include "runtime/cpu/conv/conv_winograd_tiles.h"
 #include "runtime/cpu/kernels_impl.h"
 
 #include <immintrin.h>
@@ -30,7 +31,11 @@ namespace loom::runtime {
 #if defined(__AVX512BF16__) && defined(__AVX512BW__)
 namespace {
 
-constexpr int64_t kXi = 16;     // positions in a 4x4 tile
+using winograd::Conv;
+using winograd::kXi;
+using winograd::TileAt;
+using winograd::tile_at;
+
 constexpr int64_t kLanes = 16;  // float32 lanes: channels per vector
 constexpr int64_t kChunk = 64;  // output channels per GEMM pass over a block: up to 4 vectors
 // Tiles per task: its V and M together about this many bytes, so that they stay in L2 (1 MiB
@@ -38,32 +43,15 @@ constexpr int64_t kChunk = 64;  // output channels per GEMM pass over a block: u
 constexpr int64_t kBlockBytes = 512 * 1024;
 constexpr int64_t kMinBlock = 32, kMaxBlock = 256;
 
-// The conv both passes run: the forward conv itself, or the input gradient's.
-struct Conv {
-  int64_t n, ci, h, w;   // input [n, h, w, ci]
-  int64_t co, oh, ow;    // output [n, oh, ow, co]
-  int64_t ph, pw;        // padding
-  int64_t th, tw, tiles; // 2x2 output tiles down, across and in all
-  // Weight (output channel k, input channel c, tap t = 3i + j) at w[k * k_step + c * c_step +
-  // t], or at tap 8 - t when flipped.
-  int64_t k_step, c_step;
-  bool flip;
-  int64_t block;  // tiles per task
+struct Avx512 {  // the transforms' arithmetic (conv_winograd_tiles.h)
+  static __m512 add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+  static __m512 sub(__m512 a, __m512 b) { return _mm512_sub_ps(a, b); }
+  static __m512 mul(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
+  static __m512 set1(float x) { return _mm512_set1_ps(x); }
 };
 
 Conv make_conv(const ConvGeometry& g, ConvPass pass) {
-  Conv v;
-  v.n = g.n;
-  if (pass == ConvPass::kForward) {
-    v.ci = g.c, v.h = g.h, v.w = g.w, v.co = g.o, v.oh = g.oh, v.ow = g.ow, v.ph = g.ph;
-    v.pw = g.pw, v.k_step = g.c * 9, v.c_step = 9, v.flip = false;
-  } else {  // grad_x = conv(grad_out, w with taps flipped and channels swapped, padding 2 - p)
-    v.ci = g.o, v.h = g.oh, v.w = g.ow, v.co = g.c, v.oh = g.h, v.ow = g.w, v.ph = 2 - g.ph;
-    v.pw = 2 - g.pw, v.k_step = 9, v.c_step = g.c * 9, v.flip = true;
-  }
-  v.th = ceil_div(v.oh, 2);
-  v.tw = ceil_div(v.ow, 2);
-  v.tiles = v.n * v.th * v.tw;
+  Conv v = winograd::conv_of(g, pass);
   const int64_t bytes_per_tile = kXi * (v.ci * 2 + std::min(v.co, kChunk) * 4);
   v.block = std::clamp(kBlockBytes / bytes_per_tile, kMinBlock, kMaxBlock);
   return v;
@@ -109,25 +97,6 @@ void load_taps(const Conv& v, const uint16_t* w, int64_t k0, int64_t c, __m512 g
   }
 }
 
-void transform_kernel(const __m512 g[9], __m512 u[kXi]) {
-  const __m512 half = _mm512_set1_ps(0.5f);
-  __m512 t[4][3];  // G g
-  for (int j = 0; j < 3; ++j) {
-    const __m512 outer = _mm512_add_ps(g[j], g[6 + j]);
-    t[0][j] = g[j];
-    t[1][j] = _mm512_mul_ps(half, _mm512_add_ps(outer, g[3 + j]));
-    t[2][j] = _mm512_mul_ps(half, _mm512_sub_ps(outer, g[3 + j]));
-    t[3][j] = g[6 + j];
-  }
-  for (int i = 0; i < 4; ++i) {  // (G g) G^T
-    const __m512 outer = _mm512_add_ps(t[i][0], t[i][2]);
-    u[i * 4 + 0] = t[i][0];
-    u[i * 4 + 1] = _mm512_mul_ps(half, _mm512_add_ps(outer, t[i][1]));
-    u[i * 4 + 2] = _mm512_mul_ps(half, _mm512_sub_ps(outer, t[i][1]));
-    u[i * 4 + 3] = t[i][2];
-  }
-}
-
 void transform_kernels(const Conv& v, const uint16_t* w, uint32_t* u) {
   const int64_t pairs = v.ci / 2, kblocks = v.co / kLanes;
   parallel_range(pairs * kblocks, 8, [&](int64_t begin, int64_t end) {
@@ -135,9 +104,9 @@ void transform_kernels(const Conv& v, const uint16_t* w, uint32_t* u) {
       const int64_t cp = unit / kblocks, k0 = unit % kblocks * kLanes;
       __m512 g[9], even[kXi], odd[kXi];
       load_taps(v, w, k0, 2 * cp, g);
-      transform_kernel(g, even);
+      winograd::transform_kernel<Avx512>(g, even);
       load_taps(v, w, k0, 2 * cp + 1, g);
-      transform_kernel(g, odd);
+      winograd::transform_kernel<Avx512>(g, odd);
       for (int64_t xi = 0; xi < kXi; ++xi) {
         const __m512i both = std::bit_cast<__m512i>(_mm512_cvtne2ps_pbh(odd[xi], even[xi]));
         _mm512_storeu_si512(u + (xi * pairs + cp) * v.co + k0,
@@ -148,34 +117,6 @@ void transform_kernels(const Conv& v, const uint16_t* w, uint32_t* u) {
 }
 
 // ---- The input: V = B^T d B, rounded, [16][block][C] ----
-
-struct TileAt {
-  int64_t n, y, x;  // image, top-left output position
-};
-
-TileAt tile_at(const Conv& v, int64_t t) {
-  const int64_t per_image = v.th * v.tw, r = t % per_image;
-  return {t / per_image, r / v.tw * 2, r % v.tw * 2};
-}
-
-// d = B^T d B, in place, for the 4x4 vectors d[4 i + j].
-inline void input_transform(__m512 d[kXi]) {
-  for (int j = 0; j < 4; ++j) {  // B^T d
-    const __m512 d0 = d[j], d1 = d[4 + j], d2 = d[8 + j], d3 = d[12 + j];
-    d[j] = _mm512_sub_ps(d0, d2);
-    d[4 + j] = _mm512_add_ps(d1, d2);
-    d[8 + j] = _mm512_sub_ps(d2, d1);
-    d[12 + j] = _mm512_sub_ps(d1, d3);
-  }
-  for (int i = 0; i < 4; ++i) {  // (B^T d) B
-    __m512* r = d + 4 * i;
-    const __m512 r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
-    r[0] = _mm512_sub_ps(r0, r2);
-    r[1] = _mm512_add_ps(r1, r2);
-    r[2] = _mm512_sub_ps(r2, r1);
-    r[3] = _mm512_sub_ps(r1, r3);
-  }
-}
 
 // The block's tiles [t0, t0 + nt) transformed into vs. Channels go 32 at a time where C
 // allows: one 64-byte load per position, its even and odd channels widened as two vectors
@@ -202,8 +143,8 @@ void transform_input(const Conv& v, const uint16_t* in, int64_t t0, int64_t nt, 
         even[k] = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
         odd[k] = _mm512_castsi512_ps(_mm512_and_si512(x, high));
       }
-      input_transform(even);
-      input_transform(odd);
+      winograd::input_transform<Avx512>(even);
+      winograd::input_transform<Avx512>(odd);
       for (int k = 0; k < kXi; ++k) {
         const __m512i both = std::bit_cast<__m512i>(_mm512_cvtne2ps_pbh(odd[k], even[k]));
         _mm512_storeu_si512(dst + k * xi_step + c, _mm512_permutexvar_epi16(order, both));
@@ -212,7 +153,7 @@ void transform_input(const Conv& v, const uint16_t* in, int64_t t0, int64_t nt, 
     for (int64_t c = wide; c < v.ci; c += kLanes) {
       __m512 d[kXi];
       for (int k = 0; k < kXi; ++k) d[k] = src[k] ? widen(src[k] + c) : _mm512_setzero_ps();
-      input_transform(d);
+      winograd::input_transform<Avx512>(d);
       for (int k = 0; k < kXi; ++k) store_rounded(dst + k * xi_step + c, d[k]);
     }
   }
@@ -268,35 +209,16 @@ void gemm_rows(const Conv& v, const uint32_t* a, const uint32_t* b, int64_t nt, 
 void transform_output(const Conv& v, const float* ms, int64_t t0, int64_t nt, int64_t k0,
                       int64_t width, const float* bias, bool relu, uint16_t* out) {
   const int64_t xi_step = v.block * kChunk;
-  for (int64_t tl = 0; tl < nt; ++tl) {
-    const TileAt at = tile_at(v, t0 + tl);
-    const bool down = at.y + 1 < v.oh, across = at.x + 1 < v.ow;
-    uint16_t* o = out + ((at.n * v.oh + at.y) * v.ow + at.x) * v.co + k0;
-    for (int64_t q = 0; q < width; q += kLanes) {
-      const float* src = ms + tl * kChunk + q;
-      __m512 s[2][4];  // A^T M
-      for (int j = 0; j < 4; ++j) {
-        const __m512 m0 = _mm512_loadu_ps(src + j * xi_step);
-        const __m512 m1 = _mm512_loadu_ps(src + (4 + j) * xi_step);
-        const __m512 m2 = _mm512_loadu_ps(src + (8 + j) * xi_step);
-        const __m512 m3 = _mm512_loadu_ps(src + (12 + j) * xi_step);
-        s[0][j] = _mm512_add_ps(_mm512_add_ps(m0, m1), m2);
-        s[1][j] = _mm512_sub_ps(_mm512_sub_ps(m1, m2), m3);
-      }
-      const __m512 b = bias ? _mm512_loadu_ps(bias + k0 + q) : _mm512_setzero_ps();
-      const auto finish = [&](__m512 y) {
-        y = _mm512_add_ps(y, b);
-        return relu ? _mm512_max_ps(y, _mm512_setzero_ps()) : y;
-      };
-      for (int i = 0; i < (down ? 2 : 1); ++i) {  // (A^T M) A
-        uint16_t* row = o + i * v.ow * v.co + q;
-        store_rounded(row, finish(_mm512_add_ps(_mm512_add_ps(s[i][0], s[i][1]), s[i][2])));
-        if (across)
-          store_rounded(row + v.co,
-                        finish(_mm512_sub_ps(_mm512_sub_ps(s[i][1], s[i][2]), s[i][3])));
-      }
-    }
-  }
+  const auto finish = [&](__m512 r, int64_t q) {
+    if (bias) r = _mm512_add_ps(r, _mm512_loadu_ps(bias + k0 + q));
+    return relu ? _mm512_max_ps(r, _mm512_setzero_ps()) : r;
+  };
+  winograd::output_tiles<Avx512, __m512>(
+      v, t0, nt, k0, width, kLanes,
+      [&](int64_t tl, int64_t q, int64_t xi) {
+        return _mm512_loadu_ps(ms + tl * kChunk + q + xi * xi_step);
+      },
+      [&](int64_t at, int64_t q, __m512 y) { store_rounded(out + at, finish(y, q)); });
 }
 
 struct KernelTag;  // thread_scratch tags

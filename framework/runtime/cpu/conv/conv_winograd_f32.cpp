@@ -13,6 +13,7 @@
 // the register tile.
 #include "runtime/cpu/conv/conv_winograd_f32.h"
 
+#include "runtime/cpu/conv/conv_winograd_tiles.h"
 #include "runtime/cpu/kernels_impl.h"
 
 #include <immintrin.h>
@@ -28,7 +29,11 @@ namespace loom::runtime {
 #if defined(__AVX2__) && defined(__FMA__)
 namespace {
 
-constexpr int64_t kXi = 16;     // positions in a 4x4 tile
+using winograd::Conv;
+using winograd::kXi;
+using winograd::TileAt;
+using winograd::tile_at;
+
 constexpr int64_t kLanes = 8;   // float32 lanes: channels per vector
 constexpr int64_t kChunk = 64;  // output channels per GEMM pass over a block
 constexpr int64_t kRows = 6;    // tiles per register tile
@@ -37,32 +42,15 @@ constexpr int64_t kRows = 6;    // tiles per register tile
 constexpr int64_t kBlockBytes = 256 * 1024;
 constexpr int64_t kMinBlock = 12, kMaxBlock = 192;
 
-// The conv both passes run: the forward conv itself, or the input gradient's.
-struct Conv {
-  int64_t n, ci, h, w;    // input [n, h, w, ci]
-  int64_t co, oh, ow;     // output [n, oh, ow, co]
-  int64_t ph, pw;         // padding
-  int64_t th, tw, tiles;  // 2x2 output tiles down, across and in all
-  // Weight (output channel k, input channel c, tap t = 3i + j) at w[k * k_step + c * c_step +
-  // t], or at tap 8 - t when flipped.
-  int64_t k_step, c_step;
-  bool flip;
-  int64_t block;  // tiles per task
+struct Avx2 {  // the transforms' arithmetic (conv_winograd_tiles.h)
+  static __m256 add(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
+  static __m256 sub(__m256 a, __m256 b) { return _mm256_sub_ps(a, b); }
+  static __m256 mul(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
+  static __m256 set1(float x) { return _mm256_set1_ps(x); }
 };
 
 Conv make_conv(const ConvGeometry& g, ConvPass pass) {
-  Conv v;
-  v.n = g.n;
-  if (pass == ConvPass::kForward) {
-    v.ci = g.c, v.h = g.h, v.w = g.w, v.co = g.o, v.oh = g.oh, v.ow = g.ow, v.ph = g.ph;
-    v.pw = g.pw, v.k_step = g.c * 9, v.c_step = 9, v.flip = false;
-  } else {  // grad_x = conv(grad_out, w with taps flipped and channels swapped, padding 2 - p)
-    v.ci = g.o, v.h = g.oh, v.w = g.ow, v.co = g.c, v.oh = g.h, v.ow = g.w, v.ph = 2 - g.ph;
-    v.pw = 2 - g.pw, v.k_step = 9, v.c_step = g.c * 9, v.flip = true;
-  }
-  v.th = ceil_div(v.oh, 2);
-  v.tw = ceil_div(v.ow, 2);
-  v.tiles = v.n * v.th * v.tw;
+  Conv v = winograd::conv_of(g, pass);
   const int64_t bytes_per_tile = kXi * (v.ci + std::min(v.co, kChunk)) * 4;
   v.block = std::clamp(kBlockBytes / bytes_per_tile, kMinBlock, kMaxBlock) / kRows * kRows;
   return v;
@@ -78,25 +66,6 @@ void load_taps(const Conv& v, const float* w, int64_t k0, int64_t c, __m256 g[9]
   for (int t = 0; t < 9; ++t) g[t] = _mm256_i32gather_ps(taps + (v.flip ? 8 - t : t), lane, 4);
 }
 
-void transform_kernel(const __m256 g[9], __m256 u[kXi]) {
-  const __m256 half = _mm256_set1_ps(0.5f);
-  __m256 t[4][3];  // G g
-  for (int j = 0; j < 3; ++j) {
-    const __m256 outer = _mm256_add_ps(g[j], g[6 + j]);
-    t[0][j] = g[j];
-    t[1][j] = _mm256_mul_ps(half, _mm256_add_ps(outer, g[3 + j]));
-    t[2][j] = _mm256_mul_ps(half, _mm256_sub_ps(outer, g[3 + j]));
-    t[3][j] = g[6 + j];
-  }
-  for (int i = 0; i < 4; ++i) {  // (G g) G^T
-    const __m256 outer = _mm256_add_ps(t[i][0], t[i][2]);
-    u[i * 4 + 0] = t[i][0];
-    u[i * 4 + 1] = _mm256_mul_ps(half, _mm256_add_ps(outer, t[i][1]));
-    u[i * 4 + 2] = _mm256_mul_ps(half, _mm256_sub_ps(outer, t[i][1]));
-    u[i * 4 + 3] = t[i][2];
-  }
-}
-
 // U of output channels [k0, k0 + width) into u [16][C][width], on the calling thread when
 // `serial`, else in parallel.
 void transform_kernels(const Conv& v, const float* w, int64_t k0, int64_t width, float* u,
@@ -107,7 +76,7 @@ void transform_kernels(const Conv& v, const float* w, int64_t k0, int64_t width,
       const int64_t c = unit / kblocks, k = unit % kblocks * kLanes;
       __m256 g[9], t[kXi];
       load_taps(v, w, k0 + k, c, g);
-      transform_kernel(g, t);
+      winograd::transform_kernel<Avx2>(g, t);
       for (int64_t xi = 0; xi < kXi; ++xi) _mm256_storeu_ps(u + (xi * v.ci + c) * width + k, t[xi]);
     }
   };
@@ -116,34 +85,6 @@ void transform_kernels(const Conv& v, const float* w, int64_t k0, int64_t width,
 }
 
 // ---- The input: V = B^T d B, [16][block][C] ----
-
-struct TileAt {
-  int64_t n, y, x;  // image, top-left output position
-};
-
-TileAt tile_at(const Conv& v, int64_t t) {
-  const int64_t per_image = v.th * v.tw, r = t % per_image;
-  return {t / per_image, r / v.tw * 2, r % v.tw * 2};
-}
-
-// d = B^T d B, in place, for the 4x4 vectors d[4 i + j].
-inline void input_transform(__m256 d[kXi]) {
-  for (int j = 0; j < 4; ++j) {  // B^T d
-    const __m256 d0 = d[j], d1 = d[4 + j], d2 = d[8 + j], d3 = d[12 + j];
-    d[j] = _mm256_sub_ps(d0, d2);
-    d[4 + j] = _mm256_add_ps(d1, d2);
-    d[8 + j] = _mm256_sub_ps(d2, d1);
-    d[12 + j] = _mm256_sub_ps(d1, d3);
-  }
-  for (int i = 0; i < 4; ++i) {  // (B^T d) B
-    __m256* r = d + 4 * i;
-    const __m256 r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
-    r[0] = _mm256_sub_ps(r0, r2);
-    r[1] = _mm256_add_ps(r1, r2);
-    r[2] = _mm256_sub_ps(r2, r1);
-    r[3] = _mm256_sub_ps(r1, r3);
-  }
-}
 
 // Tiles [t0, t0 + nt) transformed into vs, input channels [c0, c0 + width) (default: all): V_xi
 // of the k-th at vs + xi * xi_step + k * width.
@@ -166,7 +107,7 @@ void transform_input(const Conv& v, const float* in, int64_t t0, int64_t nt, flo
       __m256 d[kXi];
       for (int k = 0; k < kXi; ++k)
         d[k] = src[k] ? _mm256_loadu_ps(src[k] + c0 + c) : _mm256_setzero_ps();
-      input_transform(d);
+      winograd::input_transform<Avx2>(d);
       for (int k = 0; k < kXi; ++k) _mm256_storeu_ps(dst + k * xi_step + c, d[k]);
     }
   }
@@ -238,35 +179,16 @@ void gemm_rows(const Conv& v, const float* a, const float* b, int64_t ldb, int64
 // output channels [k0, k0 + width).
 void transform_output(const Conv& v, const float* ms, int64_t xi_step, int64_t t0, int64_t nt,
                       int64_t k0, int64_t width, const float* bias, bool relu, float* out) {
-  for (int64_t tl = 0; tl < nt; ++tl) {
-    const TileAt at = tile_at(v, t0 + tl);
-    const bool down = at.y + 1 < v.oh, across = at.x + 1 < v.ow;
-    float* o = out + ((at.n * v.oh + at.y) * v.ow + at.x) * v.co + k0;
-    for (int64_t q = 0; q < width; q += kLanes) {
-      const float* src = ms + tl * kChunk + q;
-      __m256 s[2][4];  // A^T M
-      for (int j = 0; j < 4; ++j) {
-        const __m256 m0 = _mm256_loadu_ps(src + j * xi_step);
-        const __m256 m1 = _mm256_loadu_ps(src + (4 + j) * xi_step);
-        const __m256 m2 = _mm256_loadu_ps(src + (8 + j) * xi_step);
-        const __m256 m3 = _mm256_loadu_ps(src + (12 + j) * xi_step);
-        s[0][j] = _mm256_add_ps(_mm256_add_ps(m0, m1), m2);
-        s[1][j] = _mm256_sub_ps(_mm256_sub_ps(m1, m2), m3);
-      }
-      const __m256 b = bias ? _mm256_loadu_ps(bias + k0 + q) : _mm256_setzero_ps();
-      const auto finish = [&](__m256 y) {
-        y = _mm256_add_ps(y, b);
-        return relu ? _mm256_max_ps(y, _mm256_setzero_ps()) : y;
-      };
-      for (int i = 0; i < (down ? 2 : 1); ++i) {  // (A^T M) A
-        float* row = o + i * v.ow * v.co + q;
-        _mm256_storeu_ps(row, finish(_mm256_add_ps(_mm256_add_ps(s[i][0], s[i][1]), s[i][2])));
-        if (across)
-          _mm256_storeu_ps(row + v.co,
-                           finish(_mm256_sub_ps(_mm256_sub_ps(s[i][1], s[i][2]), s[i][3])));
-      }
-    }
-  }
+  const auto finish = [&](__m256 r, int64_t q) {
+    if (bias) r = _mm256_add_ps(r, _mm256_loadu_ps(bias + k0 + q));
+    return relu ? _mm256_max_ps(r, _mm256_setzero_ps()) : r;
+  };
+  winograd::output_tiles<Avx2, __m256>(
+      v, t0, nt, k0, width, kLanes,
+      [&](int64_t tl, int64_t q, int64_t xi) {
+        return _mm256_loadu_ps(ms + tl * kChunk + q + xi * xi_step);
+      },
+      [&](int64_t at, int64_t q, __m256 y) { _mm256_storeu_ps(out + at, finish(y, q)); });
 }
 
 struct KernelTag;  // thread_scratch tags
