@@ -279,7 +279,7 @@ void transform_grad(const Conv& v, const float* grad, int64_t t0, int64_t nt, in
     const TileAt at = tile_at(v, t0 + tl);
     const bool down = at.y + 1 < v.oh, across = at.x + 1 < v.ow;
     const float* row0 = grad + ((at.n * v.oh + at.y) * v.ow + at.x) * v.co + o0;
-    const float* row1 = row0 + v.ow * v.co;
+    const float* row1 = down ? row0 + v.ow * v.co : row0;  // read only when down
     float* dst = ws + tl * width;
     for (int64_t o = 0; o < width; o += kLanes) {
       const __m256 zero = _mm256_setzero_ps();
