@@ -209,7 +209,9 @@ void onednn_bench(benchmark::State& state, loom::runtime::ConvPass pass) {
   using loom::runtime::ConvPass;
   void* a = pass == ConvPass::kGradInput ? y.ptr() : x.ptr();
   void* b = pass == ConvPass::kGradWeight ? y.ptr() : w.ptr();
-  void* out = pass == ConvPass::kForward ? y.ptr() : pass == ConvPass::kGradInput ? x.ptr() : w.ptr();
+  void* out = pass == ConvPass::kForward     ? y.ptr()
+              : pass == ConvPass::kGradInput ? x.ptr()
+                                             : w.ptr();
   for (auto _ : state) onednn::conv2d(pass, g, dtype, layout, a, b, out);
   state.counters["GFLOPS"] =
       benchmark::Counter(conv_flops(s) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
@@ -333,7 +335,9 @@ void BM_F32Winograd(benchmark::State& state) {
   }
   const void* a = pass == ConvPass::kGradInput ? y.ptr() : x.ptr();
   const void* b = pass == ConvPass::kGradWeight ? y.ptr() : w.ptr();
-  void* out = pass == ConvPass::kForward ? y.ptr() : pass == ConvPass::kGradInput ? x.ptr() : w.ptr();
+  void* out = pass == ConvPass::kForward     ? y.ptr()
+              : pass == ConvPass::kGradInput ? x.ptr()
+                                             : w.ptr();
   const auto* fa = static_cast<const float*>(a);
   const auto* fb = static_cast<const float*>(b);
   auto* fo = static_cast<float*>(out);

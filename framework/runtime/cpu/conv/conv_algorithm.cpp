@@ -299,8 +299,9 @@ bool f32_winograd_chosen(const ConvGeometry& g, ConvPass pass) {
 // onednn::channels_last_layout). So below AVX-512 the float32 weight gradient of every conv
 // with a window (not 1x1) from 32 input and 64 output channels, on output planes up to the
 // measured 32x32, that the float32 Winograd does not take (since 2026-11-28 it takes the 3x3
-// stride-1 ones, f32_winograd_chosen: here the strided ones stay) runs as im2col and matmuls (groups of images within kWeightGradColumnBytes,
-// conv_matmul.h: ResNet-18's 64-channel convs need 75 MB for all 32 images). In ResNet-18 b32
+// stride-1 ones, f32_winograd_chosen: here the strided ones stay) runs as im2col and matmuls
+// (groups of images within kWeightGradColumnBytes, conv_matmul.h: ResNet-18's 64-channel convs
+// need 75 MB for all 32 images). In ResNet-18 b32
 // training steps (loom_bench --profile, captured, old and new binaries alternated three times)
 // the weight gradients took 2545 to 2728 ms over five steps before, 1917 to 2006 after, and
 // the steps 1.32, 1.42 and 1.36 s before, 1.16, 1.13 and 1.24 after; ResNet-20 b128 moved

@@ -9,8 +9,8 @@
 // With fewer tiles than output channels the tasks are chunks of output channels instead
 // (run_by_chunks). A register tile is R tiles x Q vectors of 8 output channels (R <= 6, Q <= 2:
 // 12 sums, Q loads and one broadcast at a time in AVX2's 16 registers), over slices of up to
-// 256 input channels. The weight gradient (F(3x3, 2x2), below) reuses the input transform and
-// the register tile.
+// 256 input channels (gemm). The weight gradient (F(3x3, 2x2), below) reuses the input
+// transform and the register tile.
 #include "runtime/cpu/conv/conv_winograd_f32.h"
 
 #include "runtime/cpu/conv/conv_winograd_tiles.h"
@@ -155,20 +155,25 @@ constexpr std::array<GemmTile, sizeof...(R)> tiles_of(std::integer_sequence<int,
   return {&gemm_tile<R + 1, Q>...};
 }
 
-// nt rows of V_xi (C apart) times Q vectors of U_xi (rows ldb apart), kRows rows at a time, in
-// slices of kSliceChannels input channels: a slice's panel of U_xi (at most 256 x 16 floats,
-// 16 KB) stays in L1 while the rows go by. Each sum adds its slices in order.
-constexpr int64_t kSliceChannels = 256;
+// m [rows][width] (+)= a [rows][depth] * b [depth][width] on the register tiles: kRows rows by
+// 16 columns at a time (8 for a last odd vector), in slices of kSliceDepth of the depth, each
+// slice's panel of b (at most 256 x 16 floats, 16 KB) staying in L1 while the rows go by; a's
+// rows lda apart and its depth a_step apart, b's rows ldb apart, m's rows ldm apart. The sums
+// add their slices in order, from m's values where `add`.
+constexpr int64_t kSliceDepth = 256;
 
-template <int Q>
-void gemm_rows(const Conv& v, const float* a, const float* b, int64_t ldb, int64_t nt, float* m) {
-  static constexpr auto kTiles = tiles_of<Q>(std::make_integer_sequence<int, kRows>{});
-  for (int64_t c0 = 0; c0 < v.ci; c0 += kSliceChannels) {
-    const int64_t channels = std::min(kSliceChannels, v.ci - c0);
-    for (int64_t r = 0; r < nt; r += kRows) {
-      const int64_t rows = std::min(kRows, nt - r);
-      kTiles[static_cast<std::size_t>(rows - 1)](a + r * v.ci + c0, v.ci, 1, b + c0 * ldb, ldb,
-                                                 channels, m + r * kChunk, kChunk, c0 > 0);
+void gemm(const float* a, int64_t lda, int64_t a_step, const float* b, int64_t ldb,
+          int64_t depth, int64_t rows, int64_t width, float* m, int64_t ldm, bool add) {
+  static constexpr auto kTiles2 = tiles_of<2>(std::make_integer_sequence<int, kRows>{});
+  static constexpr auto kTiles1 = tiles_of<1>(std::make_integer_sequence<int, kRows>{});
+  for (int64_t q = 0; q < width; q += 2 * kLanes) {
+    const auto& tiles = q + 2 * kLanes <= width ? kTiles2 : kTiles1;
+    for (int64_t k0 = 0; k0 < depth; k0 += kSliceDepth) {
+      const int64_t slice = std::min(kSliceDepth, depth - k0);
+      for (int64_t r = 0; r < rows; r += kRows)
+        tiles[static_cast<std::size_t>(std::min(kRows, rows - r) - 1)](
+            a + r * lda + k0 * a_step, lda, a_step, b + k0 * ldb + q, ldb, slice,
+            m + r * ldm + q, ldm, add || k0 > 0);
     }
   }
 }
@@ -200,15 +205,9 @@ struct ProductTag;
 // m_step (rows kChunk apart).
 void multiply(const Conv& v, const float* vs, int64_t v_step, const float* u, int64_t ldu,
               int64_t nt, int64_t width, float* ms, int64_t m_step) {
-  for (int64_t xi = 0; xi < kXi; ++xi) {
-    const float* axi = vs + xi * v_step;
-    const float* bxi = u + xi * v.ci * ldu;
-    float* mxi = ms + xi * m_step;
-    int64_t q = 0;
-    for (; q + 2 * kLanes <= width; q += 2 * kLanes)
-      gemm_rows<2>(v, axi, bxi + q, ldu, nt, mxi + q);
-    if (q < width) gemm_rows<1>(v, axi, bxi + q, ldu, nt, mxi + q);
-  }
+  for (int64_t xi = 0; xi < kXi; ++xi)
+    gemm(vs + xi * v_step, v.ci, 1, u + xi * v.ci * ldu, ldu, v.ci, nt, width, ms + xi * m_step,
+         kChunk, false);
 }
 
 // Tiles [t0, t0 + nt): transformed, multiplied and transformed back, 64 output channels at a
@@ -307,22 +306,6 @@ void transform_grad(const Conv& v, const float* grad, int64_t t0, int64_t nt, in
   }
 }
 
-// m [rows][width] (+)= W_xi^T V_xi over nt tiles: ws rows of `rows` output channels (W_xi [nt]
-// [rows], a tile's row `rows` apart), vs rows of `width` input channels; m rows ldm apart.
-void gemm_grad(const float* ws, int64_t rows, const float* vs, int64_t width, int64_t nt,
-               float* m, int64_t ldm, bool add) {
-  static constexpr auto kTiles2 = tiles_of<2>(std::make_integer_sequence<int, kRows>{});
-  static constexpr auto kTiles1 = tiles_of<1>(std::make_integer_sequence<int, kRows>{});
-  for (int64_t q = 0; q < width; q += 2 * kLanes) {
-    const auto& tiles = q + 2 * kLanes <= width ? kTiles2 : kTiles1;
-    for (int64_t r = 0; r < rows; r += kRows) {
-      const int64_t n = std::min(kRows, rows - r);
-      tiles[static_cast<std::size_t>(n - 1)](ws + r, 1, rows, vs + q, width, nt, m + r * ldm + q,
-                                             ldm, add);
-    }
-  }
-}
-
 struct GradInputTag;  // thread_scratch tags
 struct GradOutTag;
 
@@ -339,9 +322,9 @@ void grad_task(const Conv& v, const float* x, const float* grad, int64_t group, 
     const int64_t nt = std::min(kGradTiles, last - t0);
     transform_input(v, x, t0, nt, vs, kGradTiles * cw, c0, cw);
     transform_grad(v, grad, t0, nt, o0, ow, ws, kGradTiles * ow);
-    for (int64_t xi = 0; xi < kXi; ++xi)
-      gemm_grad(ws + xi * kGradTiles * ow, ow, vs + xi * kGradTiles * cw, cw, nt,
-                ms + (xi * v.co + o0) * v.ci + c0, v.ci, t0 > first);
+    for (int64_t xi = 0; xi < kXi; ++xi)  // M_xi [ow][cw] += W_xi^T [ow][nt] V_xi [nt][cw]
+      gemm(ws + xi * kGradTiles * ow, 1, ow, vs + xi * kGradTiles * cw, cw, nt, ow, cw,
+           ms + (xi * v.co + o0) * v.ci + c0, v.ci, t0 > first);
   }
 }
 
@@ -416,7 +399,7 @@ void conv2d_winograd_f32(const ConvGeometry& g, ConvPass pass, const float* in, 
 }
 
 int64_t f32_winograd_weight_grad_groups(const ConvGeometry& g) {
-  return ceil_div(g.n * ceil_div(g.oh, 2) * ceil_div(g.ow, 2), kGradGroupTiles);
+  return ceil_div(winograd::conv_of(g, ConvPass::kForward).tiles, kGradGroupTiles);
 }
 
 void conv2d_grad_weight_winograd_f32(const ConvGeometry& g, const float* x, const float* grad,
@@ -428,7 +411,8 @@ void conv2d_grad_weight_winograd_f32(const ConvGeometry& g, const float* x, cons
   const int64_t groups = f32_winograd_weight_grad_groups(g);
   const int64_t oblocks = ceil_div(v.co, kGradOutBlock), cblocks = ceil_div(v.ci, kGradInBlock);
   struct SumsTag;
-  float* sums = thread_scratch<float, SumsTag>(static_cast<std::size_t>(groups * kXi * v.co * v.ci));
+  const auto size = static_cast<std::size_t>(groups * kXi * v.co * v.ci);
+  float* sums = thread_scratch<float, SumsTag>(size);
   parallel_range(groups * oblocks * cblocks, 1, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
       const int64_t group = task / (oblocks * cblocks), rest = task % (oblocks * cblocks);

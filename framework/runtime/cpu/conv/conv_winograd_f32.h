@@ -8,9 +8,9 @@
 // design of conv_winograd_bf16.h in float32: channels-last, each tile's 16 transformed values
 // are vectors of channels, so the transforms are vector loops and the 16 GEMMs per block of
 // tiles need no transposes. Why it exists: below AVX-512 oneDNN 2.6 has no Winograd and its
-// direct 8-lane kernels reach 90 to 150 GFLOP/s on ResNet's convs (a 190 GFLOP/s FMA peak on
-// the AVX2 EPYC measured), while a 2x2 block of outputs here takes 16 multiplies per channel
-// pair instead of 36 (kernel_bench's F32Winograd rows compare the two in one run;
+// direct 8-lane kernels reach about 80 to 150 GFLOP/s on ResNet's convs (a 190 GFLOP/s FMA
+// peak on the AVX2 EPYC measured), while a 2x2 block of outputs here takes 16 multiplies per
+// channel pair instead of 36 (kernel_bench's F32Winograd rows compare the two in one run;
 // conv_algorithm.cpp has the choice and its figures).
 //
 // Precision: the transformed input (sums of up to four inputs) and kernel (of up to nine taps,
