@@ -556,6 +556,7 @@ constexpr MatmulCase kMatmuls[] = {
     {1, 2048, 512, 8192, false, true, "lm head"},
     {1, 2048, 1408, 512, false, false, "gate/up input gradient"},
     {1, 1408, 2048, 512, true, false, "gate/up weight gradient"},
+    {1, 512, 2048, 512, true, false, "q/k/v/o weight gradient"},
     {1, 8192, 2048, 512, true, false, "lm head weight gradient"},
     {64, 256, 64, 256, false, true, "attention scores"},
     {64, 256, 256, 64, false, false, "attention values"},

@@ -230,6 +230,16 @@ namespace {
 // on Eigen. Deterministic algorithms keep Eigen: oneDNN's GEMM splits k across threads where
 // m x n is small (onednn_test's DeterministicMatmulIndependentOfThreadCount). Below AVX-512
 // oneDNN has no bfloat16 GEMM (onednn::bfloat16_supported): Eigen runs it on widened operands.
+// On an AVX2 CPU (2-core EPYC Zen 3, 2026-11-28; a shared machine whose kernel timings moved
+// 20-30% between runs) three alternatives to oneDNN's float32 GEMM were measured at the
+// decoder's products and not kept: a packed GEMM of loom's own (a 6 x 16 register tile of FMAs
+// over B packed in 16-column panels), at the FMA loop's rate on one core with its operands in
+// L1 but 0.86 to 1.1x oneDNN over whole products on two cores; Debian's OpenBLAS 0.3.21
+// (OpenMP build), within noise of oneDNN except the q/k/v/o weight gradient; and copying a
+// transposed A untransposed first (oneDNN's reorder), no faster on two cores. That weight
+// gradient, [512, 2048]^T x [2048, 512] (kernel_bench's row; A's stored rows 2 KB apart), is
+// oneDNN's weak shape there: 45-50 GFLOP/s on one core against 78 at m = 520, 67-89 on two
+// against 115-140 for the decoder's other products (OpenBLAS: 114).
 constexpr int64_t kMinOneDnnMatmul = int64_t{1} << 21;  // 128^3
 
 enum class MatmulChoice { kDefault, kOneDnn, kEigen };
