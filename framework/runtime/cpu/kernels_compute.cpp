@@ -234,7 +234,8 @@ namespace {
 // 20-30% between runs) three alternatives to oneDNN's float32 GEMM were measured at the
 // decoder's products and not kept: a packed GEMM of loom's own (a 6 x 16 register tile of FMAs
 // over B packed in 16-column panels), at the FMA loop's rate on one core with its operands in
-// L1 but 0.86 to 1.1x oneDNN over whole products on two cores; Debian's OpenBLAS 0.3.21
+// L1 but 0.86 to 1.1x oneDNN over whole products on two cores (with A read in place or
+// packed, whichever was better per shape); Debian's OpenBLAS 0.3.21
 // (OpenMP build), within noise of oneDNN except the q/k/v/o weight gradient; and copying a
 // transposed A untransposed first (oneDNN's reorder), no faster on two cores. That weight
 // gradient, [512, 2048]^T x [2048, 512] (kernel_bench's row; A's stored rows 2 KB apart), is
