@@ -8,7 +8,9 @@
 //       first use (a bfloat16 one widened by a shift), registers freed after their last; the
 //       last value stored to out + i (as float32, its top halves as bfloat16, or bool bytes)
 //   if n % L: the same body once more with masked loads and stores (masked lanes are never
-//       read or written, so nothing is touched beyond the operands)
+//       read or written, so nothing is touched beyond the operands; AVX2, which has no 16-bit
+//       masked loads or stores, copies the bfloat16 operands' last elements into stack slots
+//       first and stores a bfloat16 result through one, stage_tail)
 //   return; then the cold code of the roundings to bfloat16 (Avx512Bf16: a vector with a
 //       subnormal lane jumps there, is rounded with integer steps, and jumps back)
 //
@@ -105,6 +107,47 @@ void FusedCode::Generator::plan() {
   }
   saved_.clear();
   for (int i = 4; i < used; ++i) saved_.push_back(kPointerRegs[i]);
+  // AVX2's tail: a stack slot per bfloat16 load and for a bfloat16 result (stage_tail).
+  tail_slot_.assign(n_loads_, -1);
+  int slots = 0;
+  if (!wide_) {
+    for (int k = 0; k < n_loads_; ++k)
+      if (has_pointer_[k] && loads_[k] == Load::BFloat16Elements) tail_slot_[k] = slots++;
+    if (narrow_out_) out_slot_ = slots++;
+  }
+  tail_bytes_ = slots ? 16 * (slots + 1) : 0;
+}
+
+// AVX2's tail of n % 8 elements (rdx) read from bfloat16 operands or stored as bfloat16: AVX2
+// has no 16-bit masked loads or stores, so the operands' last elements are copied into stack
+// slots of 16 bytes, zero-padded, that the tail's body reads whole, and a bfloat16 result is
+// stored into its slot and copied out from there (copy_tail_out): nothing beyond an operand or
+// the result is read or written. [rsp] keeps n % 8; the slots follow, 16 bytes each.
+void FusedCode::Generator::stage_tail() {
+  sub(rsp, tail_bytes_);
+  mov(ptr[rsp], rdx);
+  vpxor(xmm13, xmm13, xmm13);
+  for (int k = 0; k < n_loads_; ++k) {
+    if (tail_slot_[k] < 0) continue;
+    vmovdqu(ptr[rsp + tail_at(tail_slot_[k])], xmm13);
+    copy_words([&] { lea(rsi, ptr[pointer_[k] + rax * 2]); },
+               [&] { lea(rdi, ptr[rsp + 16 + tail_at(tail_slot_[k])]); });
+  }
+}
+
+// Copies n % 8 words (from [rsp]) from rsi to rdi as set by the two callbacks, which run after
+// rsi and rdi are pushed (so rsp is 16 lower then) and may read rsi's old value (the result).
+void FusedCode::Generator::copy_words(const std::function<void()>& set_source,
+                                      const std::function<void()>& set_destination) {
+  mov(rcx, ptr[rsp]);
+  push(rsi);
+  push(rdi);
+  set_destination();
+  set_source();
+  rep();
+  movsw();
+  pop(rdi);
+  pop(rsi);
 }
 
 void FusedCode::Generator::emit() {
@@ -156,6 +199,7 @@ void FusedCode::Generator::emit() {
     dec(edx);
     kmovw(k1, edx);
   } else {
+    if (tail_bytes_) stage_tail();
     shl(rdx, 5);
     lea(rcx, ptr[rip + masks_]);
     vmovups(ymm15, ptr[rcx + rdx]);
@@ -163,6 +207,7 @@ void FusedCode::Generator::emit() {
   free_ = invariant_free;
   register_of_ = invariant_regs;
   body(true);
+  if (tail_bytes_) add(rsp, tail_bytes_);
   L(done);
   vzeroupper();
   for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) pop(*it);
@@ -204,8 +249,9 @@ Xbyak::Xmm FusedCode::Generator::operand(int u, bool masked) {
     const int r = allocate();
     const Xbyak::Xmm y = vec(r);
     const Xbyak::Reg64 p = pointer_[u];
-    if (loads_[u] == Load::BFloat16Elements) {  // AVX-512 only (compile)
-      if (masked) vpmovzxwd(y | k1 | T_z, ptr[p + rax * 2]);
+    if (loads_[u] == Load::BFloat16Elements) {
+      if (masked && wide_) vpmovzxwd(y | k1 | T_z, ptr[p + rax * 2]);
+      else if (masked) vpmovzxwd(y, ptr[rsp + tail_at(tail_slot_[u])]);  // AVX2 (stage_tail)
       else vpmovzxwd(y, ptr[p + rax * 2]);
       vpslld(y, y, 16);
     } else if (loads_[u] == Load::BoolElements) {  // AVX-512 only: bytes 0 or 1 to floats
@@ -301,7 +347,19 @@ void FusedCode::Generator::store(const Xbyak::Xmm& result, bool masked) {
       vpmovdb(bytes, s1);
       vmovdqu32(ptr[rsi + rax], bytes);
     }
-  } else if (narrow_out_) {  // AVX-512 only (compile): the top half of each rounded float
+  } else if (narrow_out_ && !wide_) {  // AVX2: the top halves, packed into words
+    const Xbyak::Xmm words(s1.getIdx()), high(s2.getIdx());
+    vpsrld(s1, result, 16);
+    vextracti128(high, Xbyak::Ymm(s1.getIdx()), 1);
+    vpackusdw(words, words, high);  // each half at most 0xffff: no saturation
+    if (masked) {
+      vmovdqu(ptr[rsp + tail_at(out_slot_)], words);
+      copy_words([&] { lea(rsi, ptr[rsp + 16 + tail_at(out_slot_)]); },
+                 [&] { lea(rdi, ptr[rsi + rax * 2]); });
+    } else {
+      vmovdqu(ptr[rsi + rax * 2], words);
+    }
+  } else if (narrow_out_) {  // AVX-512: the top half of each rounded float
     vpsrld(s1, result, 16);
     if (masked) {
       vpmovdw(ptr[rsi + rax * 2] | k1, s1);
@@ -364,9 +422,8 @@ bool plan_code(const ir::Fusion& f, const std::vector<FusedCode::Load>& loads, F
   reads = loads;
   for (auto& read : reads) {
     before.push_back(read == Load::Splat);
-    // Under AVX2 the evaluator converts bfloat16 operands into its registers.
-    const bool in_place = read == Load::BFloat16Elements || read == Load::BoolElements;
-    if (in_place && !is_avx512(isa)) read = Load::Elements;
+    // Under AVX2 the evaluator converts bool operands into its registers.
+    if (read == Load::BoolElements && !is_avx512(isa)) read = Load::Elements;
   }
   for (const auto& s : f.steps) {
     bool splats = true;
@@ -390,7 +447,7 @@ std::unique_ptr<const FusedCode> FusedCode::compile(const ir::Fusion& f,
   const auto& last = f.steps.back();
   const bool rounds_last = last.op == Op::Cast && last.dtype == DType::BFloat16;
   const bool narrow =
-      is_avx512(isa) && (out == DType::Bool || (out == DType::BFloat16 && rounds_last));
+      (out == DType::Bool && is_avx512(isa)) || (out == DType::BFloat16 && rounds_last);
   std::unique_ptr<FusedCode> code(new FusedCode());
   try {
     code->gen_ = std::make_unique<Generator>(f, before, reads, isa, DType::Float32);
