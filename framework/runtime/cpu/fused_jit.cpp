@@ -121,7 +121,7 @@ void FusedCode::Generator::plan() {
 // AVX2's tail of n % 8 elements (rdx) read from bfloat16 operands or stored as bfloat16: AVX2
 // has no 16-bit masked loads or stores, so the operands' last elements are copied into stack
 // slots of 16 bytes, zero-padded, that the tail's body reads whole, and a bfloat16 result is
-// stored into its slot and copied out from there (copy_tail_out): nothing beyond an operand or
+// stored into its slot and copied out from there (store, copy_words): nothing beyond an operand or
 // the result is read or written. [rsp] keeps n % 8; the slots follow, 16 bytes each.
 void FusedCode::Generator::stage_tail() {
   sub(rsp, tail_bytes_);
