@@ -8,9 +8,9 @@
 //       first use (a bfloat16 one widened by a shift), registers freed after their last; the
 //       last value stored to out + i (as float32, its top halves as bfloat16, or bool bytes)
 //   if n % L: the same body once more with masked loads and stores (masked lanes are never
-//       read or written, so nothing is touched beyond the operands; AVX2, which has no 16-bit
-//       masked loads or stores, copies the bfloat16 operands' last elements into stack slots
-//       first and stores a bfloat16 result through one, stage_tail)
+//       read or written, so nothing is touched beyond the operands; AVX2, which has no 8- or
+//       16-bit masked loads or stores, copies the bfloat16 and bool operands' last elements
+//       into stack slots first and stores such a result through one, stage_tail)
 //   return; then the cold code of the roundings to bfloat16 (Avx512Bf16: a vector with a
 //       subnormal lane jumps there, is rounded with integer steps, and jumps back)
 //
@@ -107,45 +107,48 @@ void FusedCode::Generator::plan() {
   }
   saved_.clear();
   for (int i = 4; i < used; ++i) saved_.push_back(kPointerRegs[i]);
-  // AVX2's tail: a stack slot per bfloat16 load and for a bfloat16 result (stage_tail).
+  // AVX2's tail: a stack slot per bfloat16 or bool load and for such a result (stage_tail).
   tail_slot_.assign(n_loads_, -1);
   int slots = 0;
   if (!wide_) {
     for (int k = 0; k < n_loads_; ++k)
-      if (has_pointer_[k] && loads_[k] == Load::BFloat16Elements) tail_slot_[k] = slots++;
-    if (narrow_out_) out_slot_ = slots++;
+      if (has_pointer_[k] && loads_[k] != Load::Elements) tail_slot_[k] = slots++;
+    if (narrow_out_ || bool_out_) out_slot_ = slots++;
   }
   tail_bytes_ = slots ? 16 * (slots + 1) : 0;
 }
 
-// AVX2's tail of n % 8 elements (rdx) read from bfloat16 operands or stored as bfloat16: AVX2
-// has no 16-bit masked loads or stores, so the operands' last elements are copied into stack
-// slots of 16 bytes, zero-padded, that the tail's body reads whole, and a bfloat16 result is
-// stored into its slot and copied out from there (store, copy_words): nothing beyond an operand or
-// the result is read or written. [rsp] keeps n % 8; the slots follow, 16 bytes each.
+// AVX2's tail of n % 8 elements (rdx) read from bfloat16 or bool operands or stored as such:
+// AVX2 has no 8- or 16-bit masked loads or stores, so the operands' last elements are copied
+// into stack slots of 16 bytes, zero-padded, that the tail's body reads whole, and such a result
+// is stored into its slot and copied out from there (store, copy_tail): nothing beyond an
+// operand or the result is read or written. [rsp] keeps n % 8; the slots follow, 16 bytes each.
 void FusedCode::Generator::stage_tail() {
   sub(rsp, tail_bytes_);
   mov(ptr[rsp], rdx);
   vpxor(xmm13, xmm13, xmm13);
   for (int k = 0; k < n_loads_; ++k) {
     if (tail_slot_[k] < 0) continue;
+    const int size = loads_[k] == Load::BFloat16Elements ? 2 : 1;
     vmovdqu(ptr[rsp + tail_at(tail_slot_[k])], xmm13);
-    copy_words([&] { lea(rsi, ptr[pointer_[k] + rax * 2]); },
-               [&] { lea(rdi, ptr[rsp + 16 + tail_at(tail_slot_[k])]); });
+    copy_tail(size, [&] { lea(rsi, ptr[pointer_[k] + rax * size]); },
+              [&] { lea(rdi, ptr[rsp + 16 + tail_at(tail_slot_[k])]); });
   }
 }
 
-// Copies n % 8 words (from [rsp]) from rsi to rdi as set by the two callbacks, which run after
-// rsi and rdi are pushed (so rsp is 16 lower then) and may read rsi's old value (the result).
-void FusedCode::Generator::copy_words(const std::function<void()>& set_source,
-                                      const std::function<void()>& set_destination) {
+// Copies n % 8 elements of `size` bytes (2 or 1; n % 8 at [rsp]) from rsi to rdi as set by the
+// two callbacks, which run after rsi and rdi are pushed (so rsp is 16 lower then) and may read
+// rsi's old value (the result).
+void FusedCode::Generator::copy_tail(int size, const std::function<void()>& set_source,
+                                     const std::function<void()>& set_destination) {
   mov(rcx, ptr[rsp]);
   push(rsi);
   push(rdi);
   set_destination();
   set_source();
   rep();
-  movsw();
+  if (size == 2) movsw();
+  else movsb();
   pop(rdi);
   pop(rsi);
 }
@@ -254,8 +257,9 @@ Xbyak::Xmm FusedCode::Generator::operand(int u, bool masked) {
       else if (masked) vpmovzxwd(y, ptr[rsp + tail_at(tail_slot_[u])]);  // AVX2 (stage_tail)
       else vpmovzxwd(y, ptr[p + rax * 2]);
       vpslld(y, y, 16);
-    } else if (loads_[u] == Load::BoolElements) {  // AVX-512 only: bytes 0 or 1 to floats
-      if (masked) vpmovzxbd(y | k1 | T_z, ptr[p + rax]);
+    } else if (loads_[u] == Load::BoolElements) {  // bytes 0 or 1 to floats
+      if (masked && wide_) vpmovzxbd(y | k1 | T_z, ptr[p + rax]);
+      else if (masked) vpmovzxbd(y, ptr[rsp + tail_at(tail_slot_[u])]);  // AVX2 (stage_tail)
       else vpmovzxbd(y, ptr[p + rax]);
       vcvtdq2ps(y, y);
     } else if (wide_) {
@@ -337,7 +341,21 @@ void FusedCode::Generator::store(const Xbyak::Xmm& result, bool masked) {
   const bool stores_result_words = narrow_out_ && bf16_ && !masked;
   if (stores_result_words) {
     vmovdqu32(ptr[rsi + rax * 2], Xbyak::Ymm(s2.getIdx()));
-  } else if (bool_out_) {  // AVX-512 only (compile): a byte each, 1 where not 0 (NaN too)
+  } else if (bool_out_ && !wide_) {  // AVX2: a byte each, 1 where not 0 (NaN too)
+    const Xbyak::Xmm bytes(s1.getIdx()), high(s2.getIdx());
+    vcmpps(s1, result, zero(s2), kNe);
+    vpsrld(s1, s1, 31);
+    vextracti128(high, Xbyak::Ymm(s1.getIdx()), 1);
+    vpackssdw(bytes, bytes, high);
+    vpacksswb(bytes, bytes, bytes);
+    if (masked) {
+      vmovq(ptr[rsp + tail_at(out_slot_)], bytes);
+      copy_tail(1, [&] { lea(rsi, ptr[rsp + 16 + tail_at(out_slot_)]); },
+                [&] { lea(rdi, ptr[rsi + rax]); });
+    } else {
+      vmovq(ptr[rsi + rax], bytes);
+    }
+  } else if (bool_out_) {  // AVX-512: a byte each, 1 where not 0 (NaN too)
     vcmpps(k2, result, zero(s2), kNe);
     vmovdqu32(s1 | k2 | T_z, int_one());
     if (masked) {
@@ -354,8 +372,8 @@ void FusedCode::Generator::store(const Xbyak::Xmm& result, bool masked) {
     vpackusdw(words, words, high);  // each half at most 0xffff: no saturation
     if (masked) {
       vmovdqu(ptr[rsp + tail_at(out_slot_)], words);
-      copy_words([&] { lea(rsi, ptr[rsp + 16 + tail_at(out_slot_)]); },
-                 [&] { lea(rdi, ptr[rsi + rax * 2]); });
+      copy_tail(2, [&] { lea(rsi, ptr[rsp + 16 + tail_at(out_slot_)]); },
+                [&] { lea(rdi, ptr[rsi + rax * 2]); });
     } else {
       vmovdqu(ptr[rsi + rax * 2], words);
     }
@@ -420,11 +438,7 @@ bool plan_code(const ir::Fusion& f, const std::vector<FusedCode::Load>& loads, F
   assert(loads.size() == f.loads.size() && "fused code: one read per load");
   before.clear();
   reads = loads;
-  for (auto& read : reads) {
-    before.push_back(read == Load::Splat);
-    // Under AVX2 the evaluator converts bool operands into its registers.
-    if (read == Load::BoolElements && !is_avx512(isa)) read = Load::Elements;
-  }
+  for (auto& read : reads) before.push_back(read == Load::Splat);
   for (const auto& s : f.steps) {
     bool splats = true;
     for (int u : {s.a, s.b, s.c})
@@ -446,8 +460,7 @@ std::unique_ptr<const FusedCode> FusedCode::compile(const ir::Fusion& f,
   if (before.back()) return nullptr;  // one value throughout: nothing per element
   const auto& last = f.steps.back();
   const bool rounds_last = last.op == Op::Cast && last.dtype == DType::BFloat16;
-  const bool narrow =
-      (out == DType::Bool && is_avx512(isa)) || (out == DType::BFloat16 && rounds_last);
+  const bool narrow = out == DType::Bool || (out == DType::BFloat16 && rounds_last);
   std::unique_ptr<FusedCode> code(new FusedCode());
   try {
     code->gen_ = std::make_unique<Generator>(f, before, reads, isa, DType::Float32);

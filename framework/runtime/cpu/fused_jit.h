@@ -19,9 +19,8 @@
 // operands and writes a bfloat16 result itself (a widening is a shift; a rounding leaves a
 // bfloat16 in the top half of each float, and is one instruction where the CPU has
 // AVX512_BF16), so a channels-last bfloat16 batch norm reads and writes each element once, with
-// no conversion pass in between. The AVX-512 code also reads bool operands and writes a bool
-// result (a mask) itself; under AVX2 the evaluator converts bool operands into its registers
-// first and stores a bool result from the code's floats.
+// no conversion pass in between; it reads bool operands and writes a bool result (a mask)
+// itself too.
 #pragma once
 
 #include "ir/program.h"
@@ -58,13 +57,13 @@ class FusedCode {
     Elements,          // float32 elements (in place, or converted into a register first)
     Splat,             // one value (the evaluator's splat)
     BFloat16Elements,  // bfloat16 elements, in place
-    BoolElements,      // bool elements (bytes 0 or 1), in place (AVX-512 only: Elements under AVX2)
+    BoolElements,      // bool elements (bytes 0 or 1), in place
   };
 
   // The code for float32 fusion `f` over loads read as `loads` says, writing its result in
-  // `out` (Float32; BFloat16 when the last step rounds to bfloat16, or, AVX-512 only, Bool,
-  // stored by the code itself, see run_narrow; the code also writes float32, see run); nullptr
-  // where it does not apply: another compute type, a step it does not take, more live values than
+  // `out` (Float32; BFloat16 when the last step rounds to bfloat16, or Bool, both stored by the
+  // code itself, see run_narrow; the code also writes float32, see run); nullptr where it does
+  // not apply: another compute type, a step it does not take, more live values than
   // registers, isa not in fused_isas(). With fold_width (16, 32 or 64; AVX-512 only) the code
   // can also fold its result in rows of that width (fold_rows), where its registers allow.
   static std::unique_ptr<const FusedCode> compile(const ir::Fusion& f, const std::vector<Load>& loads,

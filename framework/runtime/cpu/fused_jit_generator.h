@@ -62,12 +62,12 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
   // index) that reads each value.
   void plan();
 
-  // AVX2's tail with bfloat16 operands or result: n % 8 (rdx) and the operands' last elements
-  // staged on the stack (fused_jit.cpp); the byte offset of slot i from rsp.
+  // AVX2's tail with bfloat16 or bool operands or result: n % 8 (rdx) and the operands' last
+  // elements staged on the stack (fused_jit.cpp); the byte offset of slot i from rsp.
   void stage_tail();
   static int tail_at(int slot) { return 16 * (slot + 1); }
-  void copy_words(const std::function<void()>& set_source,
-                  const std::function<void()>& set_destination);
+  void copy_tail(int size, const std::function<void()>& set_source,
+                 const std::function<void()>& set_destination);
 
   // Vector register r at the code's width.
   Xbyak::Xmm vec(int r) const {
@@ -208,7 +208,7 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
   std::vector<std::function<void()>> cold_;  // emitted after the function's ret
   Xbyak::Label masks_;
   std::vector<int> tail_slot_;  // per load: its stack slot in AVX2's tail, -1: none
-  int out_slot_ = -1;           // a bfloat16 result's slot there
+  int out_slot_ = -1;           // a bfloat16 or bool result's slot there
   int tail_bytes_ = 0;          // the stack the tail takes; 0: none
 };
 
