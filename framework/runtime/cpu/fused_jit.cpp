@@ -121,7 +121,7 @@ void FusedCode::Generator::plan() {
 // AVX2's tail of n % 8 elements (rdx) read from bfloat16 or bool operands or stored as such:
 // AVX2 has no 8- or 16-bit masked loads or stores, so the operands' last elements are copied
 // into stack slots of 16 bytes, zero-padded, that the tail's body reads whole, and such a result
-// is stored into its slot and copied out from there (store, copy_tail): nothing beyond an
+// is stored into its slot and copied out from there (store_packed, copy_tail): nothing beyond an
 // operand or the result is read or written. [rsp] keeps n % 8; the slots follow, 16 bytes each.
 void FusedCode::Generator::stage_tail() {
   sub(rsp, tail_bytes_);
@@ -131,21 +131,20 @@ void FusedCode::Generator::stage_tail() {
     if (tail_slot_[k] < 0) continue;
     const int size = loads_[k] == Load::BFloat16Elements ? 2 : 1;
     vmovdqu(ptr[rsp + tail_at(tail_slot_[k])], xmm13);
-    copy_tail(size, [&] { lea(rsi, ptr[pointer_[k] + rax * size]); },
-              [&] { lea(rdi, ptr[rsp + 16 + tail_at(tail_slot_[k])]); });
+    copy_tail(size, pointer_[k] + rax * size, rsp + 16 + tail_at(tail_slot_[k]));
   }
 }
 
-// Copies n % 8 elements of `size` bytes (2 or 1; n % 8 at [rsp]) from rsi to rdi as set by the
-// two callbacks, which run after rsi and rdi are pushed (so rsp is 16 lower then) and may read
-// rsi's old value (the result).
-void FusedCode::Generator::copy_tail(int size, const std::function<void()>& set_source,
-                                     const std::function<void()>& set_destination) {
+// Copies n % 8 elements of `size` bytes (2 or 1; n % 8 at [rsp]) from `source` to
+// `destination`, both taken after rsi and rdi are pushed (rsp then 16 lower); `destination`
+// may use rsi (the result), `source` neither rsi nor rdi.
+void FusedCode::Generator::copy_tail(int size, const Xbyak::RegExp& source,
+                                     const Xbyak::RegExp& destination) {
   mov(rcx, ptr[rsp]);
   push(rsi);
   push(rdi);
-  set_destination();
-  set_source();
+  lea(rdi, ptr[destination]);
+  lea(rsi, ptr[source]);
   rep();
   if (size == 2) movsw();
   else movsb();
@@ -348,13 +347,7 @@ void FusedCode::Generator::store(const Xbyak::Xmm& result, bool masked) {
     vextracti128(high, Xbyak::Ymm(s1.getIdx()), 1);
     vpackssdw(bytes, bytes, high);
     vpacksswb(bytes, bytes, bytes);
-    if (masked) {
-      vmovq(ptr[rsp + tail_at(out_slot_)], bytes);
-      copy_tail(1, [&] { lea(rsi, ptr[rsp + 16 + tail_at(out_slot_)]); },
-                [&] { lea(rdi, ptr[rsi + rax]); });
-    } else {
-      vmovq(ptr[rsi + rax], bytes);
-    }
+    store_packed(bytes, 1, masked);
   } else if (bool_out_) {  // AVX-512: a byte each, 1 where not 0 (NaN too)
     vcmpps(k2, result, zero(s2), kNe);
     vmovdqu32(s1 | k2 | T_z, int_one());
@@ -370,13 +363,7 @@ void FusedCode::Generator::store(const Xbyak::Xmm& result, bool masked) {
     vpsrld(s1, result, 16);
     vextracti128(high, Xbyak::Ymm(s1.getIdx()), 1);
     vpackusdw(words, words, high);  // each half at most 0xffff: no saturation
-    if (masked) {
-      vmovdqu(ptr[rsp + tail_at(out_slot_)], words);
-      copy_tail(2, [&] { lea(rsi, ptr[rsp + 16 + tail_at(out_slot_)]); },
-                [&] { lea(rdi, ptr[rsi + rax * 2]); });
-    } else {
-      vmovdqu(ptr[rsi + rax * 2], words);
-    }
+    store_packed(words, 2, masked);
   } else if (narrow_out_) {  // AVX-512: the top half of each rounded float
     vpsrld(s1, result, 16);
     if (masked) {
@@ -393,6 +380,18 @@ void FusedCode::Generator::store(const Xbyak::Xmm& result, bool masked) {
     if (masked) vmaskmovps(ptr[rsi + rax * 4], ymm15, result);
     else vmovups(ptr[rsi + rax * 4], result);
   }
+}
+
+// AVX2: stores the result's 8 elements of `size` bytes (2: bfloat16, 1: bool), packed at the
+// bottom of x, at out + rax; the tail's through its stack slot (stage_tail).
+void FusedCode::Generator::store_packed(const Xbyak::Xmm& x, int size, bool masked) {
+  const auto put = [&](const Xbyak::Address& at) {
+    if (size == 2) vmovdqu(at, x);
+    else vmovq(at, x);
+  };
+  if (!masked) return put(ptr[rsi + rax * size]);
+  put(ptr[rsp + tail_at(out_slot_)]);
+  copy_tail(size, rsp + 16 + tail_at(out_slot_), rsi + rax * size);
 }
 
 // Frees the registers of the steps' values, leaving only the values computed before.

@@ -66,8 +66,8 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
   // elements staged on the stack (fused_jit.cpp); the byte offset of slot i from rsp.
   void stage_tail();
   static int tail_at(int slot) { return 16 * (slot + 1); }
-  void copy_tail(int size, const std::function<void()>& set_source,
-                 const std::function<void()>& set_destination);
+  void copy_tail(int size, const Xbyak::RegExp& source, const Xbyak::RegExp& destination);
+  void store_packed(const Xbyak::Xmm& x, int size, bool masked);
 
   // Vector register r at the code's width.
   Xbyak::Xmm vec(int r) const {
