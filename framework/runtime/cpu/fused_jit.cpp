@@ -18,8 +18,9 @@
 // rcx: the end of the full vectors; up to 10 element loads get a register each (r8-r11, rbx,
 // rbp, r12-r15, the last six saved and restored). AVX-512: zmm0-zmm27 hold values, zmm28-zmm29
 // are scratch for the steps that take two instructions or more, zmm30 is zero, k1 is the tail's
-// lane mask and k2-k3 hold comparisons. AVX2: ymm0-ymm12 hold values, ymm13-ymm14 are scratch, ymm15 is the
-// tail's lane mask. A fusion needing more at once is left to the evaluator (there are no spills).
+// lane mask and k2-k3 hold comparisons. AVX2: ymm0-ymm12 hold values, ymm13-ymm14 are scratch,
+// ymm15 is the tail's lane mask (in a fold, a partial sum). A fusion needing more at once is
+// left to the evaluator (there are no spills).
 // An arithmetic step's second operand, when it is a float32 load nothing else reads, is read
 // straight from memory by the instruction in the full vectors.
 //
@@ -278,24 +279,26 @@ Xbyak::Xmm FusedCode::Generator::operand(int u, bool masked) {
 // 8 values are added in float as ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)), that sum
 // widened to double and added to the column's sum (folded value j's at rsi + j * width), as
 // kernels_reduce.cpp's fold_fixed_rows does, to the bit. A group is computed a column vector
-// (16 columns) at a time, its 8 rows one after another, so each tree needs three partials;
-// rcx is the group's first element and rax the vector's (the body's index).
+// (the lanes: 16 or 8 columns) at a time, its 8 rows one after another, so each tree needs
+// three partials; rcx is the group's first element and rax the vector's (the body's index).
 void FusedCode::Generator::fold_loop() {
   const int w = fold_width_;
-  const Xbyak::Zmm s1(28), s2(29);
+  // Scratch for the widening: the steps' own, free between rows.
+  const Xbyak::Xmm s1 = vec(wide_ ? 28 : 13), s2 = vec(wide_ ? 29 : 14);
   Xbyak::Label loop, done;
   xor_(ecx, ecx);
   test(rdx, rdx);
   jz(done, T_NEAR);
   L(loop);
-  for (int h = 0; h < w / 16; ++h) {
+  for (int h = 0; h < w / lanes_; ++h) {
     for (int r = 0; r < 8; ++r) {
-      lea(rax, ptr[rcx + r * w + h * 16]);
+      lea(rax, ptr[rcx + r * w + h * lanes_]);
       compute(false);
       for (std::size_t j = 0; j < folded_.size(); ++j) {
-        const Xbyak::Zmm v(register_of_[folded_[j]]);
+        const Xbyak::Xmm v = vec(register_of_[folded_[j]]);
         const int k = 3 * static_cast<int>(j);
-        const Xbyak::Zmm p0(fold_partial(k)), p1(fold_partial(k + 1)), p2(fold_partial(k + 2));
+        const Xbyak::Xmm p0 = vec(fold_partial(k)), p1 = vec(fold_partial(k + 1)),
+                         p2 = vec(fold_partial(k + 2));
         switch (r) {  // the tree: p0 = (r0 + r1) + (r2 + r3), p1 = (r4 + r5) + (r6 + r7)
           case 0: vmovaps(p0, v); break;
           case 1: vaddps(p0, p0, v); break;
@@ -309,17 +312,25 @@ void FusedCode::Generator::fold_loop() {
       }
       release();
     }
-    // Columns h * 16 .. + 7 and + 8 .. + 15 of each sum: the tree's halves widened and added.
+    // The vector's columns in each sum: the tree's halves widened and added (a half's doubles
+    // fill a vector).
     for (std::size_t j = 0; j < folded_.size(); ++j) {
-      const Xbyak::Zmm p0(fold_partial(3 * static_cast<int>(j)));
-      const int at = (static_cast<int>(j) * w + h * 16) * 8;
-      vcvtps2pd(s1, Xbyak::Ymm(p0.getIdx()));
+      const int p0 = fold_partial(3 * static_cast<int>(j));
+      const int at = (static_cast<int>(j) * w + h * lanes_) * 8;
+      const int half = 4 * lanes_;  // bytes of a half's doubles
+      if (wide_) {
+        vcvtps2pd(s1, Xbyak::Ymm(p0));
+        vextractf32x8(Xbyak::Ymm(s2.getIdx()), Xbyak::Zmm(p0), 1);
+        vcvtps2pd(s2, Xbyak::Ymm(s2.getIdx()));
+      } else {
+        vcvtps2pd(s1, Xbyak::Xmm(p0));
+        vextractf128(Xbyak::Xmm(s2.getIdx()), Xbyak::Ymm(p0), 1);
+        vcvtps2pd(s2, Xbyak::Xmm(s2.getIdx()));
+      }
       vaddpd(s1, s1, ptr[rsi + at]);
       vmovupd(ptr[rsi + at], s1);
-      vextractf32x8(Xbyak::Ymm(s2.getIdx()), p0, 1);
-      vcvtps2pd(s2, Xbyak::Ymm(s2.getIdx()));
-      vaddpd(s2, s2, ptr[rsi + at + 64]);
-      vmovupd(ptr[rsi + at + 64], s2);
+      vaddpd(s2, s2, ptr[rsi + at + half]);
+      vmovupd(ptr[rsi + at + half], s2);
     }
   }
   add(rcx, 8 * w);
@@ -424,6 +435,9 @@ const std::vector<FusedIsa>& fused_isas() {
 
 namespace {
 
+// The floats of a vector on isa: a fold's row width is a multiple of it.
+int fold_lanes(FusedIsa isa) { return is_avx512(isa) ? 16 : 8; }
+
 // What compile and compile_fold generate from: per value, whether it is computed before the
 // code (a splat, or a step on splats only), and how each load is read. False where the code
 // does not apply (isa not here, another compute type, a step it does not take).
@@ -474,7 +488,7 @@ std::unique_ptr<const FusedCode> FusedCode::compile(const ir::Fusion& f,
     return nullptr;
   }
   // The fold, where asked for; code that cannot fold (registers) still runs and stores.
-  if (fold_width > 0 && fold_width % 16 == 0 && is_avx512(isa)) {
+  if (fold_width > 0 && fold_width % fold_lanes(isa) == 0) {
     try {
       auto gen = std::make_unique<Generator>(f, before, reads, isa, DType::Float32, fold_width);
       gen->readyRE();
@@ -502,7 +516,7 @@ std::unique_ptr<const FusedCode> FusedCode::compile_fold(const ir::Fusion& f,
                                                          const std::vector<int>& folded) {
   std::vector<bool> before;
   std::vector<Load> reads;
-  if (width <= 0 || width % 16 != 0 || !is_avx512(isa) || folded.empty() ||
+  if (width <= 0 || width % fold_lanes(isa) != 0 || folded.empty() ||
       !plan_code(f, loads, isa, before, reads))
     return nullptr;
   for (int v : folded)

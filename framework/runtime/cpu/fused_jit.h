@@ -64,13 +64,14 @@ class FusedCode {
   // `out` (Float32; BFloat16 when the last step rounds to bfloat16, or Bool, both stored by the
   // code itself, see run_narrow; the code also writes float32, see run); nullptr where it does
   // not apply: another compute type, a step it does not take, more live values than
-  // registers, isa not in fused_isas(). With fold_width (16, 32 or 64; AVX-512 only) the code
-  // can also fold its result in rows of that width (fold_rows), where its registers allow.
+  // registers, isa not in fused_isas(). With fold_width (a fixed row width, 8, 16, 32 or 64,
+  // that is a multiple of the isa's lanes: 8 from AVX2, 16 from AVX-512) the code can also fold
+  // its result in rows of that width (fold_rows), where its registers allow.
   static std::unique_ptr<const FusedCode> compile(const ir::Fusion& f, const std::vector<Load>& loads,
                                                   DType out, FusedIsa isa, int fold_width = 0);
   // Code that only folds (fold_rows, not run): values `folded` of f (several prologues'
   // results, merged into one fusion by stacked reductions), folded together in rows of `width`
-  // (16, 32 or 64; AVX-512 only), value folded[j] into sums + j * width. nullptr where it does
+  // (as compile's fold_width), value folded[j] into sums + j * width. nullptr where it does
   // not apply (as compile; a folded value computed before; too many registers).
   static std::unique_ptr<const FusedCode> compile_fold(const ir::Fusion& f,
                                                        const std::vector<Load>& loads,

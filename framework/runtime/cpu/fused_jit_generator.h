@@ -32,13 +32,22 @@ struct DoesNotFit {};
 struct FusedCode::Generator : Xbyak::CodeGenerator {
   static constexpr int kZero = 30;  // AVX-512: a zero vector throughout
   // fold_rows: the partial sums of a group of rows, three per folded result, take zmm31 and
-  // then zmm27, zmm26, ... down; values keep the registers below them.
+  // then zmm27, zmm26, ... down (AVX-512), or ymm15 (the tail's mask, which folds have no use
+  // for) and then ymm12, ymm11, ... down (AVX2); values keep the registers below them.
   static constexpr int kMaxFolded = 6;
-  static int fold_partial(int k) { return k == 0 ? 31 : 28 - k; }
+  int fold_partial(int k) const {
+    if (wide_) return k == 0 ? 31 : 28 - k;
+    return k == 0 ? 15 : 13 - k;
+  }
+  // The vector registers values take: zmm0-zmm27 or ymm0-ymm12, less the folds' partials.
+  static int value_registers(bool wide, int fold_width, std::size_t folded) {
+    const int partials = fold_width ? 3 * static_cast<int>(folded) - 1 : 0;
+    return (wide ? 28 : 13) - partials;
+  }
 
   // The code for fusion f on isa, its loads read as `loads` say, its result stored as out
-  // (Float32 or BFloat16); or, with fold_width (AVX-512 only), values `folded` (the last
-  // value where empty) folded in rows of that many values (FusedCode::fold_rows) instead.
+  // (Float32 or BFloat16); or, with fold_width (a multiple of the lanes), values `folded` (the
+  // last value where empty) folded in rows of that many values (FusedCode::fold_rows) instead.
   Generator(const ir::Fusion& f, const std::vector<bool>& before, const std::vector<Load>& loads,
             FusedIsa isa, DType out, int fold_width = 0, std::vector<int> folded = {})
       : Xbyak::CodeGenerator(4096, Xbyak::AutoGrow), f_(f), before_(before), loads_(loads),
@@ -46,13 +55,14 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
         folded_(fold_width && folded.empty()
                     ? std::vector<int>{static_cast<int>(f.loads.size() + f.steps.size()) - 1}
                     : std::move(folded)),
-        value_regs_(wide_ ? 28 - (fold_width ? 3 * static_cast<int>(folded_.size()) - 1 : 0) : 13),
+        value_regs_(value_registers(wide_, fold_width, folded_.size())),
         narrow_out_(out == DType::BFloat16), bool_out_(out == DType::Bool),
         fold_width_(fold_width),
         n_loads_(static_cast<int>(f.loads.size())),
         n_values_(n_loads_ + static_cast<int>(f.steps.size())) {
-    assert((!fold_width || (wide_ && fold_width % 16 == 0)) && "fused code: a fold it cannot do");
-    if (static_cast<int>(folded_.size()) > kMaxFolded) throw fused_jit::DoesNotFit{};
+    assert(fold_width % lanes_ == 0 && "fused code: a fold it cannot do");
+    if (static_cast<int>(folded_.size()) > kMaxFolded || value_regs_ < 1)
+      throw fused_jit::DoesNotFit{};
     plan();
     emit();
   }
@@ -166,8 +176,8 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
   // 8 values are added in float as ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)), that sum
   // widened to double and added to the column's sum (folded value j's at rsi + j * width), as
   // kernels_reduce.cpp's fold_fixed_rows does, to the bit. A group is computed a column vector
-  // (16 columns) at a time, its 8 rows one after another, so each tree needs three partials;
-  // rcx is the group's first element and rax the vector's (the body's index).
+  // (16 or 8 columns, the lanes) at a time, its 8 rows one after another, so each tree needs
+  // three partials; rcx is the group's first element and rax the vector's (the body's index).
   void fold_loop();
 
   // One vector (rax: its first element) of every step, the result stored.

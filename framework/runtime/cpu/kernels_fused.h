@@ -61,7 +61,8 @@ bool reads_stacked(const Shape& shape, const std::vector<int64_t>& axes);
 
 // The row width at which a Sum or Mean of this shape over these axes folds its prologue's rows
 // straight from the code's registers (FusedCode::fold_rows: column sums over channels-last rows
-// of 16, 32 or 64); 0 where it does not.
+// of 8, 16, 32 or 64; the code folds those that are a multiple of its lanes); 0 where it does
+// not.
 int rows_fold_width(const Shape& shape, const std::vector<int64_t>& axes);
 
 // A column sum over rows of W floats (a channels-last per-channel statistic) takes the rows in
@@ -108,7 +109,7 @@ struct StackedFold {
 };
 
 // The stacked fold of `prologues` in rows of `width` (rows_fold_width); nullptr where there is
-// no such code (no AVX-512, registers).
+// no such code (no fused code here, a width not a multiple of its lanes, registers).
 std::unique_ptr<const StackedFold> compile_stacked_fold(
     std::span<const ir::Fusion* const> prologues, int width);
 

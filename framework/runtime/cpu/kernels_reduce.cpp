@@ -609,8 +609,7 @@ bool reads_stacked(const Shape& shape, const std::vector<int64_t>& axes) {
 
 int rows_fold_width(const Shape& shape, const std::vector<int64_t>& axes) {
   const Layout l = layout_of(shape, axes);
-  return rows_in_chunks(l) && l.inner % 16 == 0 && fixed_rows(l.inner) ? static_cast<int>(l.inner)
-                                                                         : 0;
+  return rows_in_chunks(l) && fixed_rows(l.inner) ? static_cast<int>(l.inner) : 0;
 }
 
 void stacked_reduce_kernel(Op op, const ir::Attr& attr,
