@@ -337,13 +337,14 @@ TEST(FusedCode, RoundsToBFloat16AsRoundBitsOverTheFloatRange) {
   }
 }
 
-// exp, sigmoid and silu on AVX-512: the code's polynomials give the evaluator's bits (Eigen's
-// pexp and logistic) over the whole float range, the clamps and cut-offs, special values and a
+// exp, sigmoid and silu where the code takes them (fused_code_takes_exp: AVX-512 in a build for
+// it, AVX2 in a build for AVX2): the code's polynomials give the evaluator's bits (Eigen's pexp
+// and logistic) over the whole float range, the clamps and cut-offs, special values and a
 // masked tail, alone, after a shift by a splat (softmax's exp(x - max)), from bfloat16
 // operands, and rounded to bfloat16.
 TEST(FusedCode, ExpAndLogisticGiveTheEvaluatorsBits) {
-  if (std::none_of(fused_isas().begin(), fused_isas().end(), is_avx512))
-    GTEST_SKIP() << "no AVX-512 fused code here: exp stays on the evaluator";
+  if (std::none_of(fused_isas().begin(), fused_isas().end(), fused_code_takes_exp))
+    GTEST_SKIP() << "no fused code here computes this build's exp: it stays on the evaluator";
   std::vector<float> x{0.0f, -0.0f, 1.0f, -1.0f, 88.0f, 88.37f, 88.38f, 88.8f, 89.0f, -87.0f,
                        -88.37f, -88.38f, -100.0f, -104.0f, 1e-30f, -1e-30f, 1e-40f,
                        std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
@@ -369,7 +370,7 @@ TEST(FusedCode, ExpAndLogisticGiveTheEvaluatorsBits) {
   for (Op op : {Op::Exp, Op::Sigmoid, Op::Silu})
   for (Chain c : {Chain{"(x)", false, false, false}, Chain{"(x - m)", false, true, false},
                   Chain{"(bf16 x - m)", true, true, false}, Chain{"(x - m) to bf16", false, true, true}}) {
-    if (!is_avx512(isa)) continue;
+    if (!fused_code_takes_exp(isa)) continue;
     c.what = std::string(fused_isa_name(isa)) + ": " + ir::op_name(op) + c.what;
     ir::Fusion f;
     f.compute = DType::Float32;
@@ -453,13 +454,20 @@ TEST(FusedCode, TakesOnlyTheStepsItComputesExactly) {
   // Their bits come from Eigen's and libm's approximations: the evaluator keeps them.
   for (Op op : {Op::Log, Op::Tanh, Op::Erf, Op::Gelu})
     EXPECT_EQ(compile_fused_code(fusion(op), DType::Float32), nullptr) << ir::op_name(op);
-  // Exp, sigmoid and silu: the AVX-512 code computes Eigen's AVX-512 polynomials, the
-  // evaluator's; AVX2 code leaves them to the evaluator.
-  for (FusedIsa isa : fused_isas())
+  // Exp, sigmoid and silu: the code computes the polynomials the evaluator runs in this
+  // build, Eigen's AVX-512 ones in a build for AVX-512 (where AVX2 code leaves them to the
+  // evaluator), its generic 8-lane ones in a build for AVX2.
+  for (FusedIsa isa : fused_isas()) {
+#if defined(__AVX512F__)
+    const bool takes = is_avx512(isa);
+#else
+    const bool takes = isa == FusedIsa::Avx2;
+#endif
+    EXPECT_EQ(fused_code_takes_exp(isa), takes) << fused_isa_name(isa);
     for (Op op : {Op::Exp, Op::Sigmoid, Op::Silu})
-      EXPECT_EQ(compile_fused_code(fusion(op), DType::Float32, isa) != nullptr,
-                is_avx512(isa))
+      EXPECT_EQ(compile_fused_code(fusion(op), DType::Float32, isa) != nullptr, takes)
           << fused_isa_name(isa) << " " << ir::op_name(op);
+  }
   // A float64 fusion is the evaluator's.
   ir::Fusion f64 = fusion(Op::Relu);
   f64.compute = DType::Float64;

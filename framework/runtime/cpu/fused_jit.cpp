@@ -51,24 +51,28 @@ namespace loom::runtime {
 #if defined(__x86_64__)
 using namespace fused_jit;
 
+// The evaluator's exp and logistic are Eigen's float packets with FMA (fused_steps.h's
+// vector_map): pexp<Packet16f>'s own polynomial in a build for AVX-512, the generic pexp_float
+// over Packet8f in a build for AVX2 below it. The code computes the one of its instruction set
+// (Generator::exp, Generator::logistic), so it takes them where that is the build's.
+bool fused_code_takes_exp(FusedIsa isa) {
+#if defined(__AVX512F__) && defined(__FMA__)
+  return is_avx512(isa);
+#elif defined(__AVX2__) && defined(__FMA__)
+  return isa == FusedIsa::Avx2;
+#else
+  return static_cast<void>(isa), false;
+#endif
+}
+
 namespace {
 
 using ir::Op;
 
-// Whether the evaluator's exp and logistic are Eigen's AVX-512 float polynomials
-// (pexp<Packet16f>, scalar_logistic_op<float> with FMA), which the AVX-512 code reproduces
-// instruction for instruction (Generator::exp, Generator::logistic).
-#if defined(__AVX512F__) && defined(__FMA__)
-constexpr bool kEigenAvx512Exp = true;
-#else
-constexpr bool kEigenAvx512Exp = false;
-#endif
-
 // Whether the code takes step op on isa (as a per-element step; Constant is always computed
 // before).
 bool takes(const ir::FusedStep& s, FusedIsa isa) {
-  if (s.op == Op::Exp || s.op == Op::Sigmoid || s.op == Op::Silu)
-    return kEigenAvx512Exp && is_avx512(isa);
+  if (s.op == Op::Exp || s.op == Op::Sigmoid || s.op == Op::Silu) return fused_code_takes_exp(isa);
   switch (s.op) {
     case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Maximum: case Op::Minimum:
     case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge: case Op::Where:
@@ -542,6 +546,7 @@ std::unique_ptr<const FusedCode> FusedCode::compile_fold(const ir::Fusion& f,
 #else  // no code generator for this architecture: the block evaluator runs every fusion
 
 struct FusedCode::Generator {};
+bool fused_code_takes_exp(FusedIsa) { return false; }
 const std::vector<FusedIsa>& fused_isas() {
   static const std::vector<FusedIsa> none;
   return none;

@@ -50,6 +50,11 @@ const std::vector<FusedIsa>& fused_isas();
 // Whether there is any fused code here (fused_isas() is not empty).
 bool fused_jit_available();
 
+// Whether the code on isa takes exp, sigmoid and silu: where its polynomials are those the
+// evaluator runs in this build (Eigen's AVX-512 exp with AVX-512, its generic 8-lane exp in a
+// build for AVX2 below AVX-512); elsewhere those fusions stay on the evaluator.
+bool fused_code_takes_exp(FusedIsa isa);
+
 class FusedCode {
  public:
   // How the code reads one of the fusion's loads over a sub-block.

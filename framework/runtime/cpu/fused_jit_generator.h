@@ -10,6 +10,7 @@
 #include <xbyak/xbyak.h>
 
 #include <array>
+#include <bit>
 #include <cassert>
 #include <cstdint>
 #include <deque>
@@ -117,13 +118,22 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
       2.48287947061529e-01f, 8.51377133304701e-03f, 6.08574864600143e-05f,  // alpha_1, 3, 5
       1.15627324459942e-07f, 4.37031012579801e-11f,                         // alpha_7, 9
       9.93151921023180e-01f, 1.16817656904453e-01f, 1.70198817374094e-03f,  // beta_0, 2, 4
-      6.29106785017040e-06f, 5.76102136993427e-09f, 6.10247389755681e-13f};  // beta_6, 8, 10
+      6.29106785017040e-06f, 5.76102136993427e-09f, 6.10247389755681e-13f,  // beta_6, 8, 10
+      // Eigen 3.4's generic pexp_float (GenericPacketMathFunctions.h), which Packet8f runs,
+      // where it differs from the above: its clamp, ln 2 in two parts, and pldexp_generic's
+      // exponent bound and bias (the bias an integer).
+      88.723f, -88.723f,                    // cst_exp_hi, cst_exp_lo
+      -0.693359375f, 2.12194440e-4f,        // cst_cephes_exp_C1, C2
+      278.0f, -278.0f,                      // max_exponent, its negation
+      std::bit_cast<float>(127u)};          // bias
   Xbyak::Address exp_constant(int index) { return constant(8 + index); }
   Xbyak::Address logistic_constant(int index) { return constant(8 + 12 + index); }
+  Xbyak::Address generic_exp_constant(int index) { return constant(8 + 12 + 13 + index); }
 
-  // d = exp(x) with the bits of Eigen's pexp<Packet16f>, which the evaluator's vector_map
-  // runs on every element: the same operations on the same operands in the same order, each
-  // min/max with Eigen's operand order (it decides NaN) and each pmadd one fused multiply-add.
+  // d = exp(x) with the bits of the exp the evaluator's vector_map runs on every element:
+  // Eigen's pexp<Packet16f> (AVX-512) or its generic pexp_float over Packet8f (AVX2), the same
+  // operations on the same operands in the same order, each min/max with Eigen's operand order
+  // (it decides NaN) and each pmadd one fused multiply-add.
   // Six temporaries from the value registers (DoesNotFit when they are taken), never x's,
   // which the final max reads again; d may be x's register (the max writes it last).
   void exp(const Xbyak::Xmm& d, const Xbyak::Xmm& x);

@@ -89,7 +89,7 @@ Xbyak::Xmm FusedCode::Generator::compute(bool masked) {
       case Op::LogicalNot:
         set_if(d, a, zero(s2), kEq);
         break;
-      case Op::Exp:  // AVX-512 only (takes), as the two below
+      case Op::Exp:  // where the evaluator's polynomial is this code's (takes), as below
         exp(d, a);
         break;
       case Op::Sigmoid:
@@ -124,9 +124,11 @@ Xbyak::Xmm FusedCode::Generator::compute(bool masked) {
   return vec(register_of_[n_values_ - 1]);
 }
 
-// d = exp(x) with the bits of Eigen's pexp<Packet16f>, which the evaluator's vector_map
-// runs on every element: the same operations on the same operands in the same order, each
-// min/max with Eigen's operand order (it decides NaN) and each pmadd one fused multiply-add.
+// d = exp(x) with the bits of the exp the evaluator's vector_map runs on every element: Eigen's
+// pexp<Packet16f> (AVX-512), or its generic pexp_float over Packet8f (AVX2: another clamp, ln 2
+// taken off in two parts, and pldexp_generic's scaling by four powers of two), with the same
+// operations on the same operands in the same order, each min/max with Eigen's operand order
+// (it decides NaN) and each pmadd one fused multiply-add.
 // Six temporaries from the value registers (DoesNotFit when they are taken), never x's,
 // which the final max reads again; d may be x's register (the max writes it last).
 void FusedCode::Generator::exp(const Xbyak::Xmm& d, const Xbyak::Xmm& x) {
@@ -137,14 +139,27 @@ void FusedCode::Generator::exp(const Xbyak::Xmm& d, const Xbyak::Xmm& x) {
   free_[static_cast<std::size_t>(x.getIdx())] = x_was_free;
   const Xbyak::Xmm t0 = vec(regs[0]), m = vec(regs[1]), r2 = vec(regs[2]), r3 = vec(regs[3]),
                    y = vec(regs[4]), y1 = vec(regs[5]);
-  vmovups(t0, exp_constant(0));
-  vminps(t0, t0, x);                       // pmin(_x, exp_hi) = min_ps(exp_hi, _x)
-  vmovups(m, exp_constant(1));
-  vmaxps(t0, m, t0);                       // pmax(., exp_lo) = max_ps(exp_lo, .)
+  if (wide_) {  // pexp<Packet16f>
+    vmovups(t0, exp_constant(0));
+    vminps(t0, t0, x);                     // pmin(_x, exp_hi) = min_ps(exp_hi, _x)
+    vmovups(m, exp_constant(1));
+    vmaxps(t0, m, t0);                     // pmax(., exp_lo) = max_ps(exp_lo, .)
+  } else {  // pexp_float over Packet8f: its own clamp
+    vmovups(t0, generic_exp_constant(0));
+    vminps(t0, t0, x);
+    vmovups(m, generic_exp_constant(1));
+    vmaxps(t0, m, t0);
+  }
   vmovups(m, exp_constant(2));
   vfmadd231ps(m, t0, exp_constant(3));     // x * LOG2EF + half
-  vrndscaleps(m, m, 0x01);                 // floor
-  vfmadd231ps(t0, m, exp_constant(4));     // r = m * nln2 + x
+  if (wide_) vrndscaleps(m, m, 0x01);      // floor
+  else vroundps(m, m, 0x01);
+  if (wide_) {
+    vfmadd231ps(t0, m, exp_constant(4));   // r = m * nln2 + x
+  } else {                                 // r = m * C1 + x, then m * C2 + r
+    vfmadd231ps(t0, m, generic_exp_constant(2));
+    vfmadd231ps(t0, m, generic_exp_constant(3));
+  }
   vmulps(r2, t0, t0);                      // r2 = r * r
   vmulps(r3, r2, t0);                      // r3 = r2 * r
   vmovups(y, exp_constant(6));
@@ -156,10 +171,29 @@ void FusedCode::Generator::exp(const Xbyak::Xmm& d, const Xbyak::Xmm& x) {
   vaddps(t0, t0, one());                   // y2 = r + 1
   vfmadd213ps(y, r3, y1);                  // y = y * r3 + y1
   vfmadd213ps(y, r2, t0);                  // y = y * r2 + y2
-  vaddps(m, m, exp_constant(11));          // m + 127
-  vcvttps2dq(m, m);
-  vpslld(m, m, 23);                        // 2^m
-  vmulps(y, y, m);
+  if (wide_) {
+    vaddps(m, m, exp_constant(11));        // m + 127
+    vcvttps2dq(m, m);
+    vpslld(m, m, 23);                      // 2^m
+    vmulps(y, y, m);
+  } else {  // pldexp_generic(y, m): e = m clamped to +-278, b = e >> 2, y * 2^b * 2^b * 2^b * 2^(e - 3b)
+    const Xbyak::Xmm b = r3, c = y1;
+    vmovups(r2, generic_exp_constant(5));
+    vmaxps(r2, r2, m);                     // pmax(m, -278) = max_ps(-278, m)
+    vmovups(m, generic_exp_constant(4));
+    vminps(m, m, r2);                      // pmin(., 278) = min_ps(278, .)
+    vcvttps2dq(m, m);                      // e
+    vpsrad(b, m, 2);                       // b = e >> 2
+    vpaddd(c, b, generic_exp_constant(6));
+    vpslld(c, c, 23);                      // 2^b
+    vmulps(y, y, c);
+    vmulps(y, y, c);
+    vmulps(y, y, c);
+    for (int k = 0; k < 3; ++k) vpsubd(m, m, b);  // e - 3b
+    vpaddd(m, m, generic_exp_constant(6));
+    vpslld(m, m, 23);                      // 2^(e - 3b)
+    vmulps(y, y, m);
+  }
   vmaxps(d, x, y);                         // pmax(y * 2^m, _x) = max_ps(_x, .)
   for (int r : regs) free_[r] = true;
 }
@@ -186,12 +220,23 @@ void FusedCode::Generator::logistic(const Xbyak::Xmm& d, const Xbyak::Xmm& x, bo
   for (int k : {10, 9, 8, 7}) vfmadd213ps(q, x2, logistic_constant(k));  // beta_6 .. beta_0
   vdivps(p, p, q);
   vaddps(p, p, exp_constant(2));                // + 0.5
+  // c and x2 are done with: exp below takes their registers (AVX2 has few).
+  free_[static_cast<std::size_t>(regs[0])] = free_[static_cast<std::size_t>(regs[1])] = true;
   Xbyak::Label no_small;
-  vcmpps(k3, x, logistic_constant(1), kLt);     // pcmp_lt(_x, cutoff_lower)
-  kortestw(k3, k3);
-  jz(no_small, T_NEAR);
-  exp(q, x);                                    // q is free again: the polynomial is done
-  vblendmps(p | k3, p, q);                      // pselect(lt, exp, logistic)
+  if (wide_) {
+    vcmpps(k3, x, logistic_constant(1), kLt);   // pcmp_lt(_x, cutoff_lower)
+    kortestw(k3, k3);
+    jz(no_small, T_NEAR);
+    exp(q, x);                                  // q is free again: the polynomial is done
+    vblendmps(p | k3, p, q);                    // pselect(lt, exp, logistic)
+  } else {
+    const Xbyak::Ymm lt(14);                    // scratch; exp uses value registers only
+    vcmpps(lt, x, logistic_constant(1), kLt);
+    vtestps(lt, lt);                            // predux_any: a sign bit set
+    jz(no_small, T_NEAR);
+    exp(q, x);
+    vblendvps(p, p, q, lt);
+  }
   L(no_small);
   if (times_x) vmulps(d, x, p);
   else vmovaps(d, p);
