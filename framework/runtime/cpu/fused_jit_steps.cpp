@@ -139,17 +139,11 @@ void FusedCode::Generator::exp(const Xbyak::Xmm& d, const Xbyak::Xmm& x) {
   free_[static_cast<std::size_t>(x.getIdx())] = x_was_free;
   const Xbyak::Xmm t0 = vec(regs[0]), m = vec(regs[1]), r2 = vec(regs[2]), r3 = vec(regs[3]),
                    y = vec(regs[4]), y1 = vec(regs[5]);
-  if (wide_) {  // pexp<Packet16f>
-    vmovups(t0, exp_constant(0));
-    vminps(t0, t0, x);                     // pmin(_x, exp_hi) = min_ps(exp_hi, _x)
-    vmovups(m, exp_constant(1));
-    vmaxps(t0, m, t0);                     // pmax(., exp_lo) = max_ps(exp_lo, .)
-  } else {  // pexp_float over Packet8f: its own clamp
-    vmovups(t0, generic_exp_constant(0));
-    vminps(t0, t0, x);
-    vmovups(m, generic_exp_constant(1));
-    vmaxps(t0, m, t0);
-  }
+  // The clamp (pexp<Packet16f>'s bounds, or pexp_float's for Packet8f).
+  vmovups(t0, wide_ ? exp_constant(0) : generic_exp_constant(0));
+  vminps(t0, t0, x);                       // pmin(_x, exp_hi) = min_ps(exp_hi, _x)
+  vmovups(m, wide_ ? exp_constant(1) : generic_exp_constant(1));
+  vmaxps(t0, m, t0);                       // pmax(., exp_lo) = max_ps(exp_lo, .)
   vmovups(m, exp_constant(2));
   vfmadd231ps(m, t0, exp_constant(3));     // x * LOG2EF + half
   if (wide_) vrndscaleps(m, m, 0x01);      // floor
