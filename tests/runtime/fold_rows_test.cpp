@@ -88,7 +88,7 @@ TEST(FoldRows, EveryPathGivesTheBitsOfTheDefinition) {
   const bool jit = fused_jit_available();
   if (!jit) std::printf("no fused code here: only the evaluator's fold is checked\n");
   // The code folds rows of a multiple of its vector's lanes: 8 from AVX2, 16 from AVX-512.
-  const int64_t lanes = jit && is_avx512(fused_isas().back()) ? 16 : 8;
+  const int64_t lanes = jit ? fused_lanes(fused_isas().back()) : 8;
   for (int64_t width : {8, 16, 32, 64}) {
     // 2^15 elements from the row after the first group, a short last group among them.
     const int64_t rows = (int64_t{1} << 15) / width + 8 + 3;

@@ -397,7 +397,7 @@ TEST(StackedReduce, EachRowHasTheBitsOfItsReductionAlone) {
   using ir::Op;
   const bool jit = runtime::fused_jit_available();
   if (!jit) std::printf("no fused code here: the stacked fold is not checked\n");
-  const int64_t lanes = jit && runtime::is_avx512(runtime::fused_isas().back()) ? 16 : 8;
+  const int64_t lanes = jit ? runtime::fused_lanes(runtime::fused_isas().back()) : 8;
   for (auto [width, rows] : {std::pair<int64_t, int64_t>{8, 4099}, {16, 5000}, {16, 5003},
                               {32, 1029}, {64, 512}, {64, 3000}, {12, 5000}}) {
     const int64_t n = rows * width;

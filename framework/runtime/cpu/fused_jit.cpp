@@ -439,9 +439,6 @@ const std::vector<FusedIsa>& fused_isas() {
 
 namespace {
 
-// The floats of a vector on isa: a fold's row width is a multiple of it.
-int fold_lanes(FusedIsa isa) { return is_avx512(isa) ? 16 : 8; }
-
 // What compile and compile_fold generate from: per value, whether it is computed before the
 // code (a splat, or a step on splats only), and how each load is read. False where the code
 // does not apply (isa not here, another compute type, a step it does not take).
@@ -492,7 +489,7 @@ std::unique_ptr<const FusedCode> FusedCode::compile(const ir::Fusion& f,
     return nullptr;
   }
   // The fold, where asked for; code that cannot fold (registers) still runs and stores.
-  if (fold_width > 0 && fold_width % fold_lanes(isa) == 0) {
+  if (fold_width > 0 && fold_width % fused_lanes(isa) == 0) {
     try {
       auto gen = std::make_unique<Generator>(f, before, reads, isa, DType::Float32, fold_width);
       gen->readyRE();
@@ -520,7 +517,7 @@ std::unique_ptr<const FusedCode> FusedCode::compile_fold(const ir::Fusion& f,
                                                          const std::vector<int>& folded) {
   std::vector<bool> before;
   std::vector<Load> reads;
-  if (width <= 0 || width % fold_lanes(isa) != 0 || folded.empty() ||
+  if (width <= 0 || width % fused_lanes(isa) != 0 || folded.empty() ||
       !plan_code(f, loads, isa, before, reads))
     return nullptr;
   for (int v : folded)

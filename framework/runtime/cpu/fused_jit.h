@@ -40,6 +40,9 @@ enum class FusedIsa { Avx2, Avx512, Avx512Bf16 };
 // writes bfloat16 and bool results itself).
 inline bool is_avx512(FusedIsa isa) { return isa != FusedIsa::Avx2; }
 
+// The floats in one of the code's vectors on isa (a fold's row width is a multiple of it).
+inline int fused_lanes(FusedIsa isa) { return is_avx512(isa) ? 16 : 8; }
+
 const char* fused_isa_name(FusedIsa isa);
 
 // The instruction sets this CPU runs fused code in, the best last; empty: no code (a CPU without

@@ -52,7 +52,7 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
   Generator(const ir::Fusion& f, const std::vector<bool>& before, const std::vector<Load>& loads,
             FusedIsa isa, DType out, int fold_width = 0, std::vector<int> folded = {})
       : Xbyak::CodeGenerator(4096, Xbyak::AutoGrow), f_(f), before_(before), loads_(loads),
-        wide_(is_avx512(isa)), bf16_(isa == FusedIsa::Avx512Bf16), lanes_(wide_ ? 16 : 8),
+        wide_(is_avx512(isa)), bf16_(isa == FusedIsa::Avx512Bf16), lanes_(fused_lanes(isa)),
         folded_(fold_width && folded.empty()
                     ? std::vector<int>{static_cast<int>(f.loads.size() + f.steps.size()) - 1}
                     : std::move(folded)),

@@ -146,12 +146,12 @@ void FusedCode::Generator::exp(const Xbyak::Xmm& d, const Xbyak::Xmm& x) {
   vmaxps(t0, m, t0);                       // pmax(., exp_lo) = max_ps(exp_lo, .)
   vmovups(m, exp_constant(2));
   vfmadd231ps(m, t0, exp_constant(3));     // x * LOG2EF + half
-  if (wide_) vrndscaleps(m, m, 0x01);      // floor
-  else vroundps(m, m, 0x01);
   if (wide_) {
+    vrndscaleps(m, m, 0x01);               // floor
     vfmadd231ps(t0, m, exp_constant(4));   // r = m * nln2 + x
-  } else {                                 // r = m * C1 + x, then m * C2 + r
-    vfmadd231ps(t0, m, generic_exp_constant(2));
+  } else {
+    vroundps(m, m, 0x01);                  // floor
+    vfmadd231ps(t0, m, generic_exp_constant(2));  // r = m * C1 + x, then m * C2 + r
     vfmadd231ps(t0, m, generic_exp_constant(3));
   }
   vmulps(r2, t0, t0);                      // r2 = r * r
@@ -170,7 +170,7 @@ void FusedCode::Generator::exp(const Xbyak::Xmm& d, const Xbyak::Xmm& x) {
     vcvttps2dq(m, m);
     vpslld(m, m, 23);                      // 2^m
     vmulps(y, y, m);
-  } else {  // pldexp_generic(y, m): e = m clamped to +-278, b = e >> 2, y * 2^b * 2^b * 2^b * 2^(e - 3b)
+  } else {  // pldexp_generic(y, m): e = m within +-278, b = e >> 2, y * 2^b * 2^b * 2^b * 2^(e-3b)
     const Xbyak::Xmm b = r3, c = y1;
     vmovups(r2, generic_exp_constant(5));
     vmaxps(r2, r2, m);                     // pmax(m, -278) = max_ps(-278, m)
