@@ -131,6 +131,50 @@ struct MaxOp {
       fold(a, m);
       return;
     }
+#elif defined(__AVX2__)
+    if constexpr (std::is_same_v<T, float>) {  // the generic lanes ran at half a sum's speed
+      // Four vectors of maxima and of unordered flags (the maxima's latency hidden).
+      __m256 l0 = _mm256_loadu_ps(p), l1 = _mm256_loadu_ps(p + 8);
+      __m256 u0 = _mm256_cmp_ps(l0, l0, _CMP_UNORD_Q), u1 = _mm256_cmp_ps(l1, l1, _CMP_UNORD_Q);
+      __m256 l2 = l0, l3 = l1, u2 = u0, u3 = u1;
+      int64_t i = kLanes;
+      for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
+        const __m256 v0 = _mm256_loadu_ps(p + i), v1 = _mm256_loadu_ps(p + i + 8);
+        const __m256 v2 = _mm256_loadu_ps(p + i + 16), v3 = _mm256_loadu_ps(p + i + 24);
+        u0 = _mm256_or_ps(u0, _mm256_cmp_ps(v0, v0, _CMP_UNORD_Q));
+        u1 = _mm256_or_ps(u1, _mm256_cmp_ps(v1, v1, _CMP_UNORD_Q));
+        u2 = _mm256_or_ps(u2, _mm256_cmp_ps(v2, v2, _CMP_UNORD_Q));
+        u3 = _mm256_or_ps(u3, _mm256_cmp_ps(v3, v3, _CMP_UNORD_Q));
+        l0 = _mm256_max_ps(v0, l0);  // v > lane ? v : lane
+        l1 = _mm256_max_ps(v1, l1);
+        l2 = _mm256_max_ps(v2, l2);
+        l3 = _mm256_max_ps(v3, l3);
+      }
+      for (; i + kLanes <= n; i += kLanes) {
+        const __m256 v0 = _mm256_loadu_ps(p + i), v1 = _mm256_loadu_ps(p + i + 8);
+        u0 = _mm256_or_ps(u0, _mm256_cmp_ps(v0, v0, _CMP_UNORD_Q));
+        u1 = _mm256_or_ps(u1, _mm256_cmp_ps(v1, v1, _CMP_UNORD_Q));
+        l0 = _mm256_max_ps(v0, l0);
+        l1 = _mm256_max_ps(v1, l1);
+      }
+      const __m256 l = _mm256_max_ps(_mm256_max_ps(l0, l1), _mm256_max_ps(l2, l3));
+      const __m256 u = _mm256_or_ps(_mm256_or_ps(u0, u1), _mm256_or_ps(u2, u3));
+      __m128 h = _mm_max_ps(_mm256_castps256_ps128(l), _mm256_extractf128_ps(l, 1));
+      h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+      h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+      float m = _mm_cvtss_f32(h);
+      bool nan = _mm256_movemask_ps(u) != 0;
+      for (; i < n; ++i) {
+        nan = nan || is_nan(p[i]);
+        m = p[i] > m ? p[i] : m;
+      }
+      if (nan || m == 0.0f) {
+        for (int64_t j = 0; j < n; ++j) fold(a, p[j]);
+        return;
+      }
+      fold(a, m);
+      return;
+    }
 #endif
     // NaNs are counted in T lanes, a select and an add that vectorise with the maxima.
     T lane[kLanes], unordered[kLanes];
