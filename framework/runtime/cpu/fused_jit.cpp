@@ -233,6 +233,7 @@ void FusedCode::Generator::emit_constants(Xbyak::Label& consts) {
     for (int lane = 0; lane < lanes_; ++lane) dd(c);
   for (float c : kPolynomialConstants)
     for (int lane = 0; lane < lanes_; ++lane) dd(std::bit_cast<uint32_t>(c));
+  for (int lane = 0; lane < lanes_; ++lane) dd(kHighWords[lane % std::size(kHighWords)]);
   if (!wide_) {
     L(masks_);
     for (int j = 0; j < 8; ++j)
@@ -373,6 +374,8 @@ void FusedCode::Generator::store(const Xbyak::Xmm& result, bool masked) {
       vpmovdb(bytes, s1);
       vmovdqu32(ptr[rsi + rax], bytes);
     }
+  } else if (narrow_out_ && result_words_) {  // AVX2: the words round_to_words packed
+    store_packed(Xbyak::Xmm(result.getIdx()), 2, masked);
   } else if (narrow_out_ && !wide_) {  // AVX2: the top halves, packed into words
     const Xbyak::Xmm words(s1.getIdx()), high(s2.getIdx());
     vpsrld(s1, result, 16);

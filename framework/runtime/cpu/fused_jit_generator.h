@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <iterator>
 #include <vector>
 
 namespace loom::runtime {
@@ -126,6 +127,12 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
       -0.693359375f, 2.12194440e-4f,        // cst_cephes_exp_C1, C2
       278.0f, -278.0f,                      // max_exponent, its negation
       std::bit_cast<float>(127u)};          // bias
+  // vpshufb's selection of each float's upper half, packed in the low 8 bytes of each 128-bit
+  // lane (round_to_words), after the polynomials' constants.
+  static constexpr uint32_t kHighWords[] = {0x07060302u, 0x0f0e0b0au, 0x80808080u, 0x80808080u};
+  Xbyak::Address high_words() {
+    return constant(8 + static_cast<int>(std::size(kPolynomialConstants)));
+  }
   Xbyak::Address exp_constant(int index) { return constant(8 + index); }
   Xbyak::Address logistic_constant(int index) { return constant(8 + 12 + index); }
   Xbyak::Address generic_exp_constant(int index) { return constant(8 + 12 + 13 + index); }
@@ -177,6 +184,12 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
   // round_bits into d and narrows that into words, then comes back.
   void convert_bf16(const Xbyak::Ymm& words, const Xbyak::Xmm& d, const Xbyak::Xmm& a);
 
+  // AVX2, a bfloat16 result: a rounded as round_bits rounds, its 8 upper halves packed into
+  // the low 16 bytes of d as the words to store (store_packed), in fewer steps than
+  // round_bits and a narrowing: no masking of the low halves, which the packing drops, and
+  // NaN lanes found by an unordered compare.
+  void round_to_words(const Xbyak::Xmm& d, const Xbyak::Xmm& a);
+
   // d = a rounded to bfloat16, as round_bits; the AVX512_BF16 conversion where the code has it
   // (full vectors only), widened back.
   void round_to_bfloat16(const Xbyak::Xmm& d, const Xbyak::Xmm& a, bool masked);
@@ -195,7 +208,8 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
 
   // Computes the steps for one vector (rax: its first element); returns the last value's
   // register. A bfloat16 result of full vectors with AVX512_BF16 also leaves its words in s2's
-  // ymm (store stores them).
+  // ymm, and one on AVX2 leaves them in the register returned (result_words_); store stores
+  // them.
   Xbyak::Xmm compute(bool masked);
 
   // Stores the result vector as the code's result type.
@@ -230,6 +244,7 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
   std::vector<int> tail_slot_;  // per load: its stack slot in AVX2's tail, -1: none
   int out_slot_ = -1;           // a bfloat16 or bool result's slot there
   int tail_bytes_ = 0;          // the stack the tail takes; 0: none
+  bool result_words_ = false;   // compute left the result as words (round_to_words)
 };
 
 }  // namespace loom::runtime

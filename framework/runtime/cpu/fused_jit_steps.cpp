@@ -16,8 +16,9 @@ using namespace fused_jit;
 
 // Computes the steps for one vector (rax: its first element); returns the last value's
 // register. A bfloat16 result of full vectors with AVX512_BF16 also leaves its words in s2's
-// ymm (store stores them).
+// ymm, and one on AVX2 leaves them in the register returned (result_words_).
 Xbyak::Xmm FusedCode::Generator::compute(bool masked) {
+  result_words_ = false;
   const Xbyak::Xmm s1 = vec(wide_ ? 28 : 13), s2 = vec(wide_ ? 29 : 14);
   // A bfloat16 result of full vectors, with AVX512_BF16: its rounding leaves the words in s2's
   // ymm, stored as they are.
@@ -111,6 +112,9 @@ Xbyak::Xmm FusedCode::Generator::compute(bool masked) {
           set_if(d, a, zero(s2), kNe);
         } else if (s.dtype == DType::BFloat16 && stores_words) {  // the result, as words
           convert_bf16(Xbyak::Ymm(s2.getIdx()), d, a);
+        } else if (s.dtype == DType::BFloat16 && narrow_out_ && !wide_ && v == n_values_ - 1) {
+          round_to_words(d, a);  // AVX2: the result, as words
+          result_words_ = true;
         } else if (s.dtype == DType::BFloat16) {
           round_to_bfloat16(d, a, masked);
         } else if (d.getIdx() != a.getIdx()) {
@@ -307,6 +311,20 @@ void FusedCode::Generator::round_bits(const Xbyak::Xmm& d, const Xbyak::Xmm& a) 
     vpcmpgtd(s2, s2, infinity_bits());
     vblendvps(d, s1, d, s2);
   }
+}
+
+void FusedCode::Generator::round_to_words(const Xbyak::Xmm& d, const Xbyak::Xmm& a) {
+  assert(!wide_ && "round_to_words: AVX2 only");
+  const Xbyak::Xmm s1 = vec(13), s2 = vec(14);
+  vpsrld(s1, a, 16);
+  vpand(s1, s1, int_one());
+  vpaddd(s1, s1, a);
+  vpaddd(s1, s1, round_half());     // the upper half rounded to nearest even
+  vcmpps(s2, a, a, kUnordered);
+  vpor(d, a, quiet_bit());          // a NaN's upper half, quiet
+  vblendvps(d, s1, d, s2);
+  vpshufb(d, d, high_words());      // each 128-bit lane's four upper halves to its low 8 bytes
+  vpermq(Xbyak::Ymm(d.getIdx()), Xbyak::Ymm(d.getIdx()), 0x08);  // the two lanes' to the low 16
 }
 
 // The AVX512_BF16 rounding of a's 16 lanes into the words of `words` (a ymm): vcvtneps2bf16
