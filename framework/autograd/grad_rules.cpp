@@ -44,6 +44,18 @@ std::optional<Tensor> one_per_line_gather_grad(const Tensor& x, const Tensor& id
   return where(hit, expand(zero + g, xs), expand(zero, xs));
 }
 
+// Whether an operand's edge leads to a transpose: a Permute swapping the last two dimensions
+// and keeping the others in place.
+bool made_by_transpose(const Edge& e) {
+  if (!e.fn || e.fn->op != Op::Permute) return false;
+  const auto& perm = e.fn->attr.get<ir::PermuteAttr>().perm;
+  const auto rank = static_cast<int64_t>(perm.size());
+  if (rank < 2 || perm[rank - 1] != rank - 2 || perm[rank - 2] != rank - 1) return false;
+  for (int64_t d = 0; d + 2 < rank; ++d)
+    if (perm[d] != d) return false;
+  return true;
+}
+
 // Scatters g back into a zero tensor of `in` shape at start + i*step per dimension.
 Tensor slice_backward(Tensor g, const Shape& in, const ir::SliceAttr& a) {
   auto r = in.size();
@@ -228,9 +240,18 @@ std::vector<Tensor> grad_rule(const GradNode& node, const Tensor& g) {
     }
 
     case Op::Matmul: {
+      // An operand made by a transpose (a Linear's W^T, attention's k^T) gets its gradient
+      // as the transpose of a product in the source's layout, (g^T a)^T for b and (b g^T)^T
+      // for a: the transpose's own rule then transposes it back, and in a compiled step the
+      // two cancel (simplify.cpp), so a Linear's weight gradient comes out of the product in
+      // the weight's layout, where a^T g needed a copy into it. Eager mode runs both
+      // transposes, which move values without changing them: the bits are the same.
       auto a = in(0), b = in(1);
-      return {needs(0) ? matmul(g, transpose(b, -1, -2)) : Tensor(),
-              needs(1) ? matmul(transpose(a, -1, -2), g) : Tensor()};
+      auto t = [](const Tensor& x) { return transpose(x, -1, -2); };
+      Tensor ga, gb;
+      if (needs(0)) ga = made_by_transpose(node.next[0]) ? t(matmul(b, t(g))) : matmul(g, t(b));
+      if (needs(1)) gb = made_by_transpose(node.next[1]) ? t(matmul(t(g), a)) : matmul(t(a), g);
+      return {ga, gb};
     }
     case Op::Conv2d: {
       auto x = in(0), w = in(1);
