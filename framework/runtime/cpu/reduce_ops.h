@@ -118,18 +118,7 @@ struct MaxOp {
         unordered = static_cast<__mmask16>(unordered | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q));
         lanes = _mm512_max_ps(v, lanes);  // v > lane ? v : lane
       }
-      float m = _mm512_reduce_max_ps(lanes);
-      bool nan = unordered != 0;
-      for (; i < n; ++i) {
-        nan = nan || is_nan(p[i]);
-        m = p[i] > m ? p[i] : m;
-      }
-      if (nan || m == 0.0f) {
-        for (int64_t j = 0; j < n; ++j) fold(a, p[j]);
-        return;
-      }
-      fold(a, m);
-      return;
+      return finish_run(a, p, n, i, _mm512_reduce_max_ps(lanes), unordered != 0);
     }
 #elif defined(__AVX2__)
     if constexpr (std::is_same_v<T, float>) {  // the generic lanes ran at half a sum's speed
@@ -162,18 +151,7 @@ struct MaxOp {
       __m128 h = _mm_max_ps(_mm256_castps256_ps128(l), _mm256_extractf128_ps(l, 1));
       h = _mm_max_ps(h, _mm_movehl_ps(h, h));
       h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
-      float m = _mm_cvtss_f32(h);
-      bool nan = _mm256_movemask_ps(u) != 0;
-      for (; i < n; ++i) {
-        nan = nan || is_nan(p[i]);
-        m = p[i] > m ? p[i] : m;
-      }
-      if (nan || m == 0.0f) {
-        for (int64_t j = 0; j < n; ++j) fold(a, p[j]);
-        return;
-      }
-      fold(a, m);
-      return;
+      return finish_run(a, p, n, i, _mm_cvtss_f32(h), _mm256_movemask_ps(u) != 0);
     }
 #endif
     // NaNs are counted in T lanes, a select and an add that vectorise with the maxima.
@@ -195,6 +173,11 @@ struct MaxOp {
       m = lane[k] > m ? lane[k] : m;
       nan = nan || unordered[k] != T(0);
     }
+    finish_run(a, p, n, i, m, nan);
+  }
+  // The end of fold_run: m, the maximum of the run's first i elements, and whether a NaN was
+  // among them, taken over the rest; then m folded into a, or the whole run again in order.
+  static void finish_run(Acc& a, const T* p, int64_t n, int64_t i, T m, bool nan) {
     for (; i < n; ++i) {
       nan = nan || is_nan(p[i]);
       m = p[i] > m ? p[i] : m;
