@@ -290,14 +290,14 @@ double lane_sum(const float* p, int64_t n) {
 TEST(RowReductions, RowSumsFoldTheirRunsInTheDefinedOrder) {
   for (int64_t len : {7, 31, 32, 33, 100, 512, 600, 1037, 2100}) {
     test::fresh_engine();
-    const int64_t rows = 5;
+    const int64_t rows = 7;
     std::vector<float> v(static_cast<std::size_t>(rows * len));
     for (std::size_t i = 0; i < v.size(); ++i)
       v[i] = std::sin(static_cast<float>(i) * 0.37f) * 1e3f + static_cast<float>(i % 11) * 1e-3f;
     // Rows where the order shows: 2^60, 1 and -2^60 in three lanes sum to 1 or to 0 in double
-    // depending on which lanes are paired first.
+    // depending on which lanes are paired first (each pairing step, + 16 down to + 1).
     auto at = [&](int64_t r, int64_t i) -> float& { return v[static_cast<std::size_t>(r * len + i % len)]; };
-    const int64_t triples[][3] = {{0, 8, 16}, {1, 17, 33}, {3, 35, 19}, {5, 29, 45}};
+    const int64_t triples[][3] = {{0, 8, 16}, {1, 17, 33}, {3, 35, 19}, {5, 29, 45}, {2, 6, 10}, {0, 1, 2}};
     for (int64_t r = 1; r < rows; ++r) {
       for (int64_t i = 0; i < len; ++i) at(r, i) = 0.0f;
       at(r, triples[r - 1][0]) = 0x1p60f;

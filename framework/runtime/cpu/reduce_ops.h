@@ -68,6 +68,29 @@ struct SumOp {
       a += _mm_cvtsd_f64(_mm_add_sd(q, _mm_unpackhi_pd(q, q)));
       return;
     }
+#elif defined(__AVX2__)
+    if constexpr (std::is_same_v<T, float>) {  // the compiler's loop ran at half amax's speed
+      // Eight vectors of four doubles: s[j] holds lanes 4j .. 4j + 3.
+      __m256d s[8];
+      for (auto& v : s) v = _mm256_setzero_pd();
+      auto add_row = [&s](const float* q) {
+        for (int j = 0; j < 8; ++j) s[j] = _mm256_add_pd(s[j], _mm256_cvtps_pd(_mm_loadu_ps(q + 4 * j)));
+      };
+      int64_t i = 0;
+      for (; i + kLanes <= n; i += kLanes) add_row(p + i);
+      if (i < n) {  // the partial row into lanes 0, 1, ...; the others add +0 (see above)
+        float row[kLanes] = {};
+        std::copy(p + i, p + n, row);
+        add_row(row);
+      }
+      // Pairwise: + 16 and + 8 across the vectors, + 4 between the first two, then + 2, + 1.
+      for (int j = 0; j < 4; ++j) s[j] = _mm256_add_pd(s[j], s[j + 4]);
+      for (int j = 0; j < 2; ++j) s[j] = _mm256_add_pd(s[j], s[j + 2]);
+      const __m256d h = _mm256_add_pd(s[0], s[1]);
+      const __m128d q = _mm_add_pd(_mm256_castpd256_pd128(h), _mm256_extractf128_pd(h, 1));
+      a += _mm_cvtsd_f64(_mm_add_sd(q, _mm_unpackhi_pd(q, q)));
+      return;
+    }
 #endif
     Acc lane[kLanes] = {};
     int64_t i = 0;
