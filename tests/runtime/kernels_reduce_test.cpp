@@ -387,6 +387,53 @@ TEST(ReduceRowsInChunks, FloatColumnSumsFoldGroupsOfEightRowsInTheDefinedOrder) 
   }
 }
 
+// A float column sum at the other widths (more than 64 columns, or not a fixed row width), as
+// kernels_reduce.cpp defines it: chunks of 2^15 elements (2^15 / C rows); in a chunk each
+// column's rows added in order to a double from +0; the chunks' partials added in chunk order.
+// Channel 1 holds 2^60, 1 and -2^60 in rows 0, 1, 2 of each chunk's first rows: in order they
+// sum to 0, paired otherwise to 1.
+std::vector<double> sequential_column_sums(const std::vector<float>& v, int64_t rows, int64_t c) {
+  const int64_t per_chunk = (int64_t{1} << 15) / c;
+  std::vector<double> total(static_cast<std::size_t>(c), 0.0);
+  for (int64_t r0 = 0; r0 < rows; r0 += per_chunk) {
+    std::vector<double> part(static_cast<std::size_t>(c), 0.0);
+    for (int64_t r = r0; r < std::min(rows, r0 + per_chunk); ++r)
+      for (int64_t ch = 0; ch < c; ++ch)
+        part[static_cast<std::size_t>(ch)] += static_cast<double>(v[static_cast<std::size_t>(r * c + ch)]);
+    for (int64_t ch = 0; ch < c; ++ch) {
+      const auto i = static_cast<std::size_t>(ch);
+      total[i] = r0 == 0 ? part[i] : total[i] + part[i];
+    }
+  }
+  return total;
+}
+
+TEST(ReduceRowsInChunks, FloatColumnSumsAtOtherWidthsAddTheirRowsInOrder) {
+  for (int64_t c : {72, 128, 200, 256, 512, 1000}) {
+    test::fresh_engine();
+    const int64_t rows = (int64_t{1} << 16) / c + 13;  // several chunks and a short last one
+    auto v = activations(rows, c, 1);
+    auto at = [&](int64_t r, int64_t ch) -> float& { return v[static_cast<std::size_t>(r * c + ch)]; };
+    const int64_t per_chunk = (int64_t{1} << 15) / c;
+    for (int64_t r0 = 0; r0 + 2 < rows; r0 += per_chunk)
+      at(r0, 1) = 0x1p60f, at(r0 + 1, 1) = 1.0f, at(r0 + 2, 1) = -0x1p60f;
+    auto x = from_vector(v, {rows, 1, 1, c});
+    auto got = x.sum({0, 1, 2}).to_vector<float>();
+    auto mean = x.mean({0, 1, 2}).to_vector<float>();
+    auto doubled = (x * 2.0).sum({0, 1, 2}).to_vector<float>();  // a fused prologue
+    std::vector<float> twice(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) twice[i] = v[i] * 2.0f;
+    const auto want = sequential_column_sums(v, rows, c);
+    const auto want_doubled = sequential_column_sums(twice, rows, c);
+    for (int64_t ch = 0; ch < c; ++ch) {
+      const auto i = static_cast<std::size_t>(ch);
+      EXPECT_EQ(got[i], static_cast<float>(want[i])) << "c " << c << " channel " << ch;
+      EXPECT_EQ(mean[i], static_cast<float>(want[i] / double(rows))) << "c " << c << " channel " << ch;
+      EXPECT_EQ(doubled[i], static_cast<float>(want_doubled[i])) << "c " << c << " channel " << ch;
+    }
+  }
+}
+
 // A stacked sum (compiler/stack_reductions.h) over two fused prologues of three operands, x and
 // (x - c) * y: each row of its result has the bits of that prologue's sum alone, where the kernel
 // reads the prologues piece by piece together (rows of 16, reads_stacked), where their code

@@ -84,7 +84,7 @@ class PieceReader {
       : x_(x), end_(end),
         buf_(x.prologue ? thread_scratch<T, Pieces>(static_cast<std::size_t>(kPiece)) : nullptr) {}
 
-  // Elements [pos, pos + len) (len <= kRun), pos at or past the previous window's start.
+  // Elements [pos, pos + len) (len <= kPiece), pos at or past the previous window's start.
   const T* window(int64_t pos, int64_t len) {
     if (!buf_) return x_.data + pos;
     if (pos < lo_ || pos + len > hi_) {
@@ -236,6 +236,36 @@ void reduce_in_chunks(const Operand<T>& x, const Shape& shape, const std::vector
   });
 }
 
+// Rows a window of reduce_rows_in_chunks' float sums takes at other widths than fixed_rows'.
+constexpr int64_t kSumRows = 8;
+static_assert(kSumRows * kFewOutputs <= kPiece, "a window of whole rows fits a piece");
+
+// Adds `rows` rows of `inner` floats at v into the double sums part[0, inner), each column's
+// rows in order (part[c] + r0[c], then + r1[c], ...): the sequential fold's bits. A block of
+// 16 columns keeps its sums in registers over the rows.
+void add_rows_in_order(const float* v, int64_t rows, int64_t inner, double* part) {
+  int64_t c = 0;
+#if defined(__AVX2__)
+  for (; c + 16 <= inner; c += 16) {
+    __m256d s0 = _mm256_loadu_pd(part + c), s1 = _mm256_loadu_pd(part + c + 4);
+    __m256d s2 = _mm256_loadu_pd(part + c + 8), s3 = _mm256_loadu_pd(part + c + 12);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* q = v + r * inner + c;
+      s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm_loadu_ps(q)));
+      s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm_loadu_ps(q + 4)));
+      s2 = _mm256_add_pd(s2, _mm256_cvtps_pd(_mm_loadu_ps(q + 8)));
+      s3 = _mm256_add_pd(s3, _mm256_cvtps_pd(_mm_loadu_ps(q + 12)));
+    }
+    _mm256_storeu_pd(part + c, s0);
+    _mm256_storeu_pd(part + c + 4, s1);
+    _mm256_storeu_pd(part + c + 8, s2);
+    _mm256_storeu_pd(part + c + 12, s3);
+  }
+#endif
+  for (; c < inner; ++c)
+    for (int64_t r = 0; r < rows; ++r) part[c] += static_cast<double>(v[r * inner + c]);
+}
+
 // Few outputs, kept innermost, each a sum over many rows before them (a per-channel statistic
 // over a channels-last [N,H,W,C]: N*H*W rows of C): the rows are cut into fixed chunks, each
 // read in memory order over long runs (a prologue evaluated over whole blocks) and folded into
@@ -333,6 +363,16 @@ void reduce_rows_in_chunks(std::span<const Operand<T>> xs, int64_t rows, int64_t
     }
     if (fixed_rows(inner)) return fold_rows_of<T, R>(xs[0], inner, begin, end, part);
     PieceReader<T> reader(xs[0], end);
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<Acc, double>) {
+      // Float sums: kSumRows whole rows a window, each column block's sums kept in registers
+      // over them (add_rows_in_order), where the loop below loads and stores every sum per row.
+      for (int64_t at = begin; at < end;) {
+        const int64_t len = std::min(kSumRows * inner, end - at);  // whole rows: end is a row end
+        add_rows_in_order(reader.window(at, len), len / inner, inner, part);
+        at += len;
+      }
+      return;
+    }
     int64_t k = 0;  // the output of the element at `at`
     for (int64_t at = begin; at < end;) {
       const int64_t len = std::min(kRun, end - at);
