@@ -33,7 +33,8 @@ struct SumOp {
   // A contiguous run: 32 partial sums in a fixed pattern (element i into lane i % 32, the
   // last partial row into lanes 0, 1, ...), then folded pairwise (lane k + lane k + 16, ..., +1):
   // the result is the same every time, and 32 independent chains keep the adds' latency
-  // hidden. Float runs on AVX-512 take the same sums in four vectors of eight doubles.
+  // hidden. Float runs take the same sums in four vectors of eight doubles on AVX-512, in
+  // eight of four on AVX2.
   static constexpr int64_t kLanes = 32;
   static void fold_run(Acc& a, const T* p, int64_t n) {
 #if defined(__AVX512F__) && defined(__AVX512VL__)
@@ -121,10 +122,10 @@ struct MaxOp {
   static void fold(Acc& a, T v) {
     if (is_nan(v) || v > a) a = v;
   }
-  // A contiguous run: sixteen lane maxima, which vectorise, then their maximum. That is the
-  // run's maximum, and so the sequential fold's result, unless a NaN was read or the maximum
-  // is a zero (+0 and -0 tie, and the sequential fold keeps the first): those runs are folded
-  // again one element at a time.
+  // A contiguous run: lane maxima (sixteen; float runs on AVX2 take four vectors of eight),
+  // then their maximum. That is the run's maximum, and so the sequential fold's result,
+  // unless a NaN was read or the maximum is a zero (+0 and -0 tie, and the sequential fold
+  // keeps the first): those runs are folded again one element at a time.
   static void fold_run(Acc& a, const T* p, int64_t n) {
     constexpr int64_t kLanes = 16;
     if (n < 2 * kLanes) {
