@@ -352,6 +352,27 @@ std::vector<double> grouped_column_sums(const std::vector<float>& v, int64_t row
 }
 
 // Bit for bit, with and without a fused prologue, over several chunks and a short last group.
+// The sum, the mean and a fused prologue's sum (x * 2) over the rows of v ([rows, c]), each
+// to the bit against `defined(values, rows, c)`: the kernel's order of adds in double.
+template <class Defined>
+void expect_column_sums_as_defined(const std::vector<float>& v, int64_t rows, int64_t c,
+                                   Defined defined) {
+  auto x = from_vector(v, {rows, 1, 1, c});
+  auto got = x.sum({0, 1, 2}).to_vector<float>();
+  auto mean = x.mean({0, 1, 2}).to_vector<float>();
+  auto doubled = (x * 2.0).sum({0, 1, 2}).to_vector<float>();  // a fused prologue
+  std::vector<float> twice(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) twice[i] = v[i] * 2.0f;
+  const auto want = defined(v, rows, c);
+  const auto want_doubled = defined(twice, rows, c);
+  for (int64_t ch = 0; ch < c; ++ch) {
+    const auto i = static_cast<std::size_t>(ch);
+    EXPECT_EQ(got[i], static_cast<float>(want[i])) << "c " << c << " channel " << ch;
+    EXPECT_EQ(mean[i], static_cast<float>(want[i] / double(rows))) << "c " << c << " channel " << ch;
+    EXPECT_EQ(doubled[i], static_cast<float>(want_doubled[i])) << "c " << c << " channel " << ch;
+  }
+}
+
 // Channel 1 is zero in its first 256 rows but for four sets of 2^30, 1 and -2^30, placed so
 // that the grouping and the tree show (in float, 2^30 + 1 rounds to 2^30):
 //   rows 0, 1, 2:       one group, 0; a row-by-row double fold gives 1;
@@ -370,28 +391,13 @@ TEST(ReduceRowsInChunks, FloatColumnSumsFoldGroupsOfEightRowsInTheDefinedOrder) 
       at(first, 1) = 0x1p30f, at(first + step, 1) = 1.0f, at(first + 2 * step, 1) = -0x1p30f;
     }
     at(192, 1) = 1.0f, at(194, 1) = 0x1p30f, at(195, 1) = -0x1p30f;
-    auto x = from_vector(v, {rows, 1, 1, c});
-    auto got = x.sum({0, 1, 2}).to_vector<float>();
-    auto mean = x.mean({0, 1, 2}).to_vector<float>();
-    auto doubled = (x * 2.0).sum({0, 1, 2}).to_vector<float>();  // a fused prologue
-    std::vector<float> twice(v.size());
-    for (std::size_t i = 0; i < v.size(); ++i) twice[i] = v[i] * 2.0f;
-    const auto want = grouped_column_sums(v, rows, c);
-    const auto want_doubled = grouped_column_sums(twice, rows, c);
-    for (int64_t ch = 0; ch < c; ++ch) {
-      const auto i = static_cast<std::size_t>(ch);
-      EXPECT_EQ(got[i], static_cast<float>(want[i])) << "c " << c << " channel " << ch;
-      EXPECT_EQ(mean[i], static_cast<float>(want[i] / double(rows))) << "c " << c << " channel " << ch;
-      EXPECT_EQ(doubled[i], static_cast<float>(want_doubled[i])) << "c " << c << " channel " << ch;
-    }
+    expect_column_sums_as_defined(v, rows, c, grouped_column_sums);
   }
 }
 
 // A float column sum at the other widths (more than 64 columns, or not a fixed row width), as
 // kernels_reduce.cpp defines it: chunks of 2^15 elements (2^15 / C rows); in a chunk each
 // column's rows added in order to a double from +0; the chunks' partials added in chunk order.
-// Channel 1 holds 2^60, 1 and -2^60 in rows 0, 1, 2 of each chunk's first rows: in order they
-// sum to 0, paired otherwise to 1.
 std::vector<double> sequential_column_sums(const std::vector<float>& v, int64_t rows, int64_t c) {
   const int64_t per_chunk = (int64_t{1} << 15) / c;
   std::vector<double> total(static_cast<std::size_t>(c), 0.0);
@@ -408,6 +414,8 @@ std::vector<double> sequential_column_sums(const std::vector<float>& v, int64_t 
   return total;
 }
 
+// Channel 1 holds 2^60, 1 and -2^60 in each chunk's first three rows: in order they sum to 0,
+// paired otherwise to 1.
 TEST(ReduceRowsInChunks, FloatColumnSumsAtOtherWidthsAddTheirRowsInOrder) {
   for (int64_t c : {72, 128, 200, 256, 512, 1000}) {
     test::fresh_engine();
@@ -417,20 +425,7 @@ TEST(ReduceRowsInChunks, FloatColumnSumsAtOtherWidthsAddTheirRowsInOrder) {
     const int64_t per_chunk = (int64_t{1} << 15) / c;
     for (int64_t r0 = 0; r0 + 2 < rows; r0 += per_chunk)
       at(r0, 1) = 0x1p60f, at(r0 + 1, 1) = 1.0f, at(r0 + 2, 1) = -0x1p60f;
-    auto x = from_vector(v, {rows, 1, 1, c});
-    auto got = x.sum({0, 1, 2}).to_vector<float>();
-    auto mean = x.mean({0, 1, 2}).to_vector<float>();
-    auto doubled = (x * 2.0).sum({0, 1, 2}).to_vector<float>();  // a fused prologue
-    std::vector<float> twice(v.size());
-    for (std::size_t i = 0; i < v.size(); ++i) twice[i] = v[i] * 2.0f;
-    const auto want = sequential_column_sums(v, rows, c);
-    const auto want_doubled = sequential_column_sums(twice, rows, c);
-    for (int64_t ch = 0; ch < c; ++ch) {
-      const auto i = static_cast<std::size_t>(ch);
-      EXPECT_EQ(got[i], static_cast<float>(want[i])) << "c " << c << " channel " << ch;
-      EXPECT_EQ(mean[i], static_cast<float>(want[i] / double(rows))) << "c " << c << " channel " << ch;
-      EXPECT_EQ(doubled[i], static_cast<float>(want_doubled[i])) << "c " << c << " channel " << ch;
-    }
+    expect_column_sums_as_defined(v, rows, c, sequential_column_sums);
   }
 }
 
