@@ -450,8 +450,10 @@ BENCHMARK(BM_WinogradWeightGrad)->Apply([](auto* b) {
 
 // The reductions of a training step, float32 stored operands (no prologue): BatchNorm's
 // per-channel statistics at the ResNets' activation shapes, NCHW (runs of H*W reduced
-// innermost) and channels-last (rows of C), and the decoder's row sums (softmax's over the
-// vocabulary, RMSNorm's over the hidden size). GB/s counts the operand read once.
+// innermost) and channels-last (rows of C), and the decoder's row reductions (softmax's over
+// the vocabulary and over attention's rows, RMSNorm's over the hidden size) and column sums
+// (RMSNorm's weight gradient), each as a sum (BM_Reduce/case/0) and a maximum (/1). GB/s
+// counts the operand read once.
 struct ReduceCase {
   Shape shape;
   std::vector<int64_t> axes;
@@ -469,6 +471,8 @@ const ReduceCase kReductions[] = {
     {{32, 4, 4, 512}, {0, 1, 2}, "ResNet-18 stage 4 stats, channels-last"},
     {{2048, 8192}, {1}, "decoder softmax row sums"},
     {{2048, 512}, {1}, "decoder RMSNorm row sums"},
+    {{8, 8, 256, 256}, {3}, "decoder attention softmax rows"},
+    {{2048, 512}, {0}, "decoder RMSNorm weight-gradient columns"},
 };
 
 void BM_Reduce(benchmark::State& state) {
@@ -479,12 +483,16 @@ void BM_Reduce(benchmark::State& state) {
   Buffer out(out_shape);
   std::vector<TensorView> in{x.view()};
   const loom::ir::AxesAttr attr{c.axes};
-  for (auto _ : state) loom::runtime::run_kernel(loom::ir::Op::Sum, attr, in, out.view());
+  const loom::ir::Op op = state.range(1) ? loom::ir::Op::Max : loom::ir::Op::Sum;
+  for (auto _ : state) loom::runtime::run_kernel(op, attr, in, out.view());
   state.counters["GB/s"] = benchmark::Counter(4e-9 * static_cast<double>(loom::shape_numel(c.shape)),
                                               benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(c.what);
+  state.SetLabel(std::string(c.what) + (state.range(1) ? ", amax" : ", sum"));
 }
-BENCHMARK(BM_Reduce)->DenseRange(0, std::size(kReductions) - 1)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Reduce)
+    ->ArgsProduct({benchmark::CreateDenseRange(0, std::size(kReductions) - 1, 1), {0, 1}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 // Permutes that move the innermost dimension, at ResNet activation shapes, float32 and
 // bfloat16: loom's tiled transpose (strided_copy, kernel 0) against oneDNN's reorder (1), back
