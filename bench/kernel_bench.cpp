@@ -469,8 +469,8 @@ const ReduceCase kReductions[] = {
     {{32, 16, 16, 128}, {0, 1, 2}, "ResNet-18 stage 2 stats, channels-last"},
     {{32, 8, 8, 256}, {0, 1, 2}, "ResNet-18 stage 3 stats, channels-last"},
     {{32, 4, 4, 512}, {0, 1, 2}, "ResNet-18 stage 4 stats, channels-last"},
-    {{2048, 8192}, {1}, "decoder softmax row sums"},
-    {{2048, 512}, {1}, "decoder RMSNorm row sums"},
+    {{2048, 8192}, {1}, "decoder softmax rows over the vocabulary"},
+    {{2048, 512}, {1}, "decoder RMSNorm rows"},
     {{8, 8, 256, 256}, {3}, "decoder attention softmax rows"},
     {{2048, 512}, {0}, "decoder RMSNorm weight-gradient columns"},
 };
