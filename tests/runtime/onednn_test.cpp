@@ -337,6 +337,48 @@ TEST(OneDnn, MatmulMatchesReference) {
   }
 }
 
+// Products whose k-major operands have rows 2 KB apart (a Linear's weight gradient at width
+// 512, its input gradient's weight, a 1x1 conv's weight gradient): on an AVX2 CPU oneDNN reads
+// them from padded copies (matmul_read_strides), with or without the epilogue, called directly
+// and through run_kernel.
+TEST(OneDnn, PaddedOperandsMatchReference) {
+  const MatmulCase cases[] = {
+      {1, 512, 48, 512, true, false},  // both operands padded where the CPU pads
+      {1, 512, 40, 24, true, false},   // a only
+      {1, 24, 40, 1024, false, false}, // b only
+      {1, 512, 33, 512, true, true},   // a only: b is stored [n, k]
+  };
+  for (const MatmulCase& c : cases) {
+    for (bool epilogue : {false, true}) check_matmul(c, DType::Float32, epilogue);
+    check_matmul(c, DType::Float32, false, Via::kKernel);
+  }
+}
+
+// Which operands are padded: only k-major ones (a when ta, b unless tb) whose rows are a
+// multiple of 512 float32 apart, in float32 products of at most 512 x 512 outputs, and only
+// below AVX-512, where it was measured.
+TEST(OneDnn, OnlyAliasingKMajorOperandsOfSmallProductsArePadded) {
+  const bool pads = !onednn::avx512_core();
+  const auto strides = [](onednn::MatmulShape s, DType t = DType::Float32) {
+    const auto r = onednn::matmul_read_strides(s, t);
+    return std::pair{r.a, r.b};
+  };
+  const int64_t p = pads ? 16 : 0;
+  using P = std::pair<int64_t, int64_t>;
+  EXPECT_EQ(strides({.m = 512, .n = 512, .k = 2048, .ta = true}), (P{512 + p, 512 + p}));
+  EXPECT_EQ(strides({.m = 512, .n = 512, .k = 2048, .ta = true, .tb = true}), (P{512 + p, 2048}))
+      << "b stored [n, k] is read along its rows";
+  EXPECT_EQ(strides({.m = 512, .n = 512, .k = 1024}), (P{1024, 512 + p}))
+      << "a stored [m, k] is read along its rows";
+  EXPECT_EQ(strides({.m = 1024, .n = 256, .k = 2048, .ta = true}), (P{1024 + p, 256}))
+      << "rows 1 KB apart are read as they are";
+  EXPECT_EQ(strides({.m = 640, .n = 512, .k = 2048, .ta = true}), (P{640, 512}))
+      << "a product of more than 512 x 512 outputs";
+  EXPECT_EQ(strides({.batch = 2, .m = 512, .n = 512, .k = 64, .ta = true}), (P{512, 512}))
+      << "a batch of products";
+  EXPECT_EQ(strides({.m = 512, .n = 512, .k = 64, .ta = true}, DType::BFloat16), (P{512, 512}));
+}
+
 // One bfloat16 conv pass through the kernels' own dispatch (run_kernel), activations
 // channels-last when `last`.
 std::vector<double> run_conv_kernel(ConvPass pass, const ConvGeometry& g, bool last,

@@ -240,7 +240,8 @@ namespace {
 // transposed A untransposed first (oneDNN's reorder), no faster on two cores. That weight
 // gradient, [512, 2048]^T x [2048, 512] (kernel_bench's row; A's stored rows 2 KB apart), is
 // oneDNN's weak shape there: 45-50 GFLOP/s on one core against 78 at m = 520, 67-89 on two
-// against 115-140 for the decoder's other products (OpenBLAS: 114).
+// against 115-140 for the decoder's other products (OpenBLAS: 114). Both operands' strides
+// matter there: onednn::matmul_read_strides pads them (a copy of each), 12.4-13.5 -> 9.1-10.1 ms.
 constexpr int64_t kMinOneDnnMatmul = int64_t{1} << 21;  // 128^3
 
 enum class MatmulChoice { kDefault, kOneDnn, kEigen };

@@ -265,15 +265,27 @@ Entry make_conv(ConvPass pass, const ConvGeometry& g, DType dtype, Layout layout
 Entry make_matmul(const MatmulShape& s, DType dtype, Epilogue e) {
   using namespace dnnl;
   const auto dt = data_type(dtype);
+  // a and b as loom stores them, and as the primitive reads them (matmul_read_strides): a
+  // padded operand is reordered into the entry's per-thread buffer at each call (bind, run).
   const memory::desc a({s.batch, s.m, s.k}, dt,
                        s.ta ? memory::dims{s.m * s.k, 1, s.m} : memory::dims{s.m * s.k, s.k, 1});
   const memory::desc b({s.batch, s.k, s.n}, dt,
                        s.tb ? memory::dims{s.k * s.n, 1, s.k} : memory::dims{s.k * s.n, s.n, 1});
+  const MatmulStrides read = matmul_read_strides(s, dtype);
+  const memory::desc a_read =  // padded only where stored k-major (ta)
+      read.a == (s.ta ? s.m : s.k)
+          ? a
+          : memory::desc({s.batch, s.m, s.k}, dt, memory::dims{read.a * s.k, 1, read.a});
+  const memory::desc b_read =  // likewise (not tb)
+      read.b == (s.tb ? s.k : s.n)
+          ? b
+          : memory::desc({s.batch, s.k, s.n}, dt, memory::dims{read.b * s.k, read.b, 1});
   const memory::desc c({s.batch, s.m, s.n}, dt, Tag::abc);
   Entry entry;
   primitive_attr attr = user_scratchpad();
   add_epilogue(attr, e, {1, 1, s.n}, entry);
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_read, b_read, c), attr,
+                                        cpu_engine());
   bind(entry.operands[0], a, pd.src_desc(), false);
   bind(entry.operands[1], b, pd.weights_desc(), false);
   bind(entry.operands[2], c, pd.dst_desc(), true);
@@ -379,6 +391,28 @@ bool native_bfloat16() {
 }
 
 bool bfloat16_supported() { return avx512_core(); }
+
+// On an AVX2 CPU oneDNN 2.6's float32 GEMM ran 1.4 to 1.8x slower when an operand stored
+// k-major had rows a multiple of 2 KB apart and the product was small (m x n at most
+// 512 x 512, where oneDNN splits k across its threads): [512, 2048]^T x [2048, 512], a
+// Linear's weight gradient at width 512, at 82 GFLOP/s against 121 with both operands copied
+// to rows of 520 floats (the copies included); [1024, 2048]^T x [2048, 256] 63 against 114;
+// [256, 4096] x [4096, 512] 88 against 117; ResNet-18's 1x1 downsampling weight gradient
+// [512, 512]^T x [512, 256] 88-95 against 114-115 with a padded. Wider products (m x n from
+// 640 x 512 on) and 1 KB strides ran as fast either way. (A standalone oneDNN driver, 2-core
+// EPYC Zen 3, best of 8 to 30 alternated calls, 2026-11-28.) Not measured with AVX-512: the
+// strides stay there.
+MatmulStrides matmul_read_strides(const MatmulShape& s, DType dtype) {
+  constexpr int64_t kAliasing = 512;  // elements: 2 KB of float32
+  constexpr int64_t kPad = 16;        // one cache line of float32
+  constexpr int64_t kMaxOutput = 512 * 512;
+  const bool small = !avx512_core() && dtype == DType::Float32 && s.batch == 1 &&
+                     s.m * s.n <= kMaxOutput;
+  const auto read = [&](bool k_major, int64_t width) {
+    return small && k_major && width % kAliasing == 0 ? width + kPad : width;
+  };
+  return {.a = read(s.ta, s.ta ? s.m : s.k), .b = read(!s.tb, s.tb ? s.k : s.n)};
+}
 
 bool amx_bfloat16() {
   static const bool amx = isa_reaches(dnnl::cpu_isa::avx512_core_amx);

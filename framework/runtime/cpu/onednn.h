@@ -102,6 +102,15 @@ struct MatmulShape {
 void matmul(const MatmulShape& s, DType dtype, const void* a, const void* b, void* c,
             Epilogue epilogue = {});
 
+// The row strides (in elements) oneDNN's matmul reads a and b with, as stored (a [k, m] when
+// ta, else [m, k]; b [n, k] when tb, else [k, n]): their widths, or a width padded past a
+// stride that slowed oneDNN's GEMM down where it was measured (onednn.cpp), an operand then
+// copied into a per-thread buffer at each call.
+struct MatmulStrides {
+  int64_t a = 0, b = 0;
+};
+MatmulStrides matmul_read_strides(const MatmulShape& s, DType dtype);
+
 // dst = src, element for element, for a tensor of up to 4 dims that the two store with
 // different strides (a permuted copy, such as a conv weight [O,C,kh,kw] stored [O,kh,kw,C]);
 // Float32 or BFloat16. oneDNN's reorder, its JIT kernels vectorise the transposes: for the
