@@ -1,7 +1,11 @@
 #include "runtime/cpu/allocator.h"
 
+#include "ir/setting.h"
+
 #include <loom/error.h>
 #include <loom/metrics.h>
+
+#include <sys/mman.h>
 
 #include <bit>
 #include <cstdlib>
@@ -28,6 +32,31 @@ Cache& cache() {
 }
 
 std::size_t size_class(std::size_t bytes) { return std::bit_ceil(std::max(bytes, kMinBlock)); }
+
+// Blocks of a huge page and more start on a huge page and are advised for transparent huge
+// pages (madvise MADV_HUGEPAGE; Debian's default THP mode, "madvise", gives them only to
+// memory so advised): a step's large tensors then take one TLB entry per 2 MB instead of 512.
+// Measured on the 2-core EPYC (Zen 3, 2026-11-28) in one process, buffers advised and not
+// advised alternated call by call (12 to 30 calls each): oneDNN's float32 GEMMs at the
+// decoder's shapes 1.6-6% faster by median ([2048,512] x [512,8192] 117.8 vs 125.5 ms), a
+// two-thread y = 1.5 x + 1 over 64 MB 7.5 vs 8.3-8.5 ms. Whole training steps moved more than
+// that between runs on that shared machine. LOOM_HUGE_PAGES=0 leaves every block on the
+// system's default pages.
+constexpr std::size_t kHugePage = std::size_t{2} << 20;
+
+bool huge_pages() {
+  static const bool on = ir::env_setting("LOOM_HUGE_PAGES", "1", {"0", "1"}) == "1";
+  return on;
+}
+
+void* system_alloc(std::size_t cls) {
+  const bool huge = cls >= kHugePage && huge_pages();
+  void* p = std::aligned_alloc(huge ? kHugePage : kAlignment, cls);
+#ifdef MADV_HUGEPAGE
+  if (p && huge) madvise(p, cls, MADV_HUGEPAGE);  // advice: where refused, plain pages serve
+#endif
+  return p;
+}
 
 // The shared_ptr control blocks (with the Storage in them) are recycled too: a freed one goes
 // on a free list and the next allocate() takes it, so handing out a buffer never reaches the
@@ -102,10 +131,10 @@ std::shared_ptr<Storage> allocate(std::size_t bytes) {
       return make_storage(p, cls);
     }
   }
-  void* p = std::aligned_alloc(kAlignment, cls);
+  void* p = system_alloc(cls);
   if (!p) {
     empty_cache();
-    p = std::aligned_alloc(kAlignment, cls);
+    p = system_alloc(cls);
   }
   if (!p) throw Error("allocator: out of memory allocating " + std::to_string(cls) + " bytes");
   metrics::increment("AllocatorSystemAlloc", Device{});

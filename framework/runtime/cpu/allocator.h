@@ -10,7 +10,8 @@
 
 namespace loom::runtime {
 
-// Thread-safe. Blocks are 64-byte aligned.
+// Thread-safe. Blocks are 64-byte aligned; blocks of 2 MB and more start on a 2 MB boundary
+// and are advised for transparent huge pages (LOOM_HUGE_PAGES=0: not).
 std::shared_ptr<Storage> allocate(std::size_t bytes);
 
 // Returns cached blocks to the system.
