@@ -497,7 +497,10 @@ BENCHMARK(BM_Reduce)
 // Permutes that move the innermost dimension, at ResNet activation shapes, float32 and
 // bfloat16: loom's tiled transpose (strided_copy, kernel 0) against oneDNN's reorder (1), back
 // to back (BM_Permute/case/dtype/kernel). kernels_movement.cpp's onednn_transposes chooses by
-// these rows. GB/s counts the tensor read and written once.
+// these rows. Then the decoder's: two that move rows of 64 whole (strided_copy's row copies;
+// 60-66 GB/s here with the 4 MB in cache, 2026-11-28, against 0.5-0.7 ms a call inside the
+// training step, where they come from memory) and k^T. GB/s counts the tensor read and written
+// once.
 struct PermuteCase {
   Shape shape;
   std::vector<int64_t> perm;
@@ -510,6 +513,9 @@ const PermuteCase kPermutes[] = {
     {{128, 32, 32, 16}, {0, 3, 1, 2}, "ResNet-20 stage 1, NHWC to NCHW"},
     {{32, 32, 32, 32}, {0, 3, 1, 2}, "32 channels onto 32x32 planes, NHWC to NCHW"},
     {{128, 16, 32, 32}, {0, 3, 1, 2}, "32 channels onto 16x32 planes, NHWC to NCHW"},
+    {{8, 256, 8, 64}, {0, 2, 1, 3}, "decoder q/k/v, tokens to heads (rows of 64 move)"},
+    {{8, 8, 256, 64}, {0, 2, 1, 3}, "decoder attention output, heads to tokens (rows of 64 move)"},
+    {{8, 256, 8, 64}, {0, 2, 3, 1}, "decoder k^T for the value gradient"},
 };
 
 void BM_Permute(benchmark::State& state) {
