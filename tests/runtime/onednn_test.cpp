@@ -355,8 +355,8 @@ TEST(OneDnn, PaddedOperandsMatchReference) {
 }
 
 // Which operands are padded: only k-major ones (a when ta, b unless tb) whose rows are a
-// multiple of 512 float32 apart, in float32 products of at most 512 x 512 outputs, and only
-// below AVX-512, where it was measured.
+// multiple of 512 float32 apart, in float32 products of at most 512 x 512 outputs, whose copy
+// takes at most 32 MB, and only below AVX-512, where it was measured.
 TEST(OneDnn, OnlyAliasingKMajorOperandsOfSmallProductsArePadded) {
   const bool pads = !onednn::avx512_core();
   const auto strides = [](onednn::MatmulShape s, DType t = DType::Float32) {
@@ -377,6 +377,9 @@ TEST(OneDnn, OnlyAliasingKMajorOperandsOfSmallProductsArePadded) {
   EXPECT_EQ(strides({.batch = 2, .m = 512, .n = 512, .k = 64, .ta = true}), (P{512, 512}))
       << "a batch of products";
   EXPECT_EQ(strides({.m = 512, .n = 512, .k = 64, .ta = true}, DType::BFloat16), (P{512, 512}));
+  EXPECT_EQ(strides({.m = 512, .n = 512, .k = 15000, .ta = true}), (P{512 + p, 512 + p}));
+  EXPECT_EQ(strides({.m = 512, .n = 512, .k = 17000, .ta = true}), (P{512, 512}))
+      << "copies of more than 32 MB";
 }
 
 // One bfloat16 conv pass through the kernels' own dispatch (run_kernel), activations

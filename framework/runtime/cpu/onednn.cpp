@@ -401,15 +401,18 @@ bool bfloat16_supported() { return avx512_core(); }
 // [512, 512]^T x [512, 256] 88-95 against 114-115 with a padded. Wider products (m x n from
 // 640 x 512 on) and 1 KB strides ran as fast either way. (A standalone oneDNN driver, 2-core
 // EPYC Zen 3, best of 8 to 30 alternated calls, 2026-11-28.) Not measured with AVX-512: the
-// strides stay there.
+// strides stay there. The copies live on in the calling thread's buffers (run), so an operand
+// of more than kMaxPaddedCopy is read as stored.
 MatmulStrides matmul_read_strides(const MatmulShape& s, DType dtype) {
   constexpr int64_t kAliasing = 512;  // elements: 2 KB of float32
   constexpr int64_t kPad = 16;        // one cache line of float32
   constexpr int64_t kMaxOutput = 512 * 512;
+  constexpr int64_t kMaxPaddedCopy = int64_t{32} << 20;  // bytes
   const bool small = !avx512_core() && dtype == DType::Float32 && s.batch == 1 &&
                      s.m * s.n <= kMaxOutput;
   const auto read = [&](bool k_major, int64_t width) {
-    return small && k_major && width % kAliasing == 0 ? width + kPad : width;
+    const bool fits = (width + kPad) * s.k * static_cast<int64_t>(sizeof(float)) <= kMaxPaddedCopy;
+    return small && k_major && width % kAliasing == 0 && fits ? width + kPad : width;
   };
   return {.a = read(s.ta, s.ta ? s.m : s.k), .b = read(!s.tb, s.tb ? s.k : s.n)};
 }

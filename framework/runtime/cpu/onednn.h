@@ -105,7 +105,7 @@ void matmul(const MatmulShape& s, DType dtype, const void* a, const void* b, voi
 // The row strides (in elements) oneDNN's matmul reads a and b with, as stored (a [k, m] when
 // ta, else [m, k]; b [n, k] when tb, else [k, n]): their widths, or a width padded past a
 // stride that slowed oneDNN's GEMM down where it was measured (onednn.cpp), an operand then
-// copied into a per-thread buffer at each call.
+// copied into a per-thread buffer at each call (at most 32 MB an operand).
 struct MatmulStrides {
   int64_t a = 0, b = 0;
 };
