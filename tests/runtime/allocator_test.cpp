@@ -57,6 +57,8 @@ TEST(CpuAllocator, LargeBlocksAreAdvisedForHugePages) {
   auto s = allocate(3 * kHugePage + 123);
   std::memset(s->data(), 1, s->bytes());
   EXPECT_EQ(reinterpret_cast<std::uintptr_t>(s->data()) % kHugePage, 0u);
+  if (!std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled"))
+    GTEST_SKIP() << "this kernel has no transparent huge pages";
   const std::string flags = vm_flags(s->data());
   if (flags.empty()) GTEST_SKIP() << "no VmFlags in /proc/self/smaps on this system";
   EXPECT_NE((flags + " ").find(" hg "), std::string::npos) << flags;
