@@ -398,9 +398,9 @@ bool bfloat16_supported() { return avx512_core(); }
 // Linear's weight gradient at width 512, at 82 GFLOP/s against 121 with both operands copied
 // to rows of 520 floats (the copies included); [1024, 2048]^T x [2048, 256] 63 against 114;
 // [256, 4096] x [4096, 512] 88 against 117; ResNet-18's 1x1 downsampling weight gradient
-// [512, 512]^T x [512, 256] 88-95 against 114-115 with a padded. Wider products (m x n from
-// 640 x 512 on) and 1 KB strides ran as fast either way. (A standalone oneDNN driver, 2-core
-// EPYC Zen 3, best of 8 to 30 alternated calls, 2026-11-28.) Not measured with AVX-512: the
+// [512, 512]^T x [512, 256] 88-95 against 114-115 with a's rows padded. Wider products (m x n
+// from 640 x 512 on) and 1 KB strides ran as fast either way. (A standalone oneDNN driver,
+// 2-core EPYC Zen 3, best of 8 to 30 alternated calls, 2026-11-28.) Not measured with AVX-512: the
 // strides stay there. The copies live on in the calling thread's buffers (run), so an operand
 // of more than kMaxPaddedCopy is read as stored.
 MatmulStrides matmul_read_strides(const MatmulShape& s, DType dtype) {
