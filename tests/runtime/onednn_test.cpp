@@ -340,12 +340,12 @@ TEST(OneDnn, MatmulMatchesReference) {
 // Products whose k-major operands have rows 2 KB apart (a Linear's weight gradient at width
 // 512, its input gradient's weight, a 1x1 conv's weight gradient): on an AVX2 CPU oneDNN reads
 // them from padded copies (matmul_read_strides), with or without the epilogue, called directly
-// and through run_kernel.
+// and through run_kernel (each large enough for oneDNN there: matmul_on_onednn).
 TEST(OneDnn, PaddedOperandsMatchReference) {
   const MatmulCase cases[] = {
       {1, 512, 48, 512, true, false},  // both operands padded where the CPU pads
-      {1, 512, 40, 24, true, false},   // a only
-      {1, 24, 40, 1024, false, false}, // b only
+      {1, 512, 96, 64, true, false},   // a only
+      {1, 64, 96, 1024, false, false}, // b only
       {1, 512, 33, 512, true, true},   // a only: b is stored [n, k]
   };
   for (const MatmulCase& c : cases) {
