@@ -351,7 +351,6 @@ std::vector<double> grouped_column_sums(const std::vector<float>& v, int64_t row
   return total;
 }
 
-// Bit for bit, with and without a fused prologue, over several chunks and a short last group.
 // The sum, the mean and a fused prologue's sum (x * 2) over the rows of v ([rows, c]), each
 // to the bit against `defined(values, rows, c)`: the kernel's order of adds in double.
 template <class Defined>
@@ -379,6 +378,7 @@ void expect_column_sums_as_defined(const std::vector<float>& v, int64_t rows, in
 //   rows 64, 72, 80:    three groups, 1; groups of 16 rows give 0;
 //   rows 128, 132, 136: two groups, 0; groups of 4 rows give 1;
 //   rows 192, 194, 195 (1, 2^30, -2^30): the tree gives 1, a sequential float sum 0.
+// Bit for bit, with and without a fused prologue, over several chunks and a short last group.
 TEST(ReduceRowsInChunks, FloatColumnSumsFoldGroupsOfEightRowsInTheDefinedOrder) {
   for (int64_t c : {8, 16, 32, 64}) {
     test::fresh_engine();

@@ -38,8 +38,8 @@ std::size_t size_class(std::size_t bytes) { return std::bit_ceil(std::max(bytes,
 // memory so advised): a step's large tensors then take one TLB entry per 2 MB instead of 512.
 // Measured on the 2-core EPYC (Zen 3, 2026-11-28) in one process, buffers advised and not
 // advised alternated call by call (12 to 30 calls each): oneDNN's float32 GEMMs at the
-// decoder's shapes 1.6-6% faster by median ([2048,512] x [512,8192] 117.8 vs 125.5 ms), a
-// two-thread y = 1.5 x + 1 over 64 MB 7.5 vs 8.3-8.5 ms. Whole training steps moved more than
+// decoder's shapes 0.1-6% faster by median in eight comparisons ([2048,512] x [512,8192]
+// 117.8 vs 125.5 ms), a two-thread y = 1.5 x + 1 over 64 MB 7.5 vs 8.3-8.5 ms. Whole training steps moved more than
 // that between runs on that shared machine. LOOM_HUGE_PAGES=0 leaves every block on the
 // system's default pages.
 constexpr std::size_t kHugePage = std::size_t{2} << 20;
