@@ -24,9 +24,10 @@
 #                                    with [args], even if the suite failed; non-zero if either failed
 #   tools/gpu-run.sh ab [args]       there: loom_bench's training rows (captured) with each of the
 #                                    switches below off and on, twice in turn, so that one call
-#                                    says what each is worth on the GPU: LOOM_CUDA_VECTOR,
-#                                    LOOM_RECOMPUTE_COSTLY, LOOM_CUDNN_ALGOS (README, environment
-#                                    variables). [args] replace the default loom_bench
+#                                    says what each is worth on the GPU: LOOM_CUDNN_ALGOS=timed
+#                                    (first, so a cut-short call still has it), LOOM_CUDA_VECTOR,
+#                                    LOOM_RECOMPUTE_COSTLY, LOOM_CUDNN_ALGOS=deterministic
+#                                    (README, environment variables). [args] replace the default loom_bench
 #                                    arguments; the rows also go to $OUT/ab.txt when $OUT is set
 #   tools/gpu-run.sh ab-infer [args] there: loom_bench's batch-1 inference rows (lazy, captured)
 #                                    with LOOM_CONV_IM2COL at its default (small_output: every
@@ -185,7 +186,8 @@ ab() {
   out=/dev/null
   [ -n "${OUT:-}" ] && mkdir -p "$OUT" && out=$OUT/ab.txt
   for round in $(seq "${LOOM_GPU_ROUNDS:-2}"); do
-    for setting in default LOOM_CUDA_VECTOR=0 LOOM_RECOMPUTE_COSTLY=0 LOOM_CUDNN_ALGOS=deterministic; do
+    for setting in default LOOM_CUDNN_ALGOS=timed LOOM_CUDA_VECTOR=0 LOOM_RECOMPUTE_COSTLY=0 \
+                   LOOM_CUDNN_ALGOS=deterministic; do
       rows train "$setting" "$@"
     done
   done

@@ -20,6 +20,10 @@
 // not, as PyTorch takes them; under loom::use_deterministic_algorithms (or
 // LOOM_CUDNN_ALGOS=deterministic) the first deterministic one, so that training repeats bit
 // for bit (the backend makes its ops again when that setting changes: cuda_backend.cpp).
+// LOOM_CUDNN_ALGOS=timed ranks a conv's algorithms by cuDNN's timed search instead
+// (cudnnFindConvolution*Algorithm, as torch.backends.cudnn.benchmark does): making each conv op
+// then runs every candidate once on the device, in buffers cuDNN allocates, and two processes
+// may choose differently. Never under deterministic algorithms, whose choice must repeat.
 //
 // Alignment. cuBLASLt's heuristic assumes 256-byte aligned operands unless told otherwise,
 // and arena offsets are only 64-byte aligned (memory_plan.cpp), so the main algorithm is
@@ -28,6 +32,7 @@
 #include "runtime/cuda/library_ops.h"
 
 #include "ir/setting.h"
+#include "lazy/debug.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/library_layout.h"
 
@@ -65,10 +70,23 @@ bool tf32_allowed() {
 // (read once) ranks deterministic ones first always, so that training repeats bit for bit.
 // On an H200 (2026-11-28) the first-ranked ones made ResNet-20's float32 step at batch 1024
 // 21.5 ms against 33.4, ResNet-18's at 256 39.9 against 47.0 (README, "Benchmarks").
+// LOOM_CUDNN_ALGOS=timed is "fastest" with the candidates ranked by a timed search
+// (timed_conv_algorithms).
+const std::string& conv_algos_setting() {
+  static const std::string setting =
+      ir::env_setting("LOOM_CUDNN_ALGOS", "fastest", {"fastest", "deterministic", "timed"});
+  return setting;
+}
+
 bool fastest_conv_gradients() {
-  static const bool fastest =
-      ir::env_setting("LOOM_CUDNN_ALGOS", "fastest", {"fastest", "deterministic"}) == "fastest";
-  return fastest && !are_deterministic_algorithms_enabled();
+  return conv_algos_setting() != "deterministic" && !are_deterministic_algorithms_enabled();
+}
+
+// Whether a conv's candidates come from cuDNN's timed search rather than its heuristics: only
+// with LOOM_CUDNN_ALGOS=timed, and never under deterministic algorithms (a timed ranking can
+// differ from one process to the next, and with it the bits).
+bool timed_conv_algorithms() {
+  return conv_algos_setting() == "timed" && !are_deterministic_algorithms_enabled();
 }
 
 // A library descriptor destroyed with its owner. Destroy's status is dropped: a destructor
@@ -458,13 +476,30 @@ class ConvOp final : public LibraryOp {
     int count = 0;
     int returned = 0;
     const bool fastest = fastest_conv_gradients();
+    const bool timed = timed_conv_algorithms();
+    // A timed search that fails (it allocates its own buffers: the device may be short of
+    // memory) leaves the heuristics' ranking, with one warning per process.
+    auto searched_ok = [&](cudnnStatus_t status) {
+      if (status == CUDNN_STATUS_SUCCESS && returned > 0) return true;
+      debug::warn_once("cudnn-timed-search",
+                what_ + ": cuDNN's timed search of algorithms failed (" +
+                    cudnnGetErrorString(status) + "); ranking by its heuristics instead "
+                    "(LOOM_CUDNN_ALGOS=timed)");
+      returned = 0;
+      return false;
+    };
     if (op_ == ir::Op::Conv2d) {
       check(cudnnGetConvolutionForwardAlgorithmMaxCount(handle, &count),
             "cudnnGetConvolutionForwardAlgorithmMaxCount");
       std::vector<cudnnConvolutionFwdAlgoPerf_t> perfs(static_cast<std::size_t>(std::max(count, 1)));
-      check(cudnnGetConvolutionForwardAlgorithm_v7(handle, x_.get(), w_.get(), conv_.get(), y_.get(),
-                                                   static_cast<int>(perfs.size()), &returned, perfs.data()),
-            "cudnnGetConvolutionForwardAlgorithm_v7");
+      const bool searched =
+          timed && searched_ok(cudnnFindConvolutionForwardAlgorithm(
+                                   handle, x_.get(), w_.get(), conv_.get(), y_.get(),
+                                   static_cast<int>(perfs.size()), &returned, perfs.data()));
+      if (!searched)
+        check(cudnnGetConvolutionForwardAlgorithm_v7(handle, x_.get(), w_.get(), conv_.get(), y_.get(),
+                                                     static_cast<int>(perfs.size()), &returned, perfs.data()),
+              "cudnnGetConvolutionForwardAlgorithm_v7");
       perfs.resize(static_cast<std::size_t>(std::clamp(returned, 0, static_cast<int>(perfs.size()))));
       auto ws = [&](cudnnConvolutionFwdAlgo_t algo, std::size_t* bytes) {
         return cudnnGetConvolutionForwardWorkspaceSize(handle, x_.get(), w_.get(), conv_.get(), y_.get(),
@@ -478,10 +513,15 @@ class ConvOp final : public LibraryOp {
       check(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, &count),
             "cudnnGetConvolutionBackwardDataAlgorithmMaxCount");
       std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perfs(static_cast<std::size_t>(std::max(count, 1)));
-      check(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, w_.get(), y_.get(), conv_.get(), x_.get(),
-                                                        static_cast<int>(perfs.size()), &returned,
-                                                        perfs.data()),
-            "cudnnGetConvolutionBackwardDataAlgorithm_v7");
+      const bool searched =
+          timed && searched_ok(cudnnFindConvolutionBackwardDataAlgorithm(
+                                   handle, w_.get(), y_.get(), conv_.get(), x_.get(),
+                                   static_cast<int>(perfs.size()), &returned, perfs.data()));
+      if (!searched)
+        check(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, w_.get(), y_.get(), conv_.get(), x_.get(),
+                                                          static_cast<int>(perfs.size()), &returned,
+                                                          perfs.data()),
+              "cudnnGetConvolutionBackwardDataAlgorithm_v7");
       perfs.resize(static_cast<std::size_t>(std::clamp(returned, 0, static_cast<int>(perfs.size()))));
       auto ws = [&](cudnnConvolutionBwdDataAlgo_t algo, std::size_t* bytes) {
         return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, w_.get(), y_.get(), conv_.get(),
@@ -495,10 +535,15 @@ class ConvOp final : public LibraryOp {
       check(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, &count),
             "cudnnGetConvolutionBackwardFilterAlgorithmMaxCount");
       std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perfs(static_cast<std::size_t>(std::max(count, 1)));
-      check(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, x_.get(), y_.get(), conv_.get(), w_.get(),
-                                                          static_cast<int>(perfs.size()), &returned,
-                                                          perfs.data()),
-            "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
+      const bool searched =
+          timed && searched_ok(cudnnFindConvolutionBackwardFilterAlgorithm(
+                                   handle, x_.get(), y_.get(), conv_.get(), w_.get(),
+                                   static_cast<int>(perfs.size()), &returned, perfs.data()));
+      if (!searched)
+        check(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, x_.get(), y_.get(), conv_.get(), w_.get(),
+                                                            static_cast<int>(perfs.size()), &returned,
+                                                            perfs.data()),
+              "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
       perfs.resize(static_cast<std::size_t>(std::clamp(returned, 0, static_cast<int>(perfs.size()))));
       auto ws = [&](cudnnConvolutionBwdFilterAlgo_t algo, std::size_t* bytes) {
         return cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, x_.get(), y_.get(), conv_.get(),
