@@ -477,6 +477,9 @@ class ConvOp final : public LibraryOp {
     int returned = 0;
     const bool fastest = fastest_conv_gradients();
     const bool timed = timed_conv_algorithms();
+    // The search times each candidate on the device: let the work queued before it (the last
+    // step, still running) finish first, so that it does not count against the early ones.
+    if (timed) check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (before cuDNN's timed search)");
     // A timed search that fails (it allocates its own buffers: the device may be short of
     // memory) leaves the heuristics' ranking, with one warning per process.
     auto searched_ok = [&](cudnnStatus_t status) {
