@@ -149,6 +149,13 @@ suite() {
      one ops ./ops_forward_test --gtest_filter='Ops/OpCaseTest.*' --gtest_brief=1) || s=$?
     (export LOOM_TEST_DEVICE=cuda
      one models ./models_test --gtest_filter='Models/TrainingReference.*' --gtest_brief=1) || s=$?
+    # Again with cuDNN's timed search choosing the convs' algorithms (ctest's
+    # Cuda.TimedConvAlgorithms): a search that failed and fell back to the ranking fails it.
+    (export LOOM_TEST_DEVICE=cuda LOOM_CUDNN_ALGOS=timed
+     one timed sh -c 'out=$(./models_test --gtest_filter="Models/TrainingReference.*" \
+                                           --gtest_brief=1 2>&1); r=$?; printf "%s\n" "$out"
+                      if printf "%s" "$out" | grep -q "timed search of algorithms failed"; then
+                        exit 1; fi; exit $r') || s=$?
     # NVRTC and the emulated kernels need no GPU (ctest runs them everywhere): checks skips them.
     if [ "${LOOM_GPU_CODEGEN:-1}" != 0 ]; then one codegen ./cuda_codegen_test --gtest_brief=1 || s=$?; fi
     exit $s
