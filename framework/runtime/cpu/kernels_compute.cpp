@@ -242,6 +242,12 @@ namespace {
 // oneDNN's weak shape there: 45-50 GFLOP/s on one core against 78 at m = 520, 67-89 on two
 // against 115-140 for the decoder's other products (OpenBLAS: 114). Both operands' strides
 // matter there: onednn::matmul_read_strides pads them (a copy of each), 12.4-13.5 -> 9.1-10.1 ms.
+// A fourth, Debian's BLIS 0.9 (libblis-openmp-dev, its zen3 kernels, bli_sgemm on two OpenMP
+// threads; a standalone driver alternating it with oneDNN's matmul call by call, medians of 10,
+// 2026-11-29, two runs): even with oneDNN from 640 x 512 outputs on (0.92 to 1.05: the
+// SwiGLU and vocabulary products, 2048^3), 1.09 to 1.13x on the [2048, 512] x [512, 512]
+// projections and 1.37 to 1.46x on their weight gradient as stored (which the padding above
+// already takes). About 1% of a decoder step: not worth a fourth library and thread pool.
 constexpr int64_t kMinOneDnnMatmul = int64_t{1} << 21;  // 128^3
 
 enum class MatmulChoice { kDefault, kOneDnn, kEigen };

@@ -253,6 +253,12 @@ bool bf16_winograd_chosen(const ConvGeometry& g, ConvPass pass) {
 // vs 8.0, 7.2 and 6.7 (oneDNN; the matmul 21.0, 9.9 and 6.9). Its sums go in fixed groups of
 // tiles, so it also runs under deterministic algorithms. Planes under 4x4 were not measured;
 // nor was AVX-512, where oneDNN's 16-lane kernels and loom's other Winograds run.
+// At ResNet-20's 16 channels a direct conv was tried too (2026-11-29, not kept): 16 output
+// channels are two vectors, so a register tile of 6 positions x 16 channels (12 sums, one
+// broadcast input per two FMAs) over zero-padded row copies; kernel_bench's F32Winograd rows
+// in one run: forward 4.47 against the Winograd's 4.08 ms, input gradient 4.14 against 4.15,
+// weight gradient 5.36 against 5.01 (the direct conv at 113-146 GFLOP/s, 60-75% of the FMA
+// loop).
 constexpr int64_t kF32WinogradMinPlane = 4 * 4;  // output positions of the pass's conv
 
 bool f32_winograd_allowed() {
