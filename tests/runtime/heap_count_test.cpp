@@ -117,8 +117,9 @@ TEST(HeapCount, KernelTasksCountOnEveryThread) {
     counted = heap_allocations() - before;
   }
   EXPECT_EQ(started.load(), 8);
-  if (std::thread::hardware_concurrency() >= 2)
+  if (std::thread::hardware_concurrency() >= 2) {
     EXPECT_GE(threads.size(), 2u) << "every task ran on the calling thread: nothing was shown";
+  }
   // The tasks' 800 allocations, wherever they ran (plus TBB's own bookkeeping and the set's
   // nodes): a worker thread's uncounted would leave at most 700.
   EXPECT_GE(counted, 800);
