@@ -383,6 +383,7 @@ TEST(ResNet18Cifar, Float32GradientsMatchFloat64) {
 // (heap_count.h): buffers come from the caching allocator or are donated, intermediates live
 // in the arena, scratch is kept; the old parameters' buffers go to the new ones.
 void expect_steady_resnet20_step(int threads, int warmup, int measured) {
+  if (runtime::kSanitizerAllocator) GTEST_SKIP() << runtime::kSanitizerAllocatorSkip;
   // The counter must be live, or the zero below would hold by counting nothing.
   ASSERT_TRUE(runtime::heap_counting_supported())
       << "this test binary does not count heap allocations (loom_heap_count not linked, or not glibc)";
@@ -421,6 +422,7 @@ TEST(ResNet20, SteadyTrainingStepCompilesNothing) { expect_steady_resnet20_step(
 // steps after the warm-up. Scratch only grows, so the allocations stop: within 30 steps there
 // are four in a row that allocate nothing, on any thread, and few before them.
 TEST(ResNet20, SteadyTrainingStepsStopAllocatingOnEveryThread) {
+  if (runtime::kSanitizerAllocator) GTEST_SKIP() << runtime::kSanitizerAllocatorSkip;
   ASSERT_TRUE(runtime::heap_counting_supported())
       << "this test binary does not count heap allocations (loom_heap_count not linked, or not glibc)";
   test::fresh_engine();
@@ -437,7 +439,9 @@ TEST(ResNet20, SteadyTrainingStepsStopAllocatingOnEveryThread) {
     mark_step();
     wait_device_ops();
     const int64_t allocations = metrics::counter("ExecuteHeapAlloc");
-    if (step == 0) EXPECT_GT(allocations, 0) << "the counter saw no warm-up allocation";
+    if (step == 0) {
+      EXPECT_GT(allocations, 0) << "the counter saw no warm-up allocation";
+    }
     if (step >= 3) after_warmup += allocations;
     quiet_in_a_row = allocations == 0 ? quiet_in_a_row + 1 : 0;
   }

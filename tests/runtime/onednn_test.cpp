@@ -460,6 +460,7 @@ TEST(OneDnn, CachedShapesCreateNoPrimitive) {
 // A steady call asks the heap for nothing on loom's side: oneDNN's own allocations inside
 // execute count apart (ExecuteHeapAllocLibrary).
 TEST(OneDnn, SteadyCallsAllocateOnlyInsideTheLibrary) {
+  if (kSanitizerAllocator) GTEST_SKIP() << kSanitizerAllocatorSkip;
   ASSERT_TRUE(heap_counting_supported());
   const ConvGeometry g = geometry(kCases[10]);
   Buffer x(DType::Float32, g.n * g.c * g.h * g.w), w(DType::Float32, g.o * g.c * 9),
