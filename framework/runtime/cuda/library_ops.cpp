@@ -469,94 +469,108 @@ class ConvOp final : public LibraryOp {
 
  private:
   void choose_algorithm(cudnnHandle_t handle, std::optional<cudnnMathType_t> forced_math) {
-    auto fail = [&] {
-      throw Error(what_ + ": cuDNN offers no algorithm within " + std::to_string(kMaxWorkspace >> 20) +
-                  " MiB of workspace");
-    };
     int count = 0;
-    int returned = 0;
     const bool fastest = fastest_conv_gradients();
     const bool timed = timed_conv_algorithms();
     // The search times each candidate on the device: let the work queued before it (the last
     // step, still running) finish first, so that it does not count against the early ones.
     if (timed) check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (before cuDNN's timed search)");
-    // A timed search that fails (it allocates its own buffers: the device may be short of
-    // memory) leaves the heuristics' ranking, with one warning per process.
-    auto searched_ok = [&](cudnnStatus_t status) {
-      if (status == CUDNN_STATUS_SUCCESS && returned > 0) return true;
-      debug::warn_once("cudnn-timed-search",
-                what_ + ": cuDNN's timed search of algorithms failed (" +
-                    cudnnGetErrorString(status) + "); ranking by its heuristics instead "
-                    "(LOOM_CUDNN_ALGOS=timed)");
-      returned = 0;
-      return false;
-    };
     if (op_ == ir::Op::Conv2d) {
       check(cudnnGetConvolutionForwardAlgorithmMaxCount(handle, &count),
             "cudnnGetConvolutionForwardAlgorithmMaxCount");
-      std::vector<cudnnConvolutionFwdAlgoPerf_t> perfs(static_cast<std::size_t>(std::max(count, 1)));
-      const bool searched =
-          timed && searched_ok(cudnnFindConvolutionForwardAlgorithm(
-                                   handle, x_.get(), w_.get(), conv_.get(), y_.get(),
-                                   static_cast<int>(perfs.size()), &returned, perfs.data()));
-      if (!searched)
-        check(cudnnGetConvolutionForwardAlgorithm_v7(handle, x_.get(), w_.get(), conv_.get(), y_.get(),
-                                                     static_cast<int>(perfs.size()), &returned, perfs.data()),
-              "cudnnGetConvolutionForwardAlgorithm_v7");
-      perfs.resize(static_cast<std::size_t>(std::clamp(returned, 0, static_cast<int>(perfs.size()))));
-      auto ws = [&](cudnnConvolutionFwdAlgo_t algo, std::size_t* bytes) {
-        return cudnnGetConvolutionForwardWorkspaceSize(handle, x_.get(), w_.get(), conv_.get(), y_.get(),
-                                                       algo, bytes);
-      };
+      const auto perfs = candidates<cudnnConvolutionFwdAlgoPerf_t>(
+          count, timed,
+          [&](int n, int* got, auto* out) {
+            return cudnnFindConvolutionForwardAlgorithm(handle, x_.get(), w_.get(), conv_.get(),
+                                                        y_.get(), n, got, out);
+          },
+          [&](int n, int* got, auto* out) {
+            return cudnnGetConvolutionForwardAlgorithm_v7(handle, x_.get(), w_.get(), conv_.get(),
+                                                          y_.get(), n, got, out);
+          },
+          "cudnnGetConvolutionForwardAlgorithm_v7");
       // Forward algorithms are deterministic anyway; take the fastest ranked one.
-      auto perf = pick(perfs, false, forced_math, conv_.get(), workspace_, ws);
-      if (!perf) fail();
-      fwd_ = perf->algo;
+      fwd_ = choose(perfs, false, forced_math, [&](cudnnConvolutionFwdAlgo_t algo, std::size_t* bytes) {
+        return cudnnGetConvolutionForwardWorkspaceSize(handle, x_.get(), w_.get(), conv_.get(),
+                                                       y_.get(), algo, bytes);
+      });
     } else if (op_ == ir::Op::Conv2dGradInput) {
       check(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, &count),
             "cudnnGetConvolutionBackwardDataAlgorithmMaxCount");
-      std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perfs(static_cast<std::size_t>(std::max(count, 1)));
-      const bool searched =
-          timed && searched_ok(cudnnFindConvolutionBackwardDataAlgorithm(
-                                   handle, w_.get(), y_.get(), conv_.get(), x_.get(),
-                                   static_cast<int>(perfs.size()), &returned, perfs.data()));
-      if (!searched)
-        check(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, w_.get(), y_.get(), conv_.get(), x_.get(),
-                                                          static_cast<int>(perfs.size()), &returned,
-                                                          perfs.data()),
-              "cudnnGetConvolutionBackwardDataAlgorithm_v7");
-      perfs.resize(static_cast<std::size_t>(std::clamp(returned, 0, static_cast<int>(perfs.size()))));
-      auto ws = [&](cudnnConvolutionBwdDataAlgo_t algo, std::size_t* bytes) {
-        return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, w_.get(), y_.get(), conv_.get(),
-                                                            x_.get(), algo, bytes);
-      };
-      auto perf = pick(perfs, !fastest, forced_math, conv_.get(), workspace_, ws);
-      if (!perf) perf = pick(perfs, false, forced_math, conv_.get(), workspace_, ws);
-      if (!perf) fail();
-      bwd_data_ = perf->algo;
+      const auto perfs = candidates<cudnnConvolutionBwdDataAlgoPerf_t>(
+          count, timed,
+          [&](int n, int* got, auto* out) {
+            return cudnnFindConvolutionBackwardDataAlgorithm(handle, w_.get(), y_.get(), conv_.get(),
+                                                             x_.get(), n, got, out);
+          },
+          [&](int n, int* got, auto* out) {
+            return cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, w_.get(), y_.get(), conv_.get(),
+                                                               x_.get(), n, got, out);
+          },
+          "cudnnGetConvolutionBackwardDataAlgorithm_v7");
+      bwd_data_ = choose(perfs, !fastest, forced_math,
+                         [&](cudnnConvolutionBwdDataAlgo_t algo, std::size_t* bytes) {
+                           return cudnnGetConvolutionBackwardDataWorkspaceSize(
+                               handle, w_.get(), y_.get(), conv_.get(), x_.get(), algo, bytes);
+                         });
     } else {
       check(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, &count),
             "cudnnGetConvolutionBackwardFilterAlgorithmMaxCount");
-      std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perfs(static_cast<std::size_t>(std::max(count, 1)));
-      const bool searched =
-          timed && searched_ok(cudnnFindConvolutionBackwardFilterAlgorithm(
-                                   handle, x_.get(), y_.get(), conv_.get(), w_.get(),
-                                   static_cast<int>(perfs.size()), &returned, perfs.data()));
-      if (!searched)
-        check(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, x_.get(), y_.get(), conv_.get(), w_.get(),
-                                                            static_cast<int>(perfs.size()), &returned,
-                                                            perfs.data()),
-              "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
-      perfs.resize(static_cast<std::size_t>(std::clamp(returned, 0, static_cast<int>(perfs.size()))));
-      auto ws = [&](cudnnConvolutionBwdFilterAlgo_t algo, std::size_t* bytes) {
-        return cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, x_.get(), y_.get(), conv_.get(),
-                                                              w_.get(), algo, bytes);
-      };
-      auto perf = pick(perfs, !fastest, forced_math, conv_.get(), workspace_, ws);
-      if (!perf) perf = pick(perfs, false, forced_math, conv_.get(), workspace_, ws);
-      if (!perf) fail();
-      bwd_filter_ = perf->algo;
+      const auto perfs = candidates<cudnnConvolutionBwdFilterAlgoPerf_t>(
+          count, timed,
+          [&](int n, int* got, auto* out) {
+            return cudnnFindConvolutionBackwardFilterAlgorithm(handle, x_.get(), y_.get(), conv_.get(),
+                                                               w_.get(), n, got, out);
+          },
+          [&](int n, int* got, auto* out) {
+            return cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, x_.get(), y_.get(), conv_.get(),
+                                                                 w_.get(), n, got, out);
+          },
+          "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
+      bwd_filter_ = choose(perfs, !fastest, forced_math,
+                           [&](cudnnConvolutionBwdFilterAlgo_t algo, std::size_t* bytes) {
+                             return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+                                 handle, x_.get(), y_.get(), conv_.get(), w_.get(), algo, bytes);
+                           });
     }
+  }
+
+  // cuDNN's candidates for this pass, best first: by its timed search (`find`) when `timed`,
+  // else, or where that search fails (it allocates its own buffers: the device may be short of
+  // memory; one warning per process), by its heuristics (`rank`).
+  template <class Perf, class Find, class Rank>
+  std::vector<Perf> candidates(int count, bool timed, Find find, Rank rank,
+                               const char* rank_name) const {
+    std::vector<Perf> perfs(static_cast<std::size_t>(std::max(count, 1)));
+    const int capacity = static_cast<int>(perfs.size());
+    int returned = 0;
+    if (timed) {
+      const cudnnStatus_t status = find(capacity, &returned, perfs.data());
+      if (status != CUDNN_STATUS_SUCCESS || returned <= 0) {
+        debug::warn_once("cudnn-timed-search",
+                         what_ + ": cuDNN's timed search of algorithms failed (" +
+                             cudnnGetErrorString(status) +
+                             "); ranking by its heuristics instead (LOOM_CUDNN_ALGOS=timed)");
+        returned = 0;
+      }
+    }
+    if (returned == 0) check(rank(capacity, &returned, perfs.data()), rank_name);
+    perfs.resize(static_cast<std::size_t>(std::clamp(returned, 0, capacity)));
+    return perfs;
+  }
+
+  // The first candidate that fits (pick), deterministic ones first when `deterministic_first`
+  // and any one where none of those does.
+  template <class Perf, class Workspace>
+  decltype(Perf::algo) choose(const std::vector<Perf>& perfs, bool deterministic_first,
+              std::optional<cudnnMathType_t> forced_math, Workspace workspace_of) {
+    auto perf = pick(perfs, deterministic_first, forced_math, conv_.get(), workspace_, workspace_of);
+    if (!perf && deterministic_first)
+      perf = pick(perfs, false, forced_math, conv_.get(), workspace_, workspace_of);
+    if (!perf)
+      throw Error(what_ + ": cuDNN offers no algorithm within " + std::to_string(kMaxWorkspace >> 20) +
+                  " MiB of workspace");
+    return perf->algo;
   }
 
   std::string what_;
