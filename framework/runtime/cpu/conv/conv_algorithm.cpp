@@ -257,7 +257,7 @@ bool bf16_winograd_chosen(const ConvGeometry& g, ConvPass pass) {
 // channels are two vectors, so a register tile of 6 positions x 16 channels (12 sums, one
 // broadcast input per two FMAs) over zero-padded row copies; kernel_bench's F32Winograd rows
 // in one run: forward 4.47 against the Winograd's 4.08 ms, input gradient 4.14 against 4.15,
-// weight gradient 5.36 against 5.01 (the direct conv at 113-146 GFLOP/s, 60-75% of the FMA
+// weight gradient 5.36 against 5.01 (the direct conv at 113-146 GFLOP/s, 59-76% of the FMA
 // loop).
 constexpr int64_t kF32WinogradMinPlane = 4 * 4;  // output positions of the pass's conv
 
