@@ -171,7 +171,9 @@ TEST(Bf16WeightGrad, RunsForChannelsLastBFloat16WeightGradients) {
     return values(out);
   };
   const auto direct = values(op.run());
-  if (chosen) EXPECT_EQ(through_kernel(), direct);
+  if (chosen) {
+    EXPECT_EQ(through_kernel(), direct);
+  }
   use_deterministic_algorithms(true);
   ASSERT_TRUE(bf16_weight_grad_chosen(g));
   EXPECT_EQ(through_kernel(), direct);

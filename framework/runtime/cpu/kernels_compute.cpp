@@ -18,6 +18,7 @@
 #include "runtime/cpu/conv/conv_algorithm.h"
 #include "runtime/cpu/conv/conv_common.h"
 #include "runtime/cpu/conv/conv_direct.h"
+#include "runtime/cpu/conv/conv_tuning.h"
 #include "runtime/cpu/conv/conv_winograd.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/kernels_fused.h"
@@ -311,7 +312,7 @@ void conv_epilogue(const TensorView& out, const T* bias, ir::Op act) {
   });
 }
 
-// conv2d forward in any dtype: oneDNN where conv_algorithm picks it (with the bias and relu of
+// conv2d forward in any dtype: oneDNN where nchw_conv_kernel picks it (with the bias and relu of
 // an epilogue as post-ops), loom's kernels otherwise (bfloat16 widened to them); an epilogue
 // that oneDNN did not take runs after, as conv_epilogue.
 void conv2d_dispatch(const ir::Attr& attr, const TensorView& x, const TensorView& w,
@@ -332,26 +333,29 @@ void conv2d_dispatch(const ir::Attr& attr, const TensorView& x, const TensorView
   }
   const ConvGeometry g = conv_geometry(attr.get<ir::Conv2dAttr>(), x.shape, w.shape, out.shape);
   if (out.numel() == 0) return;
-  if (out.dtype != DType::Float64 &&
-      conv_algorithm(g, ConvPass::kForward, out.dtype) == ConvAlgorithm::kOneDnn) {
-    const auto layout = onednn::conv_layout(g, ConvPass::kForward, out.dtype);
-    onednn::conv2d(ConvPass::kForward, g, out.dtype, layout, x.data, w.data, out.data,
-                   post_ops ? onednn::Epilogue{pb, act == ir::Op::Relu} : onednn::Epilogue{});
-    if (!post_ops) conv_epilogue<float>(out, pb, act);
-    return;
-  }
-  if (out.dtype == DType::BFloat16) {
-    run_widened(x, w, out, [&](const float* px, const float* pw, float* po) {
-      conv2d_forward<float>(g, px, pw, po, ConvPass::kForward);
-    });
-    return;
-  }
-  visit_float("conv2d", out.dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    conv2d_forward<T>(g, x.as<const T>(), w.as<const T>(), out.as<T>(), ConvPass::kForward);
-    if (bias || act != ir::Op::Count_)
-      conv_epilogue<T>(out, bias ? bias->as<const T>() : nullptr, act);
-  });
+  const auto run = [&](ConvKernel kernel) {
+    if (kernel == ConvKernel::kOneDnn) {
+      onednn::conv2d(ConvPass::kForward, g, out.dtype,
+                     onednn::conv_layout(g, ConvPass::kForward, out.dtype), x.data, w.data,
+                     out.data,
+                     post_ops ? onednn::Epilogue{pb, act == ir::Op::Relu} : onednn::Epilogue{});
+      if (!post_ops) conv_epilogue<float>(out, pb, act);
+    } else if (out.dtype == DType::BFloat16) {  // epilogues are float (fuse_epilogue.h)
+      run_widened(x, w, out, [&](const float* px, const float* pw, float* po) {
+        conv2d_forward<float>(g, px, pw, po, ConvPass::kForward);
+      });
+    } else {
+      visit_float("conv2d", out.dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        conv2d_forward<T>(g, x.as<const T>(), w.as<const T>(), out.as<T>(), ConvPass::kForward);
+        if (bias || act != ir::Op::Count_)
+          conv_epilogue<T>(out, bias ? bias->as<const T>() : nullptr, act);
+      });
+    }
+    return true;
+  };
+  run(nchw_conv_kernel(g, ConvPass::kForward, out.dtype, true, bias || act != ir::Op::Count_,
+                       run));
 }
 
 }  // namespace

@@ -26,12 +26,14 @@
 #include "runtime/cpu/conv/conv_common.h"
 #include "runtime/cpu/conv/conv_direct.h"
 #include "runtime/cpu/conv/conv_matmul.h"
+#include "runtime/cpu/conv/conv_tuning.h"
 #include "runtime/cpu/conv/conv_weight_bf16.h"
 #include "runtime/cpu/conv/conv_winograd.h"
 #include "runtime/cpu/conv/conv_winograd_bf16.h"
 #include "runtime/cpu/conv/conv_winograd_f32.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/onednn.h"
+#include "runtime/cpu/small_vector.h"
 
 #include <loom/error.h>
 #include <loom/lazy.h>
@@ -233,14 +235,107 @@ TensorView channels_first_copy(const TensorView& v) {
 
 }  // namespace
 
+namespace {
+
+// Runs pass `pass` of the channels-last conv `g` on `kernel` (the float32 and bfloat16
+// kernels with their operands in those dtypes, as conv2d_channels_last checked); false where
+// the kernel declined the shape (loom's Winograd weight gradient).
+bool run_channels_last(ConvKernel kernel, ConvPass pass, const ConvGeometry& g,
+                       const ir::Conv2dAttr& first, const TensorView& a, const TensorView& b,
+                       const TensorView& out, const float* bias, bool relu) {
+  switch (kernel) {
+    case ConvKernel::kF32Winograd:
+      if (pass == ConvPass::kGradWeight)
+        conv2d_grad_weight_winograd_f32(g, a.as<const float>(), b.as<const float>(),
+                                        out.as<float>());
+      else
+        conv2d_winograd_f32(g, pass, a.as<const float>(), b.as<const float>(), out.as<float>(),
+                            bias, relu);
+      return true;
+    case ConvKernel::kMatmul:
+      conv2d_matmul(g, pass, out.dtype, a.data, b.data, out.data, bias, relu);
+      return true;
+    case ConvKernel::kBf16Winograd:
+      conv2d_winograd_bf16(g, pass, a.as<const bfloat16>(), b.as<const bfloat16>(),
+                           out.as<bfloat16>(), bias, relu);
+      return true;
+    case ConvKernel::kBf16WeightGrad:
+      conv2d_grad_weight_bf16(g, a.as<const bfloat16>(), b.as<const bfloat16>(),
+                              out.as<bfloat16>());
+      return true;
+    case ConvKernel::kWinogradWeightGrad: {
+      const TensorView x = channels_first_copy<ChannelsFirstX>(a);
+      const TensorView grad = channels_first_copy<ChannelsFirstGrad>(b);
+      return conv2d_grad_weight_winograd(g, x.as<const float>(), grad.as<const float>(),
+                                         out.as<float>());
+    }
+    case ConvKernel::kOwn: {  // the weight gradient on loom's [N,C,H,W] kernels
+      assert(pass == ConvPass::kGradWeight);
+      const TensorView x = channels_first_copy<ChannelsFirstX>(a);
+      const TensorView grad = channels_first_copy<ChannelsFirstGrad>(b);
+      conv2d_grad_weight_kernel(ir::Conv2dGradAttr{first, {out.shape[2], out.shape[3]}}, x, grad,
+                                out);
+      return true;
+    }
+    case ConvKernel::kOneDnn:
+      onednn::conv2d(pass, g, out.dtype, onednn::channels_last_layout(g, pass, out.dtype), a.data,
+                     b.data, out.data, {bias, relu});
+      return true;
+  }
+  return false;
+}
+
+// The rules' kernel for pass `pass` of the channels-last conv `g` (conv_algorithm.h), the
+// first that is chosen of: a Winograd or im2col + matmul, loom's bfloat16 kernels, loom's
+// Winograd weight gradient, and, for the weight gradient under deterministic algorithms,
+// loom's [N,C,H,W] kernels; oneDNN otherwise.
+ConvKernel channels_last_rule(ConvPass pass, const ConvGeometry& g, DType a, DType b, DType out) {
+  const bool f32 = a == DType::Float32 && b == DType::Float32 && out == DType::Float32;
+  const bool bf16 = a == DType::BFloat16 && b == DType::BFloat16 && out == DType::BFloat16;
+  if (f32 && f32_winograd_chosen(g, pass)) return ConvKernel::kF32Winograd;
+  if (a == out && b == out && conv_matmul_chosen(g, pass, out)) return ConvKernel::kMatmul;
+  if (pass != ConvPass::kGradWeight && bf16 && bf16_winograd_chosen(g, pass))
+    return ConvKernel::kBf16Winograd;
+  if (pass == ConvPass::kGradWeight && out == DType::BFloat16 && bf16_weight_grad_chosen(g))
+    return ConvKernel::kBf16WeightGrad;
+  if (pass == ConvPass::kGradWeight && a == DType::Float32 && b == DType::Float32 &&
+      winograd_weight_grad_chosen(g, out))
+    return ConvKernel::kWinogradWeightGrad;
+  if (pass == ConvPass::kGradWeight && are_deterministic_algorithms_enabled())
+    return ConvKernel::kOwn;
+  return ConvKernel::kOneDnn;
+}
+
+// The kernels a tuned choice times for that pass: each of the above that applies (whatever
+// the rules say), and oneDNN.
+SmallVector<ConvKernel, 6> channels_last_candidates(ConvPass pass, const ConvGeometry& g,
+                                                    DType a, DType b, DType out) {
+  const bool f32 = a == DType::Float32 && b == DType::Float32 && out == DType::Float32;
+  const bool bf16 = a == DType::BFloat16 && b == DType::BFloat16 && out == DType::BFloat16;
+  const bool weight = pass == ConvPass::kGradWeight;
+  SmallVector<ConvKernel, 6> kernels;
+  if (f32 && f32_winograd_available(g)) kernels.push_back(ConvKernel::kF32Winograd);
+  if (a == out && b == out && conv_matmul_available(g, pass, out))
+    kernels.push_back(ConvKernel::kMatmul);
+  if (bf16 && bf16_winograd_available(g, pass)) kernels.push_back(ConvKernel::kBf16Winograd);
+  if (weight && bf16 && bf16_weight_grad_applies(g)) kernels.push_back(ConvKernel::kBf16WeightGrad);
+  if (weight && f32 && winograd_applies(g)) kernels.push_back(ConvKernel::kWinogradWeightGrad);
+  kernels.push_back(ConvKernel::kOneDnn);
+  return kernels;
+}
+
+}  // namespace
+
 // Channels-last activations go to oneDNN as they are (bfloat16 ones widened to float32 where
-// oneDNN has no bfloat16 convs: onednn::bfloat16_supported), except the passes that im2col + a
-// matmul (conv_matmul_chosen) or a Winograd (f32_winograd_chosen below AVX-512,
-// bf16_winograd_chosen) take, a bfloat16 weight gradient
-// that loom's vdpbf16ps kernel takes (conv_weight_bf16.h, where bf16_weight_grad_chosen). A float32
-// weight gradient that loom's Winograd takes (where winograd_weight_grad_chosen: two small
-// copies next to its sums), and another one under use_deterministic_algorithms (oneDNN's
-// splits its sum by the thread count), copy their operands to [N,C,H,W] for loom's kernels.
+// oneDNN has no bfloat16 convs: onednn::bfloat16_supported), except the passes that
+// channels_last_rule gives to loom's kernels or to im2col + a matmul: a Winograd
+// (f32_winograd_chosen below AVX-512, bf16_winograd_chosen), conv_matmul_chosen, a bfloat16
+// weight gradient that loom's vdpbf16ps kernel takes (conv_weight_bf16.h, where
+// bf16_weight_grad_chosen). A float32 weight gradient that loom's Winograd takes (where
+// winograd_weight_grad_chosen: two small copies next to its sums), and another one under
+// use_deterministic_algorithms (oneDNN's splits its sum by the thread count), copy their
+// operands to [N,C,H,W] for loom's kernels. With LOOM_CONV=tuned the kernel is the fastest
+// of channels_last_candidates, timed at the pass's first call at this shape (conv_tuning.h).
 void conv2d_channels_last(ConvPass pass, const ir::Conv2dAttr& attr, const TensorView& a,
                           const TensorView& b, const TensorView& out, const float* bias,
                           bool relu) {
@@ -281,44 +376,23 @@ void conv2d_channels_last(ConvPass pass, const ir::Conv2dAttr& attr, const Tenso
                            bias, relu);
     });
   }
-  if (a.dtype == DType::Float32 && b.dtype == DType::Float32 && out.dtype == DType::Float32 &&
-      f32_winograd_chosen(g, pass)) {
-    if (pass == ConvPass::kGradWeight)
-      return conv2d_grad_weight_winograd_f32(g, a.as<const float>(), b.as<const float>(),
-                                             out.as<float>());
-    return conv2d_winograd_f32(g, pass, a.as<const float>(), b.as<const float>(), out.as<float>(),
-                               bias, relu);
-  }
-  if (a.dtype == out.dtype && b.dtype == out.dtype && conv_matmul_chosen(g, pass, out.dtype))
-    return conv2d_matmul(g, pass, out.dtype, a.data, b.data, out.data, bias, relu);
-  if (pass != ConvPass::kGradWeight && a.dtype == DType::BFloat16 &&
-      b.dtype == DType::BFloat16 && out.dtype == DType::BFloat16 && bf16_winograd_chosen(g, pass))
-    return conv2d_winograd_bf16(g, pass, a.as<const bfloat16>(), b.as<const bfloat16>(),
-                                out.as<bfloat16>(), bias, relu);
-  if (pass == ConvPass::kGradWeight && out.dtype == DType::BFloat16 &&
-      bf16_weight_grad_chosen(g))
-    return conv2d_grad_weight_bf16(g, a.as<const bfloat16>(), b.as<const bfloat16>(),
-                                   out.as<bfloat16>());
-  if (pass == ConvPass::kGradWeight && a.dtype == DType::Float32 &&
-      b.dtype == DType::Float32 && winograd_weight_grad_chosen(g, out.dtype)) {
-    const TensorView x = channels_first_copy<ChannelsFirstX>(a);
-    const TensorView grad = channels_first_copy<ChannelsFirstGrad>(b);
-    if (conv2d_grad_weight_winograd(g, x.as<const float>(), grad.as<const float>(),
-                                    out.as<float>()))
+  const auto run = [&](ConvKernel kernel) {
+    return run_channels_last(kernel, pass, g, first, a, b, out, bias, relu);
+  };
+  if (conv_tuning_enabled()) {
+    const auto candidates = channels_last_candidates(pass, g, a.dtype, b.dtype, out.dtype);
+    const ConvTuningKey key{g, static_cast<int>(pass), out.dtype, true, bias || relu};
+    if (const auto kernel = tuned_conv_choice(key, {candidates.data(), candidates.size()}, run);
+        kernel && run(*kernel))
       return;
   }
-  if (pass == ConvPass::kGradWeight && are_deterministic_algorithms_enabled()) {
-    const TensorView x = channels_first_copy<ChannelsFirstX>(a);
-    const TensorView grad = channels_first_copy<ChannelsFirstGrad>(b);
-    conv2d_grad_weight_kernel(ir::Conv2dGradAttr{first, {out.shape[2], out.shape[3]}}, x, grad,
-                              out);
-    return;
-  }
-  onednn::conv2d(pass, g, out.dtype, onednn::channels_last_layout(g, pass, out.dtype), a.data,
-                 b.data, out.data, {bias, relu});
+  if (run(channels_last_rule(pass, g, a.dtype, b.dtype, out.dtype))) return;
+  run(pass == ConvPass::kGradWeight && are_deterministic_algorithms_enabled()
+          ? ConvKernel::kOwn
+          : ConvKernel::kOneDnn);
 }
 
-// Both gradients: oneDNN where conv_algorithm picks it, loom's kernels otherwise (bfloat16
+// Both gradients: oneDNN where nchw_conv_kernel picks it, loom's kernels otherwise (bfloat16
 // widened to them).
 void conv2d_grad_input_kernel(const ir::Attr& attr, const TensorView& grad_out,
                               const TensorView& w, const TensorView& out) {
@@ -327,21 +401,23 @@ void conv2d_grad_input_kernel(const ir::Attr& attr, const TensorView& grad_out,
   const ConvGeometry g =
       conv_geometry(attr.get<ir::Conv2dGradAttr>().conv, out.shape, w.shape, grad_out.shape);
   if (out.numel() == 0) return;
-  if (out.dtype != DType::Float64 && grad_out.numel() > 0 &&
-      conv_algorithm(g, ConvPass::kGradInput, out.dtype) == ConvAlgorithm::kOneDnn) {
-    onednn::conv2d(ConvPass::kGradInput, g, out.dtype,
-                   onednn::conv_layout(g, ConvPass::kGradInput, out.dtype), grad_out.data,
-                   w.data, out.data);
-    return;
-  }
-  if (out.dtype == DType::BFloat16)
-    return run_widened(grad_out, w, out, [&](const float* pgo, const float* pw, float* pgi) {
-      conv2d_grad_input_typed<float>(g, pgo, pw, pgi);
-    });
-  visit_float("conv2d_grad_input", out.dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    conv2d_grad_input_typed<T>(g, grad_out.as<const T>(), w.as<const T>(), out.as<T>());
-  });
+  const auto run = [&](ConvKernel kernel) {
+    if (kernel == ConvKernel::kOneDnn)
+      onednn::conv2d(ConvPass::kGradInput, g, out.dtype,
+                     onednn::conv_layout(g, ConvPass::kGradInput, out.dtype), grad_out.data,
+                     w.data, out.data);
+    else if (out.dtype == DType::BFloat16)
+      run_widened(grad_out, w, out, [&](const float* pgo, const float* pw, float* pgi) {
+        conv2d_grad_input_typed<float>(g, pgo, pw, pgi);
+      });
+    else
+      visit_float("conv2d_grad_input", out.dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        conv2d_grad_input_typed<T>(g, grad_out.as<const T>(), w.as<const T>(), out.as<T>());
+      });
+    return true;
+  };
+  run(nchw_conv_kernel(g, ConvPass::kGradInput, out.dtype, grad_out.numel() > 0, false, run));
 }
 
 void conv2d_grad_weight_kernel(const ir::Attr& attr, const TensorView& x,
@@ -351,21 +427,23 @@ void conv2d_grad_weight_kernel(const ir::Attr& attr, const TensorView& x,
   const ConvGeometry g =
       conv_geometry(attr.get<ir::Conv2dGradAttr>().conv, x.shape, out.shape, grad_out.shape);
   if (out.numel() == 0) return;
-  if (out.dtype != DType::Float64 && grad_out.numel() > 0 &&
-      conv_algorithm(g, ConvPass::kGradWeight, out.dtype) == ConvAlgorithm::kOneDnn) {
-    onednn::conv2d(ConvPass::kGradWeight, g, out.dtype,
-                   onednn::conv_layout(g, ConvPass::kGradWeight, out.dtype), x.data,
-                   grad_out.data, out.data);
-    return;
-  }
-  if (out.dtype == DType::BFloat16)
-    return run_widened(x, grad_out, out, [&](const float* px, const float* pgo, float* pgw) {
-      conv2d_grad_weight_typed<float>(g, px, pgo, pgw);
-    });
-  visit_float("conv2d_grad_weight", out.dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    conv2d_grad_weight_typed<T>(g, x.as<const T>(), grad_out.as<const T>(), out.as<T>());
-  });
+  const auto run = [&](ConvKernel kernel) {
+    if (kernel == ConvKernel::kOneDnn)
+      onednn::conv2d(ConvPass::kGradWeight, g, out.dtype,
+                     onednn::conv_layout(g, ConvPass::kGradWeight, out.dtype), x.data,
+                     grad_out.data, out.data);
+    else if (out.dtype == DType::BFloat16)
+      run_widened(x, grad_out, out, [&](const float* px, const float* pgo, float* pgw) {
+        conv2d_grad_weight_typed<float>(g, px, pgo, pgw);
+      });
+    else
+      visit_float("conv2d_grad_weight", out.dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        conv2d_grad_weight_typed<T>(g, x.as<const T>(), grad_out.as<const T>(), out.as<T>());
+      });
+    return true;
+  };
+  run(nchw_conv_kernel(g, ConvPass::kGradWeight, out.dtype, grad_out.numel() > 0, false, run));
 }
 
 void max_pool2d_grad_kernel(const ir::Attr& attr, const TensorView& x, const TensorView& grad_out,

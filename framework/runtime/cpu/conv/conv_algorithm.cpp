@@ -22,7 +22,8 @@
 namespace loom::runtime {
 namespace {
 
-enum class Forced { kNone, kOneDnn, kDirect, kGemm, kWinograd };
+// kTuned: the rules below as for kNone; conv_tuning.h times the alternatives on top.
+enum class Forced { kNone, kTuned, kOneDnn, kDirect, kGemm, kWinograd };
 
 Forced forced_choice() {
   static const Forced forced = [] {
@@ -32,8 +33,9 @@ Forced forced_choice() {
     if (std::strcmp(v, "direct") == 0) return Forced::kDirect;
     if (std::strcmp(v, "gemm") == 0) return Forced::kGemm;
     if (std::strcmp(v, "winograd") == 0) return Forced::kWinograd;
-    throw Error(std::string("LOOM_CONV: expected onednn, direct, gemm or winograd, got '") + v +
-                "'");
+    if (std::strcmp(v, "tuned") == 0) return Forced::kTuned;
+    throw Error(std::string("LOOM_CONV: expected onednn, direct, gemm, winograd or tuned, got '") +
+                v + "'");
   }();
   return forced;
 }
@@ -126,7 +128,8 @@ bool onednn_wins(const ConvGeometry& g, ConvPass pass, DType dtype) {
 ConvAlgorithm own_conv_algorithm(const ConvGeometry& g, ConvPass pass) {
   // LOOM_CONV=onednn leaves loom's own choice (where oneDNN does not run) as it is.
   const Forced forced = forced_choice();
-  const bool choose = forced == Forced::kNone || forced == Forced::kOneDnn;
+  const bool choose =
+      forced == Forced::kNone || forced == Forced::kTuned || forced == Forced::kOneDnn;
   if (winograd_applies(g) &&
       (forced == Forced::kWinograd || (choose && winograd_wins(g, pass))))
     return ConvAlgorithm::kWinograd;
@@ -140,7 +143,8 @@ bool direct_chosen(const ConvGeometry& g, ConvPass pass) {
     case Forced::kGemm: return false;
     case Forced::kOneDnn:
     case Forced::kWinograd:
-    case Forced::kNone: break;
+    case Forced::kNone:
+    case Forced::kTuned: break;
   }
   return direct_wins(g, pass);
 }
@@ -184,7 +188,8 @@ bool winograd_weight_grad_chosen(const ConvGeometry& g, DType dtype) {
   if (dtype != DType::Float32 || !winograd_applies(g)) return false;
   switch (forced_choice()) {
     case Forced::kWinograd: return true;
-    case Forced::kNone: break;
+    case Forced::kNone:
+    case Forced::kTuned: break;
     case Forced::kOneDnn:
     case Forced::kDirect:
     case Forced::kGemm: return false;
@@ -222,7 +227,8 @@ bool bf16_winograd_allowed() {
 std::optional<bool> channels_last_winograd_forced() {
   switch (forced_choice()) {
     case Forced::kWinograd: return true;
-    case Forced::kNone: return std::nullopt;
+    case Forced::kNone:
+    case Forced::kTuned: return std::nullopt;
     case Forced::kOneDnn:
     case Forced::kDirect:
     case Forced::kGemm: return false;
@@ -340,7 +346,8 @@ bool conv_matmul_chosen(const ConvGeometry& g, ConvPass pass, DType dtype) {
     return false;
   switch (forced_choice()) {
     case Forced::kGemm: return true;
-    case Forced::kNone: break;
+    case Forced::kNone:
+    case Forced::kTuned: break;
     case Forced::kOneDnn:
     case Forced::kDirect:
     case Forced::kWinograd: return false;
@@ -370,7 +377,22 @@ bool conv_matmul_chosen(const ConvGeometry& g, ConvPass pass, DType dtype) {
 
 bool own_algorithm_forced() {
   const Forced forced = forced_choice();
-  return forced != Forced::kNone && forced != Forced::kOneDnn;
+  return forced != Forced::kNone && forced != Forced::kTuned && forced != Forced::kOneDnn;
+}
+
+bool conv_tuning_requested() { return forced_choice() == Forced::kTuned; }
+
+bool f32_winograd_available(const ConvGeometry& g) {
+  return f32_winograd_applies(g) && f32_winograd_allowed();
+}
+
+bool bf16_winograd_available(const ConvGeometry& g, ConvPass pass) {
+  return pass != ConvPass::kGradWeight && bf16_winograd_applies(g) && bf16_winograd_allowed();
+}
+
+bool conv_matmul_available(const ConvGeometry& g, ConvPass pass, DType dtype) {
+  return conv_matmul_applies(g, pass, dtype) &&
+         column_bytes(g, pass, dtype) <= kGemmMaxColumnBytes;
 }
 
 ConvAlgorithm conv_algorithm(const ConvGeometry& g, ConvPass pass, DType dtype) {
@@ -382,7 +404,7 @@ ConvAlgorithm conv_algorithm(const ConvGeometry& g, ConvPass pass, DType dtype) 
       (dtype != DType::BFloat16 || onednn::bfloat16_supported());
   if (onednn_allowed) {
     if (forced == Forced::kOneDnn) return ConvAlgorithm::kOneDnn;
-    if (forced == Forced::kNone && onednn_wins(g, pass, dtype))
+    if ((forced == Forced::kNone || forced == Forced::kTuned) && onednn_wins(g, pass, dtype))
       return ConvAlgorithm::kOneDnn;
   }
   return own_conv_algorithm(g, pass);

@@ -9,6 +9,8 @@
 // activations conv_winograd_bf16.h and conv_winograd_f32.h) and im2col + Eigen GEMM (the general
 // path, and float64's only one: oneDNN has no float64). LOOM_CONV=onednn|direct|gemm|winograd
 // forces one wherever it applies (read once; for measurements); elsewhere the choice stands.
+// LOOM_CONV=tuned keeps these rules for the layouts and times the kernels of each pass's
+// layout instead (conv_tuning.h).
 #pragma once
 
 #include "runtime/cpu/conv/conv_common.h"
@@ -75,5 +77,18 @@ bool conv_matmul_chosen(const ConvGeometry& g, ConvPass pass, DType dtype);
 // Whether LOOM_CONV forces one of loom's own algorithms (direct, gemm or winograd): then the
 // CPU's layout choice (cpu_backend.cpp) keeps float32 convs [N,C,H,W], where they run.
 bool own_algorithm_forced();
+
+// Whether LOOM_CONV=tuned (conv_tuning.h; conv_tuning_enabled also asks deterministic
+// algorithms).
+bool conv_tuning_requested();
+
+// The candidates of a tuned choice (conv_tuning.h), each where its kernel applies and no
+// setting rules it out, whatever the rules above would choose: the channels-last float32
+// Winograd (not with LOOM_F32_WINOGRAD=0), the bfloat16 one (its forward and input gradient;
+// not with LOOM_BF16_WINOGRAD=0), and im2col + one oneDNN matmul (with an im2col buffer of at
+// most 32 MiB).
+bool f32_winograd_available(const ConvGeometry& g);
+bool bf16_winograd_available(const ConvGeometry& g, ConvPass pass);
+bool conv_matmul_available(const ConvGeometry& g, ConvPass pass, DType dtype);
 
 }  // namespace loom::runtime
