@@ -21,6 +21,7 @@
 #include <Eigen/Core>
 #include <tbb/parallel_for.h>
 
+#include <array>
 #include <algorithm>
 #include <functional>
 #include <limits>
@@ -282,6 +283,33 @@ double best_compiled_seconds(const Options& o, const std::function<Tensor()>& f)
   });
 }
 
+// A step of one small kernel is mostly the step's own round trip: on the 2-core development VM
+// a captured step of a 16-element kernel took 35-40 us from the call to the result, of which
+// the kernel ran 0.5 us (two thread wake-ups). In a training step kernels run back to back and
+// that cost comes once a step, so chains on tensors of at most this many elements are also timed
+// kSameStep to a step, on kSameStep sets of operands, per kernel.
+constexpr int64_t kSmallChain = int64_t{1} << 20;
+constexpr int kSameStep = 8;
+
+// The best time per kernel of `count` independent chains compiled into one captured step:
+// f(i) builds chain i.
+double best_compiled_seconds_per_kernel(const Options& o, int count,
+                                        const std::function<Tensor(int)>& f) {
+  mark_step();
+  wait_device_ops();
+  auto fn = compile([&] {
+    std::vector<Tensor> out;
+    for (int i = 0; i < count; ++i) out.push_back(f(i));
+    return out;
+  });
+  std::vector<Tensor> y;
+  return best_seconds(o.reps, [&] {
+    y.clear();
+    y = fn();
+    wait_device_ops();
+  }) / count;
+}
+
 // The batch-norm work of a bfloat16 ResNet step as the channels-last layout pass leaves it
 // (compiler/channels_last.h): a conv's bfloat16 output x in [N,H,W,C], its per-channel mean and
 // variance in float32, and the normalised, scaled and shifted ReLU written back as bfloat16
@@ -319,13 +347,30 @@ void bench_fused_bf16_channels_last(const Options& o, Table& t, double triad) {
     const int64_t numel = shape_numel(shape);
     for (const auto& chain : chains) {
       progress(std::string("loom ") + chain.name + " " + dims);
-      Tensor x = randn(shape, 30).to(DType::BFloat16), g = randn(shape, 33).to(DType::BFloat16);
-      Tensor scale = randn({1, 1, 1, shape[3]}, 31) + 1.5, shift = randn({1, 1, 1, shape[3]}, 32);
-      const double s = best_compiled_seconds(o, [&] { return chain.fn(x, g, scale, shift); });
+      const auto operands = [&](int i) {  // x, g, scale, shift of set i
+        const uint64_t seed = 30 + 10 * static_cast<uint64_t>(i);
+        return std::array<Tensor, 4>{randn(shape, seed).to(DType::BFloat16),
+                                     randn(shape, seed + 3).to(DType::BFloat16),
+                                     randn({1, 1, 1, shape[3]}, seed + 1) + 1.5,
+                                     randn({1, 1, 1, shape[3]}, seed + 2)};
+      };
+      const auto set = operands(0);
+      const double s = best_compiled_seconds(o, [&] { return chain.fn(set[0], set[1], set[2], set[3]); });
       const double bytes = 2.0 * static_cast<double>((chain.reads + chain.writes) * numel);
-      t.add({.section = "fused", .benchmark = std::string(chain.name) + " " + dims, .mode = "captured",
-             .precision = "bf16", .time = format_time(s), .rate = format("%.1f GB/s", bytes / s / 1e9),
+      const std::string name = std::string(chain.name) + " " + dims;
+      t.add({.section = "fused", .benchmark = name, .mode = "captured", .precision = "bf16",
+             .time = format_time(s), .rate = format("%.1f GB/s", bytes / s / 1e9),
              .ratio = format("%.2f", bytes / s / triad), .vs = "speed/triad"});
+      if (numel > kSmallChain) continue;
+      std::vector<std::array<Tensor, 4>> sets;
+      for (int i = 0; i < kSameStep; ++i) sets.push_back(operands(i));
+      const double k = best_compiled_seconds_per_kernel(o, kSameStep, [&](int i) {
+        return chain.fn(sets[i][0], sets[i][1], sets[i][2], sets[i][3]);
+      });
+      t.add({.section = "fused", .benchmark = name + ", " + std::to_string(kSameStep) + " a step",
+             .mode = "captured", .precision = "bf16", .time = format_time(k),
+             .rate = format("%.1f GB/s", bytes / k / 1e9),
+             .ratio = format("%.2f", bytes / k / triad), .vs = "speed/triad"});
     }
   }
 }
@@ -367,9 +412,19 @@ void bench_fused(const Options& o, Table& t) {
       for (int i = 0; i < chain.channel; ++i) channel.push_back(randn({1, shape[1], 1, 1}, 20 + i) + 1.5);
       const double s = best_compiled_seconds(o, [&] { return chain.fn(full, channel); });
       const double bytes = 4.0 * static_cast<double>((chain.full + 1) * numel + chain.channel * shape[1]);
-      t.add({.section = "fused", .benchmark = std::string(chain.name) + " " + dims, .mode = "captured",
+      const std::string name = std::string(chain.name) + " " + dims;
+      t.add({.section = "fused", .benchmark = name, .mode = "captured",
              .time = format_time(s), .rate = format("%.1f GB/s", bytes / s / 1e9),
              .ratio = format("%.2f", bytes / s / triad), .vs = "speed/triad"});
+      if (numel > kSmallChain) continue;
+      std::vector<std::vector<Tensor>> fulls(kSameStep);
+      for (int k = 0; k < kSameStep; ++k)
+        for (int i = 0; i < chain.full; ++i) fulls[k].push_back(randn(shape, 100 + 10 * k + i));
+      const double k = best_compiled_seconds_per_kernel(
+          o, kSameStep, [&](int i) { return chain.fn(fulls[i], channel); });
+      t.add({.section = "fused", .benchmark = name + ", " + std::to_string(kSameStep) + " a step",
+             .mode = "captured", .time = format_time(k), .rate = format("%.1f GB/s", bytes / k / 1e9),
+             .ratio = format("%.2f", bytes / k / triad), .vs = "speed/triad"});
     }
   }
   bench_fused_bf16_channels_last(o, t, triad);
