@@ -94,7 +94,9 @@ TEST(ChannelsLast, ABlocksChainsFollowTheConvsWithoutTransposes) {
       EXPECT_TRUE(in.attr.get<ir::Conv2dGradAttr>().conv.channels_last) << ir::to_text(p);
       ++convs;
     }
-    if (in.op == Op::Conv2dGradWeight) EXPECT_EQ(in.shape, (Shape{8, 8, 3, 3}));
+    if (in.op == Op::Conv2dGradWeight) {
+      EXPECT_EQ(in.shape, (Shape{8, 8, 3, 3}));
+    }
   }
   EXPECT_EQ(convs, 2 + 1 + 2) << "two forwards, one input gradient, two weight gradients";
   // The one transpose: the block's input, read by the first conv and by the residual add.
@@ -120,7 +122,9 @@ TEST(ChannelsLast, OnlyTheListedDtypeChanges) {
   const ir::Graph g = block.step_graph(ramp({2, 8, 5, 5}, 0.05));
   const Program p = compiler::compile(g, channels_last_target(DType::BFloat16));
   for (const auto& in : p.instrs) {
-    if (in.op == Op::Conv2d) EXPECT_FALSE(in.attr.get<ir::Conv2dAttr>().channels_last);
+    if (in.op == Op::Conv2d) {
+      EXPECT_FALSE(in.attr.get<ir::Conv2dAttr>().channels_last);
+    }
     EXPECT_NE(in.op, Op::Permute);
   }
 }

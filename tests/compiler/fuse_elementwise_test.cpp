@@ -238,7 +238,9 @@ TEST(FuseElementwise, ReadersOfAnExactlyRoundedValueReadTheRounding) {
         {outs[0].impl()->pending(), outs[1].impl()->pending(), outs[2].impl()->pending()}));
     int stored = 0;
     for (const auto& in : p.instrs) stored += in.fusion && shape_numel(in.shape) == n * c * hw;
-    if (exact) EXPECT_EQ(stored, 3) << "the three results only\n" << ir::to_text(p);
+    if (exact) {
+      EXPECT_EQ(stored, 3) << "the three results only\n" << ir::to_text(p);
+    }
     mark_step();  // the three computed in one program, as compiled above
     std::vector<std::vector<float>> want;
     {

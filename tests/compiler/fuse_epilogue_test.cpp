@@ -175,8 +175,9 @@ void check_conv(const Shape& sx, const Shape& sw, Conv2dParams o_) {
     EXPECT_EQ(in->op, ir::Op::Conv2d);
     EXPECT_EQ(in->epilogue.activation, ir::Op::Relu);
     EXPECT_EQ(permutes, in->attr.get<ir::Conv2dAttr>().channels_last ? 2u : 0u) << ir::to_text(p);
-    if (std::getenv("LOOM_CONV_LAYOUT") && std::string(std::getenv("LOOM_CONV_LAYOUT")) == "nchw")
+    if (std::getenv("LOOM_CONV_LAYOUT") && std::string(std::getenv("LOOM_CONV_LAYOUT")) == "nchw") {
       EXPECT_FALSE(in->attr.get<ir::Conv2dAttr>().channels_last);
+    }
   }
   EXPECT_EQ(got, want);
   // The conv by its definition (groups 1, dilation 1 here).

@@ -391,8 +391,9 @@ void check_reduction(const Tensor& out, double tol, int launches) {
   const auto n_in = static_cast<int>(p.inputs.size());
   int made = p.outputs.at(0) - n_in;
   while (p.instrs[made].op == ir::Op::Reshape) made = p.instrs[made].args[0] - n_in;
-  if (launches > 0)
+  if (launches > 0) {
     EXPECT_EQ(static_cast<int>(cuda::generate(p, made, "k").launches.size()), launches);
+  }
   mark_step();
   const auto want = floats(bytes_of(out), out.dtype()), got = floats(got_bytes, out.dtype());
   ASSERT_EQ(got.size(), want.size());
