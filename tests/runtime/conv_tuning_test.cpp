@@ -1,5 +1,5 @@
 // LOOM_CONV=tuned (runtime/cpu/conv/conv_tuning.h): the tuner picks the fastest candidate,
-// times each key once, never picks a kernel that declined, and gives way (nullopt) while
+// times each key once, never picks a kernel that declined or threw, and gives way (nullopt) while
 // another choice is being timed; the conv kernels tune each pass once when LOOM_CONV=tuned
 // (ctest's Conv2dKernels.Forced_tuned and ConvTuning.* entries run this file so), never under
 // deterministic algorithms, and not at all otherwise, with results that match float64 sums.
@@ -12,6 +12,7 @@
 #include "runtime/conv3x3_reference.h"
 #include "runtime/expect_near.h"
 
+#include <loom/error.h>
 #include <loom/lazy.h>
 #include <loom/metrics.h>
 
@@ -90,6 +91,18 @@ TEST(ConvTuning, AKernelThatDeclinesIsNeverChosen) {
       EXPECT_TRUE(std::isinf(r.seconds[0].second));
       EXPECT_FALSE(std::isinf(r.seconds[1].second));
     }
+  // A kernel that throws (a library refusing the shape) is declined too; when every candidate
+  // declines nothing is chosen or remembered: the caller runs the rules' kernel.
+  const auto throws = [](ConvKernel k) -> bool {
+    if (k == ConvKernel::kMatmul) throw Error("refused");
+    sleep_ms(1);
+    return true;
+  };
+  const ConvKernel two[] = {ConvKernel::kMatmul, ConvKernel::kOneDnn};
+  EXPECT_EQ(tuned_conv_choice(fake_key(5), two, throws), ConvKernel::kOneDnn);
+  const auto none = [](ConvKernel) { return false; };
+  EXPECT_EQ(tuned_conv_choice(fake_key(6), two, none), std::nullopt);
+  EXPECT_EQ(records_for(fake_key(6)), 0u);
 }
 
 TEST(ConvTuning, GivesWayWhileAnotherChoiceIsTimed) {

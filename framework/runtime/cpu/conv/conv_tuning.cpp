@@ -9,8 +9,10 @@
 
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -52,7 +54,10 @@ bool debug_on() {
   return v && *v && std::string(v) != "0";
 }
 
-double best_seconds(ConvKernel kernel, ConvRunner run) {
+// A candidate that throws (a library that refuses the shape) counts as declined: the rules'
+// kernel, or another candidate, runs instead; an error of the chosen one surfaces when the
+// caller runs it.
+double best_seconds(ConvKernel kernel, ConvRunner run) try {
   constexpr double kDeclined = std::numeric_limits<double>::infinity();
   if (!run(kernel)) return kDeclined;  // untimed: primitives made, scratch grown, caches warm
   double best = kDeclined, total = 0;
@@ -65,6 +70,8 @@ double best_seconds(ConvKernel kernel, ConvRunner run) {
     if (call + 1 >= kMinTimedCalls && total >= kTimedSeconds) break;
   }
   return best;
+} catch (const std::exception&) {
+  return std::numeric_limits<double>::infinity();
 }
 
 const char* pass_name(int pass) {
@@ -136,6 +143,7 @@ std::optional<ConvKernel> tuned_conv_choice(const ConvTuningKey& key,
     record.seconds.emplace_back(kernel, s);
     if (s < best) best = s, record.chosen = kernel;
   }
+  if (std::isinf(best)) return std::nullopt;  // every candidate declined: the rules' kernel
   metrics::increment("CpuConvTuned", Device{});
   metrics::record("CpuConvTuneSeconds",
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
