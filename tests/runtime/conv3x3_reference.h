@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -51,6 +52,18 @@ void for_each_tap(const ConvGeometry& g, F f) {
 }
 
 inline std::size_t ref_at(int64_t i) { return static_cast<std::size_t>(i); }
+
+// n float32 operands uniform in [-1, 1) from `seed`, and float32 results widened for
+// comparison with the float64 references.
+inline std::vector<float> random_floats(int64_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  std::vector<float> v(ref_at(n));
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+inline std::vector<double> values(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
 // out [N,Ho,Wo,O] = conv(x, w) + bias (none if empty), then relu.
 template <class T>

@@ -30,7 +30,6 @@
 #include <tbb/task_arena.h>
 
 #include <cstdlib>
-#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -43,16 +42,6 @@ constexpr double kTolerance = 1e-5;
 using Case = Conv3x3Case;
 
 std::size_t at(int64_t i) { return static_cast<std::size_t>(i); }
-
-std::vector<float> random_floats(int64_t n, unsigned seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-1, 1);
-  std::vector<float> v(at(n));
-  for (auto& x : v) x = dist(gen);
-  return v;
-}
-
-std::vector<double> values(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
 #define SKIP_WITHOUT_KERNEL()                                                                   \
   if (!f32_winograd_applies(geometry({1, 8, 4, 4, 8, 1, 1})))                                  \
