@@ -573,5 +573,54 @@ TEST(FusedCode, LongChainsGiveTheEvaluatorsBits) {
   }
 }
 
+// A channels-last batch norm + ReLU rounded to bfloat16 (x bfloat16 [rows, C], per-channel scale
+// and shift [1, C]) over 2^21 elements: tasks long enough for the per-channel operands' written-out
+// periods to be repeated for the code's longer sub-blocks (kernels_fused.cpp's kCodePattern),
+// with periods that do and do not divide it; the same bits as the evaluator, stored as bfloat16
+// by the code and as float32.
+TEST(FusedCode, ChannelsLastPerChannelOperandsOverLongTasksGiveTheEvaluatorsBits) {
+  if (!fused_jit_available()) GTEST_SKIP() << "no fused machine code here (a CPU without AVX2, or LOOM_FUSED_JIT=0)";
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<float> u(-3, 3);
+  for (int64_t channels : {3, 16, 48, 64, 100}) {
+    SCOPED_TRACE("C = " + std::to_string(channels));
+    const int64_t rows = (int64_t{1} << 21) / channels + 5, n = rows * channels;  // and a tail
+    std::vector<bfloat16> x(n);
+    for (auto& v : x) v = bfloat16(rng() % 64 == 0 ? special(rng) : u(rng));
+    std::vector<float> scale(channels), shift(channels);
+    for (auto& v : scale) v = u(rng);
+    for (auto& v : shift) v = rng() % 8 == 0 ? special(rng) : u(rng);
+    ir::Fusion f;
+    f.compute = DType::Float32;
+    f.shape = {n};
+    f.loads = {{0, DType::BFloat16, {n}, {1}},
+               {1, DType::Float32, {rows, channels}, {0, 1}},
+               {2, DType::Float32, {rows, channels}, {0, 1}}};
+    f.steps = {{Op::Mul, 0, 1, -1, 0, DType::Float32},
+               {Op::Add, 3, 2, -1, 0, DType::Float32},
+               {Op::Relu, 4, -1, -1, 0, DType::Float32},
+               {Op::Cast, 5, -1, -1, 0, DType::BFloat16}};
+    f.num_registers = 7;
+    for (int v = 0; v < 7; ++v) f.register_of.push_back(v);
+    const std::vector<TensorView> in{{x.data(), DType::BFloat16, {n}},
+                                     {scale.data(), DType::Float32, {1, channels}},
+                                     {shift.data(), DType::Float32, {1, channels}}};
+    for (FusedIsa isa : fused_isas()) {
+      SCOPED_TRACE(fused_isa_name(isa));
+      const auto code = compile_fused_code(f, DType::BFloat16, isa);
+      ASSERT_NE(code, nullptr);
+      ASSERT_TRUE(code->narrows());
+      ASSERT_EQ(code->loads()[1], FusedCode::Load::Elements);
+      for (DType out : {DType::BFloat16, DType::Float32}) {
+        const std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(out);
+        std::vector<unsigned char> want(bytes, 0xAB), got(bytes, 0xCD);
+        fused_kernel(f, in, {want.data(), out, {n}});
+        fused_kernel(f, in, {got.data(), out, {n}}, code.get());
+        EXPECT_TRUE(want == got) << dtype_name(out);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace loom::runtime
