@@ -4,7 +4,9 @@
 //
 //   load the pointers of the element loads into general registers; broadcast each value
 //   computed before (splats) into a vector register of its own
-//   for i in [0, n rounded down to L) step L:  each step on L lanes, operands loaded at their
+//   AVX2 with a bfloat16 result: first the vectors two at a time (pair_loop), the rounding's
+//       NaN steps taken only where a NaN is among the 16 values (cold code), one 32-byte store
+//   for i in [.., n rounded down to L) step L:  each step on L lanes, operands loaded at their
 //       first use (a bfloat16 one widened by a shift), registers freed after their last; the
 //       last value stored to out + i (as float32, its top halves as bfloat16, or bool bytes)
 //   if n % L: the same body once more with masked loads and stores (masked lanes are never
@@ -12,7 +14,8 @@
 //       16-bit masked loads or stores, copies the bfloat16 and bool operands' last elements
 //       into stack slots first and stores such a result through one, stage_tail)
 //   return; then the cold code of the roundings to bfloat16 (Avx512Bf16: a vector with a
-//       subnormal lane jumps there, is rounded with integer steps, and jumps back)
+//       subnormal lane jumps there, is rounded with integer steps, and jumps back; AVX2's
+//       pairs with a NaN lane)
 //
 // Registers: rdi: the value pointers, rsi: out, rdx: n, rax: the index of the current element,
 // rcx: the end of the full vectors; up to 10 element loads get a register each (r8-r11, rbx,
@@ -186,11 +189,20 @@ void FusedCode::Generator::emit() {
     return;
   }
 
+  xor_(eax, eax);
+  if (!wide_ && narrow_out_) {  // AVX2, a bfloat16 result: 16 elements at a time first
+    Xbyak::Label singles;
+    mov(rcx, rdx);
+    and_(rcx, ~int64_t{2 * lanes_ - 1});
+    test(rcx, rcx);
+    jz(singles, T_NEAR);
+    pair_loop();
+    L(singles);
+  }
   mov(rcx, rdx);
   and_(rcx, ~int64_t{lanes_ - 1});
-  xor_(eax, eax);
-  test(rcx, rcx);
-  jz(tail, T_NEAR);
+  cmp(rax, rcx);
+  jae(tail, T_NEAR);
   L(loop);
   body(false);
   add(rax, lanes_);
@@ -234,6 +246,7 @@ void FusedCode::Generator::emit_constants(Xbyak::Label& consts) {
   for (float c : kPolynomialConstants)
     for (int lane = 0; lane < lanes_; ++lane) dd(std::bit_cast<uint32_t>(c));
   for (int lane = 0; lane < lanes_; ++lane) dd(kHighWords[lane % std::size(kHighWords)]);
+  for (int lane = 0; lane < lanes_; ++lane) dd(kHighWordsUp[lane % std::size(kHighWordsUp)]);
   if (!wide_) {
     L(masks_);
     for (int j = 0; j < 8; ++j)

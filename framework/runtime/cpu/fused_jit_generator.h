@@ -133,6 +133,11 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
   Xbyak::Address high_words() {
     return constant(8 + static_cast<int>(std::size(kPolynomialConstants)));
   }
+  // The same halves packed in the high 8 bytes of each lane (pair_loop's second vector).
+  static constexpr uint32_t kHighWordsUp[] = {0x80808080u, 0x80808080u, 0x07060302u, 0x0f0e0b0au};
+  Xbyak::Address high_words_up() {
+    return constant(9 + static_cast<int>(std::size(kPolynomialConstants)));
+  }
   Xbyak::Address exp_constant(int index) { return constant(8 + index); }
   Xbyak::Address logistic_constant(int index) { return constant(8 + 12 + index); }
   Xbyak::Address generic_exp_constant(int index) { return constant(8 + 12 + 13 + index); }
@@ -190,6 +195,19 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
   // NaN lanes found by an unordered compare.
   void round_to_words(const Xbyak::Xmm& d, const Xbyak::Xmm& a);
 
+  // round_to_words' rounding, d = a (d may be a) with each upper half rounded as round_bits
+  // rounds it (the lower halves are left over); without_nan: for lanes known not to be NaN
+  // (the add alone).
+  void round_upper(const Xbyak::Xmm& d, const Xbyak::Xmm& a, bool without_nan);
+
+  // AVX2, a bfloat16 result: the full vectors two at a time (16 elements), from rax up to rcx
+  // (a multiple of 16). The two vectors' values are computed unrounded (defer_rounding_), one
+  // unordered compare over both finds whether either has a NaN lane, and only then does the
+  // rounding take round_to_words' NaN steps (cold code); the two packs of words are blended
+  // and stored as one 32-byte store. A bfloat16 batch norm + ReLU runs 9 instructions per
+  // vector fewer than through body.
+  void pair_loop();
+
   // d = a rounded to bfloat16, as round_bits; the AVX512_BF16 conversion where the code has it
   // (full vectors only), widened back.
   void round_to_bfloat16(const Xbyak::Xmm& d, const Xbyak::Xmm& a, bool masked);
@@ -245,6 +263,7 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
   int out_slot_ = -1;           // a bfloat16 or bool result's slot there
   int tail_bytes_ = 0;          // the stack the tail takes; 0: none
   bool result_words_ = false;   // compute left the result as words (round_to_words)
+  bool defer_rounding_ = false; // AVX2: compute leaves the bfloat16 result unrounded (pair_loop)
 };
 
 }  // namespace loom::runtime

@@ -113,8 +113,12 @@ Xbyak::Xmm FusedCode::Generator::compute(bool masked) {
         } else if (s.dtype == DType::BFloat16 && stores_words) {  // the result, as words
           convert_bf16(Xbyak::Ymm(s2.getIdx()), d, a);
         } else if (s.dtype == DType::BFloat16 && narrow_out_ && !wide_ && v == n_values_ - 1) {
-          round_to_words(d, a);  // AVX2: the result, as words
-          result_words_ = true;
+          if (defer_rounding_) {  // AVX2's pair_loop rounds it
+            if (d.getIdx() != a.getIdx()) vmovaps(d, a);
+          } else {
+            round_to_words(d, a);  // AVX2: the result, as words
+            result_words_ = true;
+          }
         } else if (s.dtype == DType::BFloat16) {
           round_to_bfloat16(d, a, masked);
         } else if (d.getIdx() != a.getIdx()) {
@@ -315,16 +319,62 @@ void FusedCode::Generator::round_bits(const Xbyak::Xmm& d, const Xbyak::Xmm& a) 
 
 void FusedCode::Generator::round_to_words(const Xbyak::Xmm& d, const Xbyak::Xmm& a) {
   assert(!wide_ && "round_to_words: AVX2 only");
+  round_upper(d, a, false);
+  vpshufb(d, d, high_words());      // each 128-bit lane's four upper halves to its low 8 bytes
+  vpermq(Xbyak::Ymm(d.getIdx()), Xbyak::Ymm(d.getIdx()), 0x08);  // the two lanes' to the low 16
+}
+
+void FusedCode::Generator::round_upper(const Xbyak::Xmm& d, const Xbyak::Xmm& a, bool without_nan) {
+  assert(!wide_ && "round_upper: AVX2 only");
   const Xbyak::Xmm s1 = vec(13), s2 = vec(14);
   vpsrld(s1, a, 16);
   vpand(s1, s1, int_one());
+  if (without_nan) {
+    vpaddd(d, a, s1);
+    vpaddd(d, d, round_half());     // the upper half rounded to nearest even
+    return;
+  }
   vpaddd(s1, s1, a);
   vpaddd(s1, s1, round_half());     // the upper half rounded to nearest even
   vcmpps(s2, a, a, kUnordered);
   vpor(d, a, quiet_bit());          // a NaN's upper half, quiet
   vblendvps(d, s1, d, s2);
-  vpshufb(d, d, high_words());      // each 128-bit lane's four upper halves to its low 8 bytes
-  vpermq(Xbyak::Ymm(d.getIdx()), Xbyak::Ymm(d.getIdx()), 0x08);  // the two lanes' to the low 16
+}
+
+void FusedCode::Generator::pair_loop() {
+  assert(!wide_ && narrow_out_ && "pair_loop: AVX2's bfloat16 results only");
+  const Xbyak::Ymm first(15), nan(14);  // ymm15 is free until the tail (its mask)
+  Xbyak::Label loop;
+  Xbyak::Label& cold = labels_.emplace_back();  // kept for cold_, which runs after the ret
+  Xbyak::Label& back = labels_.emplace_back();
+  defer_rounding_ = true;
+  L(loop);
+  vmovaps(first, compute(false));
+  release();
+  add(rax, lanes_);
+  const Xbyak::Ymm second(compute(false).getIdx());
+  vcmpps(nan, first, second, kUnordered);
+  vptest(nan, nan);
+  jnz(cold, T_NEAR);
+  round_upper(first, first, true);
+  round_upper(second, second, true);
+  L(back);
+  vpshufb(first, first, high_words());      // the first's upper halves: each lane's low 8 bytes
+  vpshufb(second, second, high_words_up()); // the second's: each lane's high 8 bytes
+  vpblendd(second, first, second, 0xcc);
+  vpermq(second, second, 0xd8);             // lane 0's low, lane 1's low, then the highs
+  vmovdqu(ptr[rsi + rax * 2 - 2 * lanes_], second);
+  release();
+  add(rax, lanes_);
+  cmp(rax, rcx);
+  jb(loop, T_NEAR);
+  defer_rounding_ = false;
+  cold_.push_back([this, first, second, &cold, &back] {
+    L(cold);
+    round_upper(first, first, false);
+    round_upper(second, second, false);
+    jmp(back, T_NEAR);
+  });
 }
 
 // The AVX512_BF16 rounding of a's 16 lanes into the words of `words` (a ymm): vcvtneps2bf16
