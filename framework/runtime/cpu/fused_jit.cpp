@@ -22,8 +22,8 @@
 // rbp, r12-r15, the last six saved and restored). AVX-512: zmm0-zmm27 hold values, zmm28-zmm29
 // are scratch for the steps that take two instructions or more, zmm30 is zero, k1 is the tail's
 // lane mask and k2-k3 hold comparisons. AVX2: ymm0-ymm12 hold values, ymm13-ymm14 are scratch,
-// ymm15 is the tail's lane mask (in a fold, a partial sum). A fusion needing more at once is
-// left to the evaluator (there are no spills).
+// ymm15 is the tail's lane mask (in a fold, a partial sum; in pair_loop, the first vector's
+// value). A fusion needing more at once is left to the evaluator (there are no spills).
 // An arithmetic step's second operand, when it is a float32 load nothing else reads, is read
 // straight from memory by the instruction in the full vectors.
 //

@@ -57,15 +57,16 @@ int64_t library_heap_allocations();
 // Whether the malloc wrappers (loom_heap_count) are linked into this program.
 bool heap_counting_supported();
 
-// Whether this build leaves the wrappers out: under AddressSanitizer, whose allocator replaces
-// glibc's (heap_count_malloc.cpp). Tests that need the counter skip there, with a line.
-#if defined(__SANITIZE_ADDRESS__)
+// Whether this build leaves the wrappers out: under AddressSanitizer or ThreadSanitizer, whose
+// allocators replace glibc's (heap_count_malloc.cpp). Tests that need the counter skip there,
+// with a line.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 inline constexpr bool kSanitizerAllocator = true;
 #else
 inline constexpr bool kSanitizerAllocator = false;
 #endif
 inline constexpr const char* kSanitizerAllocatorSkip =
-    "built with AddressSanitizer, whose allocator replaces glibc's: no heap counting";
+    "built with a sanitizer whose allocator replaces glibc's: no heap counting";
 
 namespace detail {
 // Called by the wrappers on every allocation: counts it when this thread is inside a

@@ -6,9 +6,9 @@
 #include <cerrno>
 #include <cstddef>
 
-// Not under AddressSanitizer, whose allocator replaces glibc's (its blocks would reach glibc's
-// free): there heap counting is off (heap_counting_supported() is false).
-#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__)
+// Not under AddressSanitizer or ThreadSanitizer, whose allocators replace glibc's (their blocks
+// would reach glibc's free): there heap counting is off (heap_counting_supported() is false).
+#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 // glibc lets a program define these to wrap its allocator (the GNU C Library manual,
 // "Replacing malloc"); blocks still come from glibc, so glibc's free, malloc_usable_size and
 // the rest work on them unchanged.
