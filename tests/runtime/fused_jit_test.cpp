@@ -622,5 +622,41 @@ TEST(FusedCode, ChannelsLastPerChannelOperandsOverLongTasksGiveTheEvaluatorsBits
   }
 }
 
+// A bfloat16 result of every length from 0 to 64 (AVX2: the pairs of vectors, then one vector,
+// then the tail; AVX-512: vectors and the tail), with a NaN in some: the evaluator's bits, and
+// nothing written past the result.
+TEST(FusedCode, BFloat16ResultsOfEveryShortLengthGiveTheEvaluatorsBits) {
+  if (!fused_jit_available()) GTEST_SKIP() << "no fused machine code here (a CPU without AVX2, or LOOM_FUSED_JIT=0)";
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<float> u(-3, 3);
+  for (FusedIsa isa : fused_isas()) {
+    SCOPED_TRACE(fused_isa_name(isa));
+    for (int64_t n = 0; n <= 64; ++n) {
+      std::vector<float> x(static_cast<std::size_t>(n));
+      for (auto& v : x) v = u(rng);
+      // A NaN that the rounding's add alone would make infinite.
+      if (n % 3 == 1) x[static_cast<std::size_t>(n / 2)] = std::bit_cast<float>(0x7f800001u);
+      float scale = 1.5f;
+      ir::Fusion f;
+      f.compute = DType::Float32;
+      f.shape = Shape{n};
+      f.loads.push_back({0, DType::Float32, Shape{n}, Shape{1}});
+      f.loads.push_back({1, DType::Float32, Shape{n}, Shape{0}});
+      f.steps = {{Op::Mul, 0, 1, -1, 0, DType::Float32}, {Op::Cast, 2, -1, -1, 0, DType::BFloat16}};
+      f.num_registers = 4;
+      for (int v = 0; v < 4; ++v) f.register_of.push_back(v == 0 ? -1 : v);
+      const auto code = compile_fused_code(f, DType::BFloat16, isa);
+      ASSERT_NE(code, nullptr);
+      ASSERT_TRUE(code->narrows());
+      const std::vector<TensorView> in{{x.data(), DType::Float32, {n}}, {&scale, DType::Float32, {1}}};
+      // Guard words after the result, which the code must leave as they are.
+      std::vector<uint16_t> want(static_cast<std::size_t>(n) + 16, 0xabcd), got(want.size(), 0xabcd);
+      fused_kernel(f, in, {want.data(), DType::BFloat16, {n}});
+      fused_kernel(f, in, {got.data(), DType::BFloat16, {n}}, code.get());
+      EXPECT_EQ(want, got) << "n = " << n;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace loom::runtime
