@@ -110,12 +110,6 @@ struct Cursor {
 // A load that is read by a plain position, without a cursor: contiguous over the whole result.
 bool is_flat(const FusedLoad& l) { return l.flat(); }
 
-// A load that repeats along the result with a period of at most kMaxPeriod elements and is not
-// read in place or as a splat over long runs: a per-channel operand over planes shorter than
-// kMinRun ([N, C, 8x8] reads [1, C, 1]: period C * 64), or of a channels-last tensor
-// ([N, H, W, C] reads [1, 1, 1, C]: period C, written out as a multiple of C). A thread evaluating many periods
-// writes one period out once and reads it in place from then on, instead of copying the
-// operand's short runs into a register block after block. Returns the period, or 0.
 // The elements of a load's dimensions after its first: its period along the result when the
 // first dimension is broadcast (pattern_period).
 int64_t base_period(const FusedLoad& l) {
@@ -124,6 +118,12 @@ int64_t base_period(const FusedLoad& l) {
   return period;
 }
 
+// A load that repeats along the result with a period of at most kMaxPeriod elements and is not
+// read in place or as a splat over long runs: a per-channel operand over planes shorter than
+// kMinRun ([N, C, 8x8] reads [1, C, 1]: period C * 64), or of a channels-last tensor
+// ([N, H, W, C] reads [1, 1, 1, C]: period C, written out as a multiple of C). A thread evaluating many periods
+// writes one period out once and reads it in place from then on, instead of copying the
+// operand's short runs into a register block after block. Returns the period, or 0.
 int64_t pattern_period(const FusedLoad& l, DType compute) {
   if (is_flat(l) || l.sizes.size() < 2 || l.strides[0] != 0) return 0;
   const int64_t inner = l.sizes.back();
