@@ -21,8 +21,8 @@
 #include <Eigen/Core>
 #include <tbb/parallel_for.h>
 
-#include <array>
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <limits>
 #include <string>
@@ -310,6 +310,14 @@ double best_compiled_seconds_per_kernel(const Options& o, int count,
   }) / count;
 }
 
+// A fused chain's row: its time and GB/s over the triad's (`precision` "" for float32).
+void add_fused_row(Table& t, const std::string& name, const char* precision, double seconds,
+                   double bytes, double triad) {
+  t.add({.section = "fused", .benchmark = name, .mode = "captured", .precision = precision,
+         .time = format_time(seconds), .rate = format("%.1f GB/s", bytes / seconds / 1e9),
+         .ratio = format("%.2f", bytes / seconds / triad), .vs = "speed/triad"});
+}
+
 // The batch-norm work of a bfloat16 ResNet step as the channels-last layout pass leaves it
 // (compiler/channels_last.h): a conv's bfloat16 output x in [N,H,W,C], its per-channel mean and
 // variance in float32, and the normalised, scaled and shifted ReLU written back as bfloat16
@@ -358,19 +366,14 @@ void bench_fused_bf16_channels_last(const Options& o, Table& t, double triad) {
       const double s = best_compiled_seconds(o, [&] { return chain.fn(set[0], set[1], set[2], set[3]); });
       const double bytes = 2.0 * static_cast<double>((chain.reads + chain.writes) * numel);
       const std::string name = std::string(chain.name) + " " + dims;
-      t.add({.section = "fused", .benchmark = name, .mode = "captured", .precision = "bf16",
-             .time = format_time(s), .rate = format("%.1f GB/s", bytes / s / 1e9),
-             .ratio = format("%.2f", bytes / s / triad), .vs = "speed/triad"});
+      add_fused_row(t, name, "bf16", s, bytes, triad);
       if (numel > kSmallChain) continue;
       std::vector<std::array<Tensor, 4>> sets;
       for (int i = 0; i < kSameStep; ++i) sets.push_back(operands(i));
       const double k = best_compiled_seconds_per_kernel(o, kSameStep, [&](int i) {
         return chain.fn(sets[i][0], sets[i][1], sets[i][2], sets[i][3]);
       });
-      t.add({.section = "fused", .benchmark = name + ", " + std::to_string(kSameStep) + " a step",
-             .mode = "captured", .precision = "bf16", .time = format_time(k),
-             .rate = format("%.1f GB/s", bytes / k / 1e9),
-             .ratio = format("%.2f", bytes / k / triad), .vs = "speed/triad"});
+      add_fused_row(t, name + ", " + std::to_string(kSameStep) + " a step", "bf16", k, bytes, triad);
     }
   }
 }
@@ -413,18 +416,14 @@ void bench_fused(const Options& o, Table& t) {
       const double s = best_compiled_seconds(o, [&] { return chain.fn(full, channel); });
       const double bytes = 4.0 * static_cast<double>((chain.full + 1) * numel + chain.channel * shape[1]);
       const std::string name = std::string(chain.name) + " " + dims;
-      t.add({.section = "fused", .benchmark = name, .mode = "captured",
-             .time = format_time(s), .rate = format("%.1f GB/s", bytes / s / 1e9),
-             .ratio = format("%.2f", bytes / s / triad), .vs = "speed/triad"});
+      add_fused_row(t, name, "", s, bytes, triad);
       if (numel > kSmallChain) continue;
       std::vector<std::vector<Tensor>> fulls(kSameStep);
       for (int k = 0; k < kSameStep; ++k)
         for (int i = 0; i < chain.full; ++i) fulls[k].push_back(randn(shape, 100 + 10 * k + i));
       const double k = best_compiled_seconds_per_kernel(
           o, kSameStep, [&](int i) { return chain.fn(fulls[i], channel); });
-      t.add({.section = "fused", .benchmark = name + ", " + std::to_string(kSameStep) + " a step",
-             .mode = "captured", .time = format_time(k), .rate = format("%.1f GB/s", bytes / k / 1e9),
-             .ratio = format("%.2f", bytes / k / triad), .vs = "speed/triad"});
+      add_fused_row(t, name + ", " + std::to_string(kSameStep) + " a step", "", k, bytes, triad);
     }
   }
   bench_fused_bf16_channels_last(o, t, triad);

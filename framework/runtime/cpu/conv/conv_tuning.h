@@ -72,8 +72,9 @@ bool conv_tuning_enabled();
 // The kernel of `candidates` that `key` chose: the first time `key` is seen, each candidate
 // is run through `run(kernel)` and timed, and the fastest kept (LOOM_DEBUG=1 prints each
 // choice with the times on stderr); `run` returns false where the kernel declined the shape,
-// and a candidate that throws counts as declined (never chosen; if all decline, nullopt). The output then holds the last candidate's result: the caller computes it
-// once more with the chosen kernel. Thread-safe: one key is timed at a time, and a call that
+// and a candidate that throws counts as declined (never chosen; if all decline, nullopt). The
+// output then holds the last candidate's result: the caller computes it once more with the
+// chosen kernel. Thread-safe: one key is timed at a time, and a call that
 // finds another thread timing (or its own thread, re-entered from a TBB task stolen while it
 // waits) gets nullopt and runs the rules' choice this time, untimed and unremembered.
 std::optional<ConvKernel> tuned_conv_choice(const ConvTuningKey& key, std::span<const ConvKernel> candidates,
