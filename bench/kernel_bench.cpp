@@ -315,8 +315,9 @@ BENCHMARK(BM_Bf16Winograd)->Apply([](auto* b) {
 
 // Every pass of every 3x3 stride-1 float32 conv on channels-last activations: oneDNN in the
 // layout loom gives it (onednn::channels_last_layout; kernel 0) against loom's AVX2 Winograd
-// (1: F(2x2,3x3) forward and input gradient, F(3x3,2x2) weight gradient) and, for the weight
-// gradient, im2col + oneDNN matmuls (2, conv_matmul.h), shape by shape, back to back
+// in 4x4 output tiles (1: F(4x4,3x3) forward and input gradient, F(3x3,4x4) weight gradient;
+// the default) and in 2x2 tiles (3: F(2x2,3x3), F(3x3,2x2); LOOM_F32_WINOGRAD=2x2) and, for the
+// weight gradient, im2col + oneDNN matmuls (2, conv_matmul.h), shape by shape, back to back
 // (F32Winograd/shape/pass/kernel: pass 0 forward, 1 input gradient, 2 weight gradient).
 // GFLOP/s counts the direct conv's multiplies for all.
 void BM_F32Winograd(benchmark::State& state) {
@@ -329,7 +330,7 @@ void BM_F32Winograd(benchmark::State& state) {
   Buffer y({s.n, s.size, s.size, s.o}, DType::Float32);
   const loom::runtime::ConvGeometry g{s.n, s.c, s.size, s.size, s.o, s.k, s.k, s.size, s.size,
                                       1, 1, s.pad, s.pad, 1, 1, 1};
-  if (kernel == 1 && !loom::runtime::f32_winograd_applies(g)) {
+  if ((kernel == 1 || kernel == 3) && !loom::runtime::f32_winograd_applies(g)) {
     state.SkipWithError("loom's float32 channels-last Winograd does not apply here (no AVX2)");
     return;
   }
@@ -346,13 +347,15 @@ void BM_F32Winograd(benchmark::State& state) {
     if (kernel == 2) loom::runtime::conv2d_matmul(g, pass, DType::Float32, a, b, out);
     else if (kernel == 0) onednn::conv2d(pass, g, DType::Float32, layout, a, b, out);
     else if (pass == ConvPass::kGradWeight)
-      loom::runtime::conv2d_grad_weight_winograd_f32(g, fa, fb, fo);
-    else loom::runtime::conv2d_winograd_f32(g, pass, fa, fb, fo, nullptr, false);
+      loom::runtime::conv2d_grad_weight_winograd_f32(g, kernel == 3 ? 2 : 4, fa, fb, fo);
+    else
+      loom::runtime::conv2d_winograd_f32(g, pass, kernel == 3 ? 2 : 4, fa, fb, fo, nullptr, false);
   }
   state.counters["GFLOPS"] =
       benchmark::Counter(conv_flops(s) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   set_label(state, s, DType::Float32,
-            kernel == 1   ? "loom Winograd AVX2"
+            kernel == 1   ? "loom Winograd AVX2 4x4 tiles"
+            : kernel == 3 ? "loom Winograd AVX2 2x2 tiles"
             : kernel == 2 ? "im2col + oneDNN matmul"
             : layout == onednn::Layout::kChannelsLastBlocked ? "oneDNN channels-last blocked"
                                                               : "oneDNN channels-last");
@@ -361,8 +364,8 @@ BENCHMARK(BM_F32Winograd)->Apply([](auto* b) {
   for (int64_t i = 0; i <= kLastShape; ++i)
     if (kShapes[i].k == 3 && kShapes[i].stride == 1 && kShapes[i].c % 8 == 0)
       for (int64_t pass : {0, 1, 2})
-        for (int64_t kernel : {0, 1, 2})
-          if (kernel < 2 || pass == 2) b->Args({i, pass, kernel});
+        for (int64_t kernel : {0, 1, 3, 2})
+          if (kernel != 2 || pass == 2) b->Args({i, pass, kernel});
   b->UseRealTime()->Unit(benchmark::kMillisecond);
 });
 

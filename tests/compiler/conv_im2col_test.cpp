@@ -97,11 +97,14 @@ TEST(ConvIm2col, EveryGeometryGivesTheConvsValues) {
   }
 }
 
+// The float32 bound is the conv kernel's: below AVX-512 the conv compared with runs as loom's
+// Winograd in 4x4 output tiles, within 1e-4 of the operands' scale (conv_winograd_f32.h);
+// elsewhere oneDNN's direct kernels, within 1e-5.
 TEST(ConvIm2col, Float32AndBFloat16KeepTheirTolerances) {
   for (DType t : {DType::Float32, DType::BFloat16}) {
     const auto r = compare({1, 64, 4, 4}, {128, 64, 3, 3}, {.padding = {1, 1}}, every_conv, t);
     EXPECT_TRUE(r.rewritten) << dtype_name(t);
-    EXPECT_LT(r.relative_error, t == DType::Float32 ? 1e-5 : 1e-2) << dtype_name(t);
+    EXPECT_LT(r.relative_error, t == DType::Float32 ? 1e-4 : 1e-2) << dtype_name(t);
     EXPECT_GT(r.magnitude, 1.0) << dtype_name(t);
   }
 }

@@ -15,6 +15,12 @@
 
 namespace loom::runtime {
 
+// The float32 channels-last Winograd's error against these references, relative to |want| +
+// rms(want) (expect_near.h): with 4x4 output tiles (the default, conv_winograd_f32.h) within
+// 1e-4, with 2x2 tiles within 1e-5 (conv_winograd_f32_test.cpp says why).
+constexpr double kF32WinogradTolerance4x4 = 1e-4;
+constexpr double kF32WinogradTolerance2x2 = 1e-5;
+
 // A test conv: batch, input channels, plane, output channels, padding (3x3, stride 1).
 struct Conv3x3Case {
   int64_t n, c, h, w, o, ph, pw;

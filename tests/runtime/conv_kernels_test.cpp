@@ -259,7 +259,8 @@ TEST(Conv2dKernels, WinogradWeightGradientChosenForChannelsLastLastStage) {
   if (avx512)
     ASSERT_TRUE(conv2d_grad_weight_winograd(g, xf.data(), gof.data(), want.data()));
   else
-    conv2d_grad_weight_winograd_f32(g, x_last.data(), go_last.data(), want.data());
+    conv2d_grad_weight_winograd_f32(g, f32_winograd_tile(g, ConvPass::kGradWeight),
+                                    x_last.data(), go_last.data(), want.data());
   const ir::Conv2dAttr conv{.stride = {1, 1}, .padding = {1, 1}, .channels_last = true};
   const std::vector<TensorView> in{{x_last.data(), DType::Float32, {g.n, 4, 4, g.c}},
                                    {go_last.data(), DType::Float32, {g.n, 4, 4, g.o}}};

@@ -246,11 +246,11 @@ bool run_channels_last(ConvKernel kernel, ConvPass pass, const ConvGeometry& g,
   switch (kernel) {
     case ConvKernel::kF32Winograd:
       if (pass == ConvPass::kGradWeight)
-        conv2d_grad_weight_winograd_f32(g, a.as<const float>(), b.as<const float>(),
-                                        out.as<float>());
+        conv2d_grad_weight_winograd_f32(g, f32_winograd_tile(g, pass), a.as<const float>(),
+                                        b.as<const float>(), out.as<float>());
       else
-        conv2d_winograd_f32(g, pass, a.as<const float>(), b.as<const float>(), out.as<float>(),
-                            bias, relu);
+        conv2d_winograd_f32(g, pass, f32_winograd_tile(g, pass), a.as<const float>(),
+                            b.as<const float>(), out.as<float>(), bias, relu);
       return true;
     case ConvKernel::kMatmul:
       conv2d_matmul(g, pass, out.dtype, a.data, b.data, out.data, bias, relu);

@@ -264,19 +264,45 @@ bool bf16_winograd_chosen(const ConvGeometry& g, ConvPass pass) {
 // broadcast input per two FMAs) over zero-padded row copies; kernel_bench's F32Winograd rows
 // in one run: forward 4.47 against the Winograd's 4.08 ms, input gradient 4.14 against 4.15,
 // weight gradient 5.36 against 5.01 (the direct conv at 113-146 GFLOP/s, 59-76% of the FMA
-// loop).
+// loop). Those figures are the first version's, in 2x2 output tiles; the 4x4 tiles it takes
+// now (f32_winograd_tile) are faster still: oneDNN's time over theirs 1.3 to 3.8x in the runs
+// below.
 constexpr int64_t kF32WinogradMinPlane = 4 * 4;  // output positions of the pass's conv
 
-bool f32_winograd_allowed() {
-  static const bool allowed = ir::env_setting("LOOM_F32_WINOGRAD", "1", {"0", "1"}) == "1";
-  return allowed;
+// LOOM_F32_WINOGRAD: 1 (the default: the tile by the rule in f32_winograd_tile), 4x4 or 2x2
+// (those tiles everywhere), or 0 (off).
+const std::string& f32_winograd_setting() {
+  static const std::string setting =
+      ir::env_setting("LOOM_F32_WINOGRAD", "1", {"0", "1", "4x4", "2x2"});
+  return setting;
+}
+
+bool f32_winograd_allowed() { return f32_winograd_setting() != "0"; }
+
+// The pass's output plane; Winograd runs it from 4x4 up.
+int64_t f32_winograd_plane(const ConvGeometry& g, ConvPass pass) {
+  return pass == ConvPass::kGradInput ? g.h * g.w : g.oh * g.ow;
 }
 
 bool f32_winograd_chosen(const ConvGeometry& g, ConvPass pass) {
   if (!f32_winograd_applies(g) || !f32_winograd_allowed()) return false;
   if (const auto forced = channels_last_winograd_forced()) return *forced;
-  const int64_t plane = pass == ConvPass::kGradInput ? g.h * g.w : g.oh * g.ow;
-  return !onednn::avx512_core() && plane >= kF32WinogradMinPlane;
+  return !onednn::avx512_core() && f32_winograd_plane(g, pass) >= kF32WinogradMinPlane;
+}
+
+// 4x4 output tiles against 2x2 (kernel_bench's F32Winograd rows, kernels 1 and 3, two
+// interleaved runs, 2026-11-29, the AVX2 EPYC; the 2x2 tiles' time over the 4x4's, forward /
+// input gradient / weight gradient): ResNet-20's 16 channels 32x32 1.35, 0.84 (a disturbed
+// pair) / 1.25, 1.34 / 1.18, 1.44, 32 channels 16x16 1.34, 1.20 / 1.37, 1.25 / 1.36, 1.45, 64
+// channels 8x8 1.15, 1.48 / 1.58, 1.81 / 1.37, 1.48; ResNet-18's 64 channels 32x32 1.14, 1.27 /
+// 1.35, 1.29 / 1.30, 1.45, 128 16x16 1.16, 1.28 / 1.45, 2.09 / 1.57, 1.68, 256 8x8 1.44, 1.38 /
+// 1.15, 1.33 / 1.34, 1.30, but 512 4x4 (one 4x4 tile per image, 20 of its 36 inputs padding)
+// 1.17, 0.99 / 0.87, 1.14 / 0.93, 0.96: even, so there the 2x2 tiles, whose error is smaller.
+int f32_winograd_tile(const ConvGeometry& g, ConvPass pass) {
+  const std::string& setting = f32_winograd_setting();
+  if (setting == "2x2") return 2;
+  if (setting == "4x4") return 4;
+  return f32_winograd_plane(g, pass) > kF32WinogradMinPlane ? 4 : 2;
 }
 
 // Where im2col + one oneDNN matmul beats oneDNN's direct kernels on channels-last activations

@@ -66,6 +66,12 @@ bool bf16_winograd_chosen(const ConvGeometry& g, ConvPass pass);
 // LOOM_CONV.
 bool f32_winograd_chosen(const ConvGeometry& g, ConvPass pass);
 
+// The float32 Winograd's output tile side for pass `pass` of `g`: 4 (F(4x4, 3x3): 1.1 to 2.1x
+// faster at ResNet's planes from 8x8, its error tens of float32 roundings of the operands'
+// scale), or 2 (F(2x2, 3x3): a few roundings) on planes of 4x4, where the two are even.
+// LOOM_F32_WINOGRAD=4x4 or =2x2 gives those tiles everywhere.
+int f32_winograd_tile(const ConvGeometry& g, ConvPass pass);
+
 // Whether im2col + one oneDNN matmul (conv_matmul.h) runs pass `pass` of the channels-last
 // conv `g` in `dtype`: where it applies (one group; float32, or bfloat16 on AMX; the input
 // gradient at stride 1) and beats oneDNN's direct kernels (the small planes of ResNet-18's last

@@ -1,16 +1,18 @@
-// Winograd F(2x2, 3x3) on float32 channels-last activations with AVX2 and FMA
-// (conv_winograd_f32.h), laid out as conv_winograd_bf16.cpp (Lavin & Gray 2016):
-//   Y = A^T [ (G g G^T) . (B^T d B) ] A,   summed over input channels: 16 GEMMs per tile
+// Winograd F(T x T, 3x3), T = 4 or 2, on float32 channels-last activations with AVX2 and FMA
+// (conv_winograd_f32.h), laid out as conv_winograd_bf16.cpp (Lavin & Gray 2016), for P =
+// (T + 2)^2 transformed positions xi (36 or 16):
+//   Y = A^T [ (G g G^T) . (B^T d B) ] A,   summed over input channels: P GEMMs per tile
 //   M_xi [tiles, O] = V_xi [tiles, C] * U_xi [C, O],   V = B^T d B,  U = G g G^T
-//   U [16][C][O]: the kernel transformed once per call, shared by every task.
-//   V [16][block][C]: a block of tiles' transformed input, in a per-thread buffer.
-//   M [16][block][64]: the block's GEMM results for 64 output channels at a time, transformed
+//   U [P][C][O]: the kernel transformed once per call, shared by every task.
+//   V [P][block][C]: a block of tiles' transformed input, in a per-thread buffer.
+//   M [P][block][64]: the block's GEMM results for 64 output channels at a time, transformed
 //     back (+ bias, relu) and stored before the next 64.
 // With fewer tiles than output channels the tasks are chunks of output channels instead
 // (run_by_chunks). A register tile is R tiles x Q vectors of 8 output channels (R <= 6, Q <= 2:
 // 12 sums, Q loads and one broadcast at a time in AVX2's 16 registers), over slices of up to
-// 256 input channels (gemm). The weight gradient (F(3x3, 2x2), below) reuses the input
-// transform and the register tile.
+// 256 input channels (gemm). The weight gradient (F(3x3, T x T), below) reuses the input
+// transform and the register tile. Each function taking T is instantiated for both sizes; the
+// transforms' arithmetic is in conv_winograd_tiles.h (T = 4's weight gradient's own below).
 #include "runtime/cpu/conv/conv_winograd_f32.h"
 
 #include "runtime/cpu/conv/conv_winograd_tiles.h"
@@ -22,6 +24,7 @@
 
 #include <algorithm>
 #include <array>
+#include <string>
 #include <utility>
 
 namespace loom::runtime {
@@ -30,9 +33,9 @@ namespace loom::runtime {
 namespace {
 
 using winograd::Conv;
-using winograd::kXi;
 using winograd::TileAt;
 using winograd::tile_at;
+using winograd::xi_of;
 
 constexpr int64_t kLanes = 8;   // float32 lanes: channels per vector
 constexpr int64_t kChunk = 64;  // output channels per GEMM pass over a block
@@ -49,14 +52,14 @@ struct Avx2 {  // the transforms' arithmetic (conv_winograd_tiles.h)
   static __m256 set1(float x) { return _mm256_set1_ps(x); }
 };
 
-Conv make_conv(const ConvGeometry& g, ConvPass pass) {
-  Conv v = winograd::conv_of(g, pass);
-  const int64_t bytes_per_tile = kXi * (v.ci + std::min(v.co, kChunk)) * 4;
+Conv make_conv(const ConvGeometry& g, ConvPass pass, int64_t m = 2) {
+  Conv v = winograd::conv_of(g, pass, m);
+  const int64_t bytes_per_tile = xi_of(m) * (v.ci + std::min(v.co, kChunk)) * 4;
   v.block = std::clamp(kBlockBytes / bytes_per_tile, kMinBlock, kMaxBlock) / kRows * kRows;
   return v;
 }
 
-// ---- The kernel: U = G g G^T, [16][C][O] ----
+// ---- The kernel: U = G g G^T, [P][C][O] ----
 
 // The 9 taps of output channels k0 .. k0+7 (lanes) and input channel c.
 void load_taps(const Conv& v, const float* w, int64_t k0, int64_t c, __m256 g[9]) {
@@ -66,49 +69,55 @@ void load_taps(const Conv& v, const float* w, int64_t k0, int64_t c, __m256 g[9]
   for (int t = 0; t < 9; ++t) g[t] = _mm256_i32gather_ps(taps + (v.flip ? 8 - t : t), lane, 4);
 }
 
-// U of output channels [k0, k0 + width) into u [16][C][width], on the calling thread when
+// U of output channels [k0, k0 + width) into u [P][C][width], on the calling thread when
 // `serial`, else in parallel.
+template <int T>
 void transform_kernels(const Conv& v, const float* w, int64_t k0, int64_t width, float* u,
                        bool serial) {
   const int64_t kblocks = width / kLanes;
   const auto units = [&](int64_t begin, int64_t end) {
     for (int64_t unit = begin; unit < end; ++unit) {
       const int64_t c = unit / kblocks, k = unit % kblocks * kLanes;
-      __m256 g[9], t[kXi];
+      __m256 g[9], t[xi_of(T)];
       load_taps(v, w, k0 + k, c, g);
-      winograd::transform_kernel<Avx2>(g, t);
-      for (int64_t xi = 0; xi < kXi; ++xi) _mm256_storeu_ps(u + (xi * v.ci + c) * width + k, t[xi]);
+      if constexpr (T == 2) winograd::transform_kernel<Avx2>(g, t);
+      else winograd::transform_kernel4<Avx2>(g, t);
+      for (int64_t xi = 0; xi < xi_of(T); ++xi)
+        _mm256_storeu_ps(u + (xi * v.ci + c) * width + k, t[xi]);
     }
   };
   if (serial) units(0, v.ci * kblocks);
   else parallel_range(v.ci * kblocks, 16, units);
 }
 
-// ---- The input: V = B^T d B, [16][block][C] ----
+// ---- The input: V = B^T d B, [P][block][C] ----
 
 // Tiles [t0, t0 + nt) transformed into vs, input channels [c0, c0 + width) (default: all): V_xi
 // of the k-th at vs + xi * xi_step + k * width.
+template <int T>
 void transform_input(const Conv& v, const float* in, int64_t t0, int64_t nt, float* vs,
                      int64_t xi_step, int64_t c0 = 0, int64_t width = -1) {
   if (width < 0) width = v.ci;
   for (int64_t tl = 0; tl < nt; ++tl) {
     const TileAt at = tile_at(v, t0 + tl);
     const int64_t y0 = at.y - v.ph, x0 = at.x - v.pw;
-    const float* src[kXi];  // each position's channels, null outside the plane
-    for (int i = 0; i < 4; ++i)
-      for (int j = 0; j < 4; ++j) {
+    constexpr int kSide = T + 2;
+    const float* src[xi_of(T)];  // each position's channels, null outside the plane
+    for (int i = 0; i < kSide; ++i)
+      for (int j = 0; j < kSide; ++j) {
         const int64_t y = y0 + i, x = x0 + j;
-        src[4 * i + j] =
+        src[kSide * i + j] =
             y >= 0 && y < v.h && x >= 0 && x < v.w ? in + ((at.n * v.h + y) * v.w + x) * v.ci
                                                    : nullptr;
       }
     float* dst = vs + tl * width;
     for (int64_t c = 0; c < width; c += kLanes) {
-      __m256 d[kXi];
-      for (int k = 0; k < kXi; ++k)
+      __m256 d[xi_of(T)];
+      for (int k = 0; k < xi_of(T); ++k)
         d[k] = src[k] ? _mm256_loadu_ps(src[k] + c0 + c) : _mm256_setzero_ps();
-      winograd::input_transform<Avx2>(d);
-      for (int k = 0; k < kXi; ++k) _mm256_storeu_ps(dst + k * xi_step + c, d[k]);
+      if constexpr (T == 2) winograd::input_transform<Avx2>(d);
+      else winograd::input_transform4<Avx2>(d);
+      for (int k = 0; k < xi_of(T); ++k) _mm256_storeu_ps(dst + k * xi_step + c, d[k]);
     }
   }
 }
@@ -182,13 +191,14 @@ void gemm(const float* a, int64_t lda, int64_t a_step, const float* b, int64_t l
 
 // Tiles [t0, t0 + nt) from M (M_xi of the k-th at ms + xi * xi_step + k * kChunk) into
 // output channels [k0, k0 + width).
+template <int T>
 void transform_output(const Conv& v, const float* ms, int64_t xi_step, int64_t t0, int64_t nt,
                       int64_t k0, int64_t width, const float* bias, bool relu, float* out) {
   const auto finish = [&](__m256 r, int64_t q) {
     if (bias) r = _mm256_add_ps(r, _mm256_loadu_ps(bias + k0 + q));
     return relu ? _mm256_max_ps(r, _mm256_setzero_ps()) : r;
   };
-  winograd::output_tiles<Avx2, __m256>(
+  winograd::output_tiles<Avx2, __m256, T>(
       v, t0, nt, k0, width, kLanes,
       [&](int64_t tl, int64_t q, int64_t xi) {
         return _mm256_loadu_ps(ms + tl * kChunk + q + xi * xi_step);
@@ -205,23 +215,24 @@ struct ProductTag;
 // m_step (rows kChunk apart).
 void multiply(const Conv& v, const float* vs, int64_t v_step, const float* u, int64_t ldu,
               int64_t nt, int64_t width, float* ms, int64_t m_step) {
-  for (int64_t xi = 0; xi < kXi; ++xi)
+  for (int64_t xi = 0; xi < xi_of(v.m); ++xi)
     gemm(vs + xi * v_step, v.ci, 1, u + xi * v.ci * ldu, ldu, v.ci, nt, width, ms + xi * m_step,
          kChunk, false);
 }
 
 // Tiles [t0, t0 + nt): transformed, multiplied and transformed back, 64 output channels at a
-// time; u: U [16][C][O].
+// time; u: U [P][C][O].
+template <int T>
 void run_block(const Conv& v, const float* in, const float* u, int64_t t0, int64_t nt,
                const float* bias, bool relu, float* out) {
   const auto size = [](int64_t n) { return static_cast<std::size_t>(n); };
-  float* vs = thread_scratch<float, InputTag>(size(kXi * v.block * v.ci));
-  float* ms = thread_scratch<float, ProductTag>(size(kXi * v.block * kChunk));
-  transform_input(v, in, t0, nt, vs, v.block * v.ci);
+  float* vs = thread_scratch<float, InputTag>(size(xi_of(T) * v.block * v.ci));
+  float* ms = thread_scratch<float, ProductTag>(size(xi_of(T) * v.block * kChunk));
+  transform_input<T>(v, in, t0, nt, vs, v.block * v.ci);
   for (int64_t k0 = 0; k0 < v.co; k0 += kChunk) {
     const int64_t width = std::min(kChunk, v.co - k0);
     multiply(v, vs, v.block * v.ci, u + k0, v.co, nt, width, ms, v.block * kChunk);
-    transform_output(v, ms, v.block * kChunk, t0, nt, k0, width, bias, relu, out);
+    transform_output<T>(v, ms, v.block * kChunk, t0, nt, k0, width, bias, relu, out);
   }
 }
 
@@ -231,49 +242,93 @@ void run_block(const Conv& v, const float* in, const float* u, int64_t t0, int64
 // transformed once into `vs`, and the tasks are chunks of 64 output channels (by blocks of
 // kMaxBlock tiles), each transforming its chunk of the kernel into its own buffer (2 MB at
 // 512 input channels, where it stays in cache; U is never written whole).
+template <int T>
 void run_by_chunks(const Conv& v, const float* in, const float* w, float* vs, const float* bias,
                    bool relu, float* out) {
   const int64_t v_step = v.tiles * v.ci;
   parallel_range(v.tiles, kRows, [&](int64_t begin, int64_t end) {
-    transform_input(v, in, begin, end - begin, vs + begin * v.ci, v_step);
+    transform_input<T>(v, in, begin, end - begin, vs + begin * v.ci, v_step);
   });
   const int64_t chunks = ceil_div(v.co, kChunk), blocks = ceil_div(v.tiles, kMaxBlock);
   parallel_range(chunks * blocks, 1, [&](int64_t begin, int64_t end) {
     const auto size = [](int64_t n) { return static_cast<std::size_t>(n); };
-    float* ms = thread_scratch<float, ProductTag>(size(kXi * kMaxBlock * kChunk));
-    float* u = thread_scratch<float, KernelTag>(size(kXi * v.ci * kChunk));
+    float* ms = thread_scratch<float, ProductTag>(size(xi_of(T) * kMaxBlock * kChunk));
+    float* u = thread_scratch<float, KernelTag>(size(xi_of(T) * v.ci * kChunk));
     int64_t made = -1;  // the chunk whose U is in u
     for (int64_t task = begin; task < end; ++task) {
       const int64_t k0 = task / blocks * kChunk, t0 = task % blocks * kMaxBlock;
       const int64_t nt = std::min(kMaxBlock, v.tiles - t0), width = std::min(kChunk, v.co - k0);
-      if (made != k0) transform_kernels(v, w, k0, width, u, true);
+      if (made != k0) transform_kernels<T>(v, w, k0, width, u, true);
       made = k0;
       multiply(v, vs + t0 * v.ci, v_step, u, width, nt, width, ms, kMaxBlock * kChunk);
-      transform_output(v, ms, kMaxBlock * kChunk, t0, nt, k0, width, bias, relu, out);
+      transform_output<T>(v, ms, kMaxBlock * kChunk, t0, nt, k0, width, bias, relu, out);
     }
   });
 }
 
-// ---- The weight gradient: F(3x3, 2x2), dW = G^T [ sum over tiles (A g A^T) . (B^T d B) ] G ----
+// ---- The weight gradient: F(3x3, T x T), dW = G^T [ sum over tiles (A g A^T) . (B^T d B) ] G ----
 //
-// Each 2x2 tile g of grad_out and the 4x4 input window d under it add to the 3x3 weight
-// gradient of every (output, input) channel pair: dW[i][j] += sum over a, b of g[a][b] d[i+a][j+b],
-// itself a Winograd product with the forward's points: 16 multiplies instead of 36. With
-// A = [1 0; 1 1; 1 -1; 0 -1] (4x2) and the forward's B and G:
+// Each T x T tile g of grad_out and the (T+2) x (T+2) input window d under it add to the 3x3
+// weight gradient of every (output, input) channel pair: dW[i][j] += sum over a, b of g[a][b]
+// d[i+a][j+b], itself a Winograd product with the forward's points: P multiplies instead of 9
+// T^2 (16 for 36, 36 for 144). With A the forward's A^T transposed (T = 2: [1 0; 1 1; 1 -1;
+// 0 -1]) and the forward's B and G:
 //   M_xi [O][C] = sum over tiles of W_xi [tile][O] * V_xi [tile][C],  W = A g A^T,  V = B^T d B
-// and dW = G^T M G at the end. The tiles go in fixed groups of kGradGroupTiles, each group's
-// sums in a buffer of its own, added in group order at the end: the same bits on any thread
-// count. A task is a group's tiles for a block of output and of input channels, in blocks of
-// tiles whose W and V are transformed into per-thread buffers.
-constexpr int64_t kGradGroupTiles = 1024;
+// and dW = G^T M G at the end. The tiles go in fixed groups of 4096 output positions (1024 tiles
+// of 2x2, 256 of 4x4), each group's sums in a buffer of its own, added in group order at the
+// end: the same bits on any thread count. A task is a group's tiles for a block of output and
+// of input channels, in blocks of tiles whose W and V are transformed into per-thread buffers.
+constexpr int64_t kGradGroupPositions = 4096;
+constexpr int64_t grad_group_tiles(int64_t m) { return kGradGroupPositions / (m * m); }
 constexpr int64_t kGradTiles = 48;      // tiles per transformed block
 constexpr int64_t kGradOutBlock = 64;   // output channels per task
 constexpr int64_t kGradInBlock = 128;   // input channels per task
 
+// r = A x for four vectors, A = [1 0 0 0; 1 1 1 1; 1 -1 1 -1; 1 2 4 8; 1 -2 4 -8; 0 0 0 1]
+// (F(4x4, 3x3)'s A^T transposed).
+void grad_column4(__m256 x0, __m256 x1, __m256 x2, __m256 x3, __m256 r[6]) {
+  const __m256 even = _mm256_add_ps(x0, x2), odd = _mm256_add_ps(x1, x3);
+  const __m256 even4 = _mm256_fmadd_ps(_mm256_set1_ps(4.0f), x2, x0);
+  const __m256 odd2 = _mm256_fmadd_ps(_mm256_set1_ps(8.0f), x3, _mm256_add_ps(x1, x1));
+  r[0] = x0;
+  r[1] = _mm256_add_ps(even, odd);
+  r[2] = _mm256_sub_ps(even, odd);
+  r[3] = _mm256_add_ps(even4, odd2);
+  r[4] = _mm256_sub_ps(even4, odd2);
+  r[5] = x3;
+}
+
 // W = A g A^T of tiles [t0, t0 + nt) for output channels [o0, o0 + width): W_xi of the k-th at
 // ws + xi * xi_step + k * width. `grad` is grad_out [N, Ho, Wo, O] (the forward conv's output).
-void transform_grad(const Conv& v, const float* grad, int64_t t0, int64_t nt, int64_t o0,
-                    int64_t width, float* ws, int64_t xi_step) {
+void transform_grad4(const Conv& v, const float* grad, int64_t t0, int64_t nt, int64_t o0,
+                     int64_t width, float* ws, int64_t xi_step) {
+  for (int64_t tl = 0; tl < nt; ++tl) {
+    const TileAt at = tile_at(v, t0 + tl);
+    const int64_t rows = std::min<int64_t>(4, v.oh - at.y);
+    const int64_t cols = std::min<int64_t>(4, v.ow - at.x);
+    const float* first = grad + ((at.n * v.oh + at.y) * v.ow + at.x) * v.co + o0;
+    float* dst = ws + tl * width;
+    for (int64_t o = 0; o < width; o += kLanes) {
+      __m256 t[4][6];  // (A g)^T: t[j][xi]
+      for (int64_t j = 0; j < 4; ++j) {
+        __m256 x[4];
+        for (int64_t i = 0; i < 4; ++i)
+          x[i] = i < rows && j < cols ? _mm256_loadu_ps(first + (i * v.ow + j) * v.co + o)
+                                      : _mm256_setzero_ps();
+        grad_column4(x[0], x[1], x[2], x[3], t[j]);
+      }
+      for (int i = 0; i < 6; ++i) {  // (A g) A^T
+        __m256 r[6];
+        grad_column4(t[0][i], t[1][i], t[2][i], t[3][i], r);
+        for (int j = 0; j < 6; ++j) _mm256_storeu_ps(dst + (6 * i + j) * xi_step + o, r[j]);
+      }
+    }
+  }
+}
+
+// The same for 2x2 tiles.
+void transform_grad2(const Conv& v, const float* grad, int64_t t0, int64_t nt, int64_t o0,
+                     int64_t width, float* ws, int64_t xi_step) {
   for (int64_t tl = 0; tl < nt; ++tl) {
     const TileAt at = tile_at(v, t0 + tl);
     const bool down = at.y + 1 < v.oh, across = at.x + 1 < v.ow;
@@ -306,60 +361,155 @@ void transform_grad(const Conv& v, const float* grad, int64_t t0, int64_t nt, in
   }
 }
 
+template <int T>
+void transform_grad(const Conv& v, const float* grad, int64_t t0, int64_t nt, int64_t o0,
+                    int64_t width, float* ws, int64_t xi_step) {
+  if constexpr (T == 4) transform_grad4(v, grad, t0, nt, o0, width, ws, xi_step);
+  else transform_grad2(v, grad, t0, nt, o0, width, ws, xi_step);
+}
+
 struct GradInputTag;  // thread_scratch tags
 struct GradOutTag;
 
 // One task: the tiles of group `group`, output channels [o0, o0 + ow), input channels [c0, c0 +
 // cw), summed into ms (M_xi [O][C] of the group at ms + xi * O * C).
+template <int T>
 void grad_task(const Conv& v, const float* x, const float* grad, int64_t group, int64_t o0,
                int64_t ow, int64_t c0, int64_t cw, float* ms) {
   const auto size = [](int64_t n) { return static_cast<std::size_t>(n); };
-  float* vs = thread_scratch<float, GradInputTag>(size(kXi * kGradTiles * kGradInBlock));
-  float* ws = thread_scratch<float, GradOutTag>(size(kXi * kGradTiles * kGradOutBlock));
-  const int64_t first = group * kGradGroupTiles;
-  const int64_t last = std::min(v.tiles, first + kGradGroupTiles);
+  float* vs = thread_scratch<float, GradInputTag>(size(xi_of(T) * kGradTiles * kGradInBlock));
+  float* ws = thread_scratch<float, GradOutTag>(size(xi_of(T) * kGradTiles * kGradOutBlock));
+  const int64_t first = group * grad_group_tiles(T);
+  const int64_t last = std::min(v.tiles, first + grad_group_tiles(T));
   for (int64_t t0 = first; t0 < last; t0 += kGradTiles) {
     const int64_t nt = std::min(kGradTiles, last - t0);
-    transform_input(v, x, t0, nt, vs, kGradTiles * cw, c0, cw);
-    transform_grad(v, grad, t0, nt, o0, ow, ws, kGradTiles * ow);
-    for (int64_t xi = 0; xi < kXi; ++xi)  // M_xi [ow][cw] += W_xi^T [ow][nt] V_xi [nt][cw]
+    transform_input<T>(v, x, t0, nt, vs, kGradTiles * cw, c0, cw);
+    transform_grad<T>(v, grad, t0, nt, o0, ow, ws, kGradTiles * ow);
+    for (int64_t xi = 0; xi < xi_of(T); ++xi)  // M_xi [ow][cw] += W_xi^T [ow][nt] V_xi [nt][cw]
       gemm(ws + xi * kGradTiles * ow, 1, ow, vs + xi * kGradTiles * cw, cw, nt, ow, cw,
            ms + (xi * v.co + o0) * v.ci + c0, v.ci, t0 > first);
   }
 }
 
+// y = G^T x for six vectors (F(4x4, 3x3)'s G transposed).
+void weight_column4(const __m256 x[6], __m256 y[3]) {
+  const __m256 sixth = _mm256_set1_ps(1.0f / 6);
+  const __m256 s12 = _mm256_add_ps(x[1], x[2]), d12 = _mm256_sub_ps(x[1], x[2]);
+  const __m256 s34 = _mm256_add_ps(x[3], x[4]), d34 = _mm256_sub_ps(x[3], x[4]);
+  // y0 = m0/4 - (m1 + m2)/6 + (m3 + m4)/24, y1 = (m2 - m1)/6 + (m3 - m4)/12,
+  // y2 = (m3 + m4 - m1 - m2)/6 + m5
+  const __m256 zero = _mm256_setzero_ps();
+  y[0] = _mm256_fmadd_ps(
+      _mm256_set1_ps(0.25f), x[0],
+      _mm256_mul_ps(sixth, _mm256_fmadd_ps(_mm256_set1_ps(0.25f), s34, _mm256_sub_ps(zero, s12))));
+  y[1] = _mm256_mul_ps(sixth,
+                       _mm256_fmadd_ps(_mm256_set1_ps(0.5f), d34, _mm256_sub_ps(zero, d12)));
+  y[2] = _mm256_fmadd_ps(sixth, _mm256_sub_ps(s34, s12), x[5]);
+}
+
+// y[3 i + j] = (G^T M G)[i][j] for M_xi = m[xi], 6x6 (F(4x4, 3x3)'s G).
+void weight_transform4(const __m256 m[36], float y[9][kLanes]) {
+  __m256 t[6][3];  // (G^T M)^T: t[j][i]
+  for (int j = 0; j < 6; ++j) {
+    const __m256 col[6] = {m[j], m[6 + j], m[12 + j], m[18 + j], m[24 + j], m[30 + j]};
+    weight_column4(col, t[j]);
+  }
+  for (int i = 0; i < 3; ++i) {  // (G^T M) G
+    const __m256 row[6] = {t[0][i], t[1][i], t[2][i], t[3][i], t[4][i], t[5][i]};
+    __m256 r[3];
+    weight_column4(row, r);
+    for (int j = 0; j < 3; ++j) _mm256_storeu_ps(y[3 * i + j], r[j]);
+  }
+}
+
+// The same for a 4x4 M (F(2x2, 3x3)'s G).
+void weight_transform2(const __m256 m[16], float y[9][kLanes]) {
+  const __m256 half = _mm256_set1_ps(0.5f);
+  __m256 t[3][4];  // G^T M
+  for (int j = 0; j < 4; ++j) {
+    const __m256 mid = _mm256_mul_ps(half, _mm256_add_ps(m[4 + j], m[8 + j]));
+    t[0][j] = _mm256_add_ps(m[j], mid);
+    t[1][j] = _mm256_mul_ps(half, _mm256_sub_ps(m[4 + j], m[8 + j]));
+    t[2][j] = _mm256_add_ps(mid, m[12 + j]);
+  }
+  for (int i = 0; i < 3; ++i) {  // (G^T M) G
+    const __m256 mid = _mm256_mul_ps(half, _mm256_add_ps(t[i][1], t[i][2]));
+    _mm256_storeu_ps(y[3 * i], _mm256_add_ps(t[i][0], mid));
+    _mm256_storeu_ps(y[3 * i + 1], _mm256_mul_ps(half, _mm256_sub_ps(t[i][1], t[i][2])));
+    _mm256_storeu_ps(y[3 * i + 2], _mm256_add_ps(mid, t[i][3]));
+  }
+}
+
 // dW [O][C][3][3] = G^T M G, M the groups' sums added in group order.
+template <int T>
 void transform_weight_grad(const Conv& v, const float* sums, int64_t groups, float* out) {
-  const int64_t group_step = kXi * v.co * v.ci, xi_step = v.co * v.ci;
+  constexpr int64_t kPositions = xi_of(T);
+  const int64_t group_step = kPositions * v.co * v.ci, xi_step = v.co * v.ci;
   parallel_range(v.co, 4, [&](int64_t begin, int64_t end) {
     for (int64_t o = begin; o < end; ++o)
       for (int64_t c = 0; c < v.ci; c += kLanes) {
-        __m256 m[kXi];
-        for (int64_t xi = 0; xi < kXi; ++xi) {
+        __m256 m[kPositions];
+        for (int64_t xi = 0; xi < kPositions; ++xi) {
           const float* p = sums + xi * xi_step + o * v.ci + c;
           m[xi] = _mm256_loadu_ps(p);
           for (int64_t gi = 1; gi < groups; ++gi)
             m[xi] = _mm256_add_ps(m[xi], _mm256_loadu_ps(p + gi * group_step));
         }
-        const __m256 half = _mm256_set1_ps(0.5f);
-        __m256 t[3][4];  // G^T M
-        for (int j = 0; j < 4; ++j) {
-          const __m256 mid = _mm256_mul_ps(half, _mm256_add_ps(m[4 + j], m[8 + j]));
-          t[0][j] = _mm256_add_ps(m[j], mid);
-          t[1][j] = _mm256_mul_ps(half, _mm256_sub_ps(m[4 + j], m[8 + j]));
-          t[2][j] = _mm256_add_ps(mid, m[12 + j]);
-        }
-        alignas(32) float y[9][kLanes];
-        for (int i = 0; i < 3; ++i) {  // (G^T M) G
-          const __m256 mid = _mm256_mul_ps(half, _mm256_add_ps(t[i][1], t[i][2]));
-          _mm256_store_ps(y[3 * i], _mm256_add_ps(t[i][0], mid));
-          _mm256_store_ps(y[3 * i + 1], _mm256_mul_ps(half, _mm256_sub_ps(t[i][1], t[i][2])));
-          _mm256_store_ps(y[3 * i + 2], _mm256_add_ps(mid, t[i][3]));
-        }
+        float y[9][kLanes];
+        if constexpr (T == 4) weight_transform4(m, y);
+        else weight_transform2(m, y);
         float* dst = out + (o * v.ci + c) * 9;
         for (int64_t l = 0; l < kLanes; ++l)
           for (int k = 0; k < 9; ++k) dst[l * 9 + k] = y[k][l];
       }
+  });
+}
+
+template <int T>
+void run_weight_grad(const ConvGeometry& g, const float* x, const float* grad, float* out) {
+  const Conv v = make_conv(g, ConvPass::kForward, T);
+  const int64_t groups = ceil_div(v.tiles, grad_group_tiles(T));
+  const int64_t oblocks = ceil_div(v.co, kGradOutBlock), cblocks = ceil_div(v.ci, kGradInBlock);
+  const int64_t group_size = xi_of(T) * v.co * v.ci;
+  struct SumsTag;
+  float* sums = thread_scratch<float, SumsTag>(static_cast<std::size_t>(groups * group_size));
+  parallel_range(groups * oblocks * cblocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t group = task / (oblocks * cblocks), rest = task % (oblocks * cblocks);
+      const int64_t o0 = rest / cblocks * kGradOutBlock, c0 = rest % cblocks * kGradInBlock;
+      grad_task<T>(v, x, grad, group, o0, std::min(kGradOutBlock, v.co - o0), c0,
+                   std::min(kGradInBlock, v.ci - c0), sums + group * group_size);
+    }
+  });
+  transform_weight_grad<T>(v, sums, groups, out);
+}
+
+void check_tile(const char* kernel, int tile) {
+  if (tile != 2 && tile != 4)
+    throw Error(std::string(kernel) + ": expected an output tile side of 2 or 4, got " +
+                std::to_string(tile));
+}
+
+template <int T>
+void run_forward(const ConvGeometry& g, ConvPass pass, const float* in, const float* w,
+                 float* out, const float* bias, bool relu) {
+  const Conv v = make_conv(g, pass, T);
+  const auto size = [](int64_t n) { return static_cast<std::size_t>(n); };
+  if (v.co > v.tiles) {
+    struct AllInputTag;
+    return run_by_chunks<T>(
+        v, in, w, thread_scratch<float, AllInputTag>(size(xi_of(T) * v.tiles * v.ci)), bias, relu,
+        out);
+  }
+  struct WholeKernelTag;
+  float* u = thread_scratch<float, WholeKernelTag>(size(xi_of(T) * v.ci * v.co));
+  transform_kernels<T>(v, w, 0, v.co, u, false);
+  const int64_t blocks = ceil_div(v.tiles, v.block);
+  parallel_range(blocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t t0 = b * v.block;
+      run_block<T>(v, in, u, t0, std::min(v.block, v.tiles - t0), bias, relu, out);
+    }
   });
 }
 
@@ -372,71 +522,47 @@ bool f32_winograd_applies(const ConvGeometry& g) {
          g.h > 0 && g.w > 0;
 }
 
-void conv2d_winograd_f32(const ConvGeometry& g, ConvPass pass, const float* in, const float* w,
-                         float* out, const float* bias, bool relu) {
+void conv2d_winograd_f32(const ConvGeometry& g, ConvPass pass, int tile, const float* in,
+                         const float* w, float* out, const float* bias, bool relu) {
   if (pass == ConvPass::kGradWeight)
     throw Error("conv2d_winograd_f32: runs the forward and the input gradient only");
   if (!f32_winograd_applies(g))
     throw Error("conv2d_winograd_f32: not a 3x3 stride-1 conv with channels in multiples of 8 "
                 "(check f32_winograd_applies first)");
-  const Conv v = make_conv(g, pass);
-  const auto size = [](int64_t n) { return static_cast<std::size_t>(n); };
-  if (v.co > v.tiles) {
-    struct AllInputTag;
-    return run_by_chunks(v, in, w, thread_scratch<float, AllInputTag>(size(kXi * v.tiles * v.ci)),
-                         bias, relu, out);
-  }
-  struct WholeKernelTag;
-  float* u = thread_scratch<float, WholeKernelTag>(size(kXi * v.ci * v.co));
-  transform_kernels(v, w, 0, v.co, u, false);
-  const int64_t blocks = ceil_div(v.tiles, v.block);
-  parallel_range(blocks, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t b = begin; b < end; ++b) {
-      const int64_t t0 = b * v.block;
-      run_block(v, in, u, t0, std::min(v.block, v.tiles - t0), bias, relu, out);
-    }
-  });
+  check_tile("conv2d_winograd_f32", tile);
+  if (tile == 4) return run_forward<4>(g, pass, in, w, out, bias, relu);
+  run_forward<2>(g, pass, in, w, out, bias, relu);
 }
 
-int64_t f32_winograd_weight_grad_groups(const ConvGeometry& g) {
-  return ceil_div(winograd::conv_of(g, ConvPass::kForward).tiles, kGradGroupTiles);
+int64_t f32_winograd_weight_grad_groups(const ConvGeometry& g, int tile) {
+  check_tile("f32_winograd_weight_grad_groups", tile);
+  return ceil_div(winograd::conv_of(g, ConvPass::kForward, tile).tiles, grad_group_tiles(tile));
 }
 
-void conv2d_grad_weight_winograd_f32(const ConvGeometry& g, const float* x, const float* grad,
-                                     float* out) {
+void conv2d_grad_weight_winograd_f32(const ConvGeometry& g, int tile, const float* x,
+                                     const float* grad, float* out) {
   if (!f32_winograd_applies(g))
     throw Error("conv2d_grad_weight_winograd_f32: not a 3x3 stride-1 conv with channels in "
                 "multiples of 8 (check f32_winograd_applies first)");
-  const Conv v = make_conv(g, ConvPass::kForward);
-  const int64_t groups = f32_winograd_weight_grad_groups(g);
-  const int64_t oblocks = ceil_div(v.co, kGradOutBlock), cblocks = ceil_div(v.ci, kGradInBlock);
-  struct SumsTag;
-  const auto size = static_cast<std::size_t>(groups * kXi * v.co * v.ci);
-  float* sums = thread_scratch<float, SumsTag>(size);
-  parallel_range(groups * oblocks * cblocks, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t group = task / (oblocks * cblocks), rest = task % (oblocks * cblocks);
-      const int64_t o0 = rest / cblocks * kGradOutBlock, c0 = rest % cblocks * kGradInBlock;
-      grad_task(v, x, grad, group, o0, std::min(kGradOutBlock, v.co - o0), c0,
-                std::min(kGradInBlock, v.ci - c0), sums + group * kXi * v.co * v.ci);
-    }
-  });
-  transform_weight_grad(v, sums, groups, out);
+  check_tile("conv2d_grad_weight_winograd_f32", tile);
+  if (tile == 4) return run_weight_grad<4>(g, x, grad, out);
+  run_weight_grad<2>(g, x, grad, out);
 }
 
 #else  // no AVX2 and FMA in this build: oneDNN runs every float32 channels-last conv
 
 bool f32_winograd_applies(const ConvGeometry&) { return false; }
 
-void conv2d_winograd_f32(const ConvGeometry&, ConvPass, const float*, const float*, float*,
+void conv2d_winograd_f32(const ConvGeometry&, ConvPass, int, const float*, const float*, float*,
                          const float*, bool) {
   throw Error("conv2d_winograd_f32: this build has no AVX2 and FMA kernel (check "
               "f32_winograd_applies first)");
 }
 
-int64_t f32_winograd_weight_grad_groups(const ConvGeometry&) { return 0; }
+int64_t f32_winograd_weight_grad_groups(const ConvGeometry&, int) { return 0; }
 
-void conv2d_grad_weight_winograd_f32(const ConvGeometry&, const float*, const float*, float*) {
+void conv2d_grad_weight_winograd_f32(const ConvGeometry&, int, const float*, const float*,
+                                     float*) {
   throw Error("conv2d_grad_weight_winograd_f32: this build has no AVX2 and FMA kernel (check "
               "f32_winograd_applies first)");
 }
