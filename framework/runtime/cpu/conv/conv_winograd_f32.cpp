@@ -52,7 +52,7 @@ struct Avx2 {  // the transforms' arithmetic (conv_winograd_tiles.h)
   static __m256 set1(float x) { return _mm256_set1_ps(x); }
 };
 
-Conv make_conv(const ConvGeometry& g, ConvPass pass, int64_t m = 2) {
+Conv make_conv(const ConvGeometry& g, ConvPass pass, int64_t m) {
   Conv v = winograd::conv_of(g, pass, m);
   const int64_t bytes_per_tile = xi_of(m) * (v.ci + std::min(v.co, kChunk)) * 4;
   v.block = std::clamp(kBlockBytes / bytes_per_tile, kMinBlock, kMaxBlock) / kRows * kRows;
@@ -396,8 +396,8 @@ void weight_column4(const __m256 x[6], __m256 y[3]) {
   const __m256 sixth = _mm256_set1_ps(1.0f / 6);
   const __m256 s12 = _mm256_add_ps(x[1], x[2]), d12 = _mm256_sub_ps(x[1], x[2]);
   const __m256 s34 = _mm256_add_ps(x[3], x[4]), d34 = _mm256_sub_ps(x[3], x[4]);
-  // y0 = m0/4 - (m1 + m2)/6 + (m3 + m4)/24, y1 = (m2 - m1)/6 + (m3 - m4)/12,
-  // y2 = (m3 + m4 - m1 - m2)/6 + m5
+  // y0 = x0/4 - (x1 + x2)/6 + (x3 + x4)/24, y1 = (x2 - x1)/6 + (x3 - x4)/12,
+  // y2 = (x3 + x4 - x1 - x2)/6 + x5
   const __m256 zero = _mm256_setzero_ps();
   y[0] = _mm256_fmadd_ps(
       _mm256_set1_ps(0.25f), x[0],
