@@ -48,8 +48,10 @@ bool profiled_shapes() {
 void append_view(std::string& s, const TensorView& v) {
   s += dtype_name(v.dtype);
   s += '[';
-  for (std::size_t d = 0; d < v.shape.size(); ++d)
-    s += (d ? "," : "") + std::to_string(v.shape[d]);
+  for (std::size_t d = 0; d < v.shape.size(); ++d) {
+    if (d) s += ',';
+    s += std::to_string(v.shape[d]);
+  }
   s += ']';
 }
 
