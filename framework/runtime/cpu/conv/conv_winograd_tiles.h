@@ -189,10 +189,10 @@ inline void output_column4(V x0, V x1, V x2, V x3, V x4, V x5, V y[4]) {
 template <class Ops, class V, class M>
 inline void output_transform4(M m, V y[4][4]) {
   V s[6][4];  // (A^T M)^T: s[j][i]
-  for (int j = 0; j < 6; ++j)
+  for (int j = 0; j < 6; ++j)  // A^T M
     output_column4<Ops>(m(j), m(6 + j), m(12 + j), m(18 + j), m(24 + j), m(30 + j), s[j]);
-  for (int i = 0; i < 4; ++i) output_column4<Ops>(s[0][i], s[1][i], s[2][i], s[3][i], s[4][i],
-                                                  s[5][i], y[i]);
+  for (int i = 0; i < 4; ++i)  // (A^T M) A
+    output_column4<Ops>(s[0][i], s[1][i], s[2][i], s[3][i], s[4][i], s[5][i], y[i]);
 }
 
 // The output transform of tiles [t0, t0 + nt) of F(T x T, 3x3), vectors of `lanes` output
