@@ -408,7 +408,7 @@ void weight_column4(const __m256 x[6], __m256 y[3]) {
 }
 
 // y[3 i + j] = (G^T M G)[i][j] for M_xi = m[xi], 6x6 (F(4x4, 3x3)'s G).
-void weight_transform4(const __m256 m[36], float y[9][kLanes]) {
+void weight_transform4(const __m256 m[winograd::kXi4], float y[9][kLanes]) {
   __m256 t[6][3];  // (G^T M)^T: t[j][i]
   for (int j = 0; j < 6; ++j) {
     const __m256 col[6] = {m[j], m[6 + j], m[12 + j], m[18 + j], m[24 + j], m[30 + j]};
@@ -423,7 +423,7 @@ void weight_transform4(const __m256 m[36], float y[9][kLanes]) {
 }
 
 // The same for a 4x4 M (F(2x2, 3x3)'s G).
-void weight_transform2(const __m256 m[16], float y[9][kLanes]) {
+void weight_transform2(const __m256 m[winograd::kXi], float y[9][kLanes]) {
   const __m256 half = _mm256_set1_ps(0.5f);
   __m256 t[3][4];  // G^T M
   for (int j = 0; j < 4; ++j) {

@@ -15,11 +15,11 @@
 
 namespace loom::runtime::winograd {
 
-inline constexpr int64_t kXi = 16;   // positions in a 4x4 tile: F(2x2, 3x3)
-inline constexpr int64_t kXi4 = 36;  // positions in a 6x6 tile: F(4x4, 3x3)
-
 // Positions in the input tile of F(m x m, 3x3).
 constexpr int64_t xi_of(int64_t m) { return (m + 2) * (m + 2); }
+
+inline constexpr int64_t kXi = xi_of(2);   // positions in a 4x4 tile: F(2x2, 3x3)
+inline constexpr int64_t kXi4 = xi_of(4);  // positions in a 6x6 tile: F(4x4, 3x3)
 
 // The conv both passes run: the forward conv itself, or the input gradient's (of grad_out,
 // with the kernel flipped, its channels swapped and the padding 2 - p).
