@@ -24,6 +24,20 @@ class BoundedQueue {
     return true;
   }
 
+  // Blocks while full; false once cancelled.
+  bool wait_for_room() {
+    std::unique_lock lock(mutex_);
+    not_full_.wait(lock, [&] { return items_.size() < capacity_ || cancelled_; });
+    return !cancelled_;
+  }
+
+  std::size_t size() {
+    std::lock_guard lock(mutex_);
+    return items_.size();
+  }
+
+  std::size_t capacity() const { return capacity_; }
+
   // Blocks while empty and not finished. nullopt once finished (or cancelled) and drained.
   std::optional<T> pop() {
     std::unique_lock lock(mutex_);

@@ -1,6 +1,6 @@
-// DeviceLoader: one epoch = one tbb::parallel_pipeline run on a background thread, inside a
+// DeviceLoader: an epoch is run by tbb::parallel_pipeline on a background thread, inside a
 // task_arena of the configured thread count, feeding a bounded queue that the consumer's
-// iterator pops.
+// iterator pops; the pipeline stops while that queue is full (produce()).
 //
 //   indices (serial_in_order) → read + transform + collate (parallel) → to device
 //   (serial_in_order) → BoundedQueue → Iterator
@@ -200,40 +200,51 @@ void DeviceLoader::Iterator::State::start_run() {
   });
 }
 
+// No stage ever waits for the consumer: a TBB worker blocked in a full queue's push is a
+// worker that the step's kernels (on the same cores, from TBB's one pool) run without, for as
+// long as the training step takes. So the input stage issues a batch only while the queue
+// has room for it beside the batches in flight, and otherwise ends the pipeline; the loader's
+// own thread then waits for room (outside the arena) and starts it again. With a consumer
+// that is behind, each batch it takes starts a pipeline of one.
 void DeviceLoader::Iterator::State::produce(Run& r) {
   std::size_t next = 0;
+  std::atomic<std::size_t> in_flight{0};  // issued and not yet in the queue
   try {
-    arena->execute([&] {
-      tbb::parallel_pipeline(
-          static_cast<std::size_t>(options.prefetch),
-          tbb::make_filter<void, Work*>(
-              tbb::filter_mode::serial_in_order,
-              [&](tbb::flow_control& fc) -> Work* {
-                if (r.stop || next == r.batches.size()) {
-                  fc.stop();
-                  return nullptr;
-                }
-                auto& w = r.works[next];
-                w = std::make_unique<Work>();
-                w->number = static_cast<int64_t>(next);
-                w->indices = std::move(r.batches[next]);
-                const bool last = next + 1 == r.batches.size();
-                w->valid = last && r.valid_last >= 0 ? r.valid_last : static_cast<int64_t>(w->indices.size());
-                ++next;
-                return w.get();
-              }) &
-              tbb::make_filter<Work*, Work*>(tbb::filter_mode::parallel,
-                                             [&](Work* w) {
-                                               if (!r.stop) prepare(r, *w);
-                                               return w;
-                                             }) &
-              tbb::make_filter<Work*, void>(tbb::filter_mode::serial_in_order,
-                                            [&](Work* w) {
-                                              deliver(r, *w);
-                                              r.works[static_cast<std::size_t>(w->number)].reset();
-                                            }),
-          r.context);
-    });
+    while (!r.stop && next < r.batches.size() && r.queue.wait_for_room()) {
+      arena->execute([&] {
+        tbb::parallel_pipeline(
+            static_cast<std::size_t>(options.prefetch),
+            tbb::make_filter<void, Work*>(
+                tbb::filter_mode::serial_in_order,
+                [&](tbb::flow_control& fc) -> Work* {
+                  if (r.stop || next == r.batches.size() || in_flight + r.queue.size() >= r.queue.capacity()) {
+                    fc.stop();
+                    return nullptr;
+                  }
+                  ++in_flight;
+                  auto& w = r.works[next];
+                  w = std::make_unique<Work>();
+                  w->number = static_cast<int64_t>(next);
+                  w->indices = std::move(r.batches[next]);
+                  const bool last = next + 1 == r.batches.size();
+                  w->valid = last && r.valid_last >= 0 ? r.valid_last : static_cast<int64_t>(w->indices.size());
+                  ++next;
+                  return w.get();
+                }) &
+                tbb::make_filter<Work*, Work*>(tbb::filter_mode::parallel,
+                                               [&](Work* w) {
+                                                 if (!r.stop) prepare(r, *w);
+                                                 return w;
+                                               }) &
+                tbb::make_filter<Work*, void>(tbb::filter_mode::serial_in_order,
+                                              [&](Work* w) {
+                                                deliver(r, *w);
+                                                r.works[static_cast<std::size_t>(w->number)].reset();
+                                                --in_flight;  // after the push, so the room is never overstated
+                                              }),
+            r.context);
+      });
+    }
   } catch (...) {
     // Stage bodies catch their own errors; this is the pipeline itself failing.
     if (!r.stop) r.queue.push(wrap_current("DeviceLoader: epoch " + std::to_string(r.epoch)));

@@ -8,6 +8,8 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <tbb/info.h>
+#include <tbb/parallel_for.h>
 
 #include <atomic>
 #include <chrono>
@@ -337,6 +339,46 @@ TEST(DeviceLoader, EarlyBreakAndDestructionNeitherHangNorLeakThreads) {
     EXPECT_FALSE(it == std::default_sentinel);
   }
   EXPECT_GT(started.load(), 0);
+}
+
+// A loader whose consumer is behind (the queue full, as in a training loop that is slower
+// than its data) holds no TBB worker: a worker waiting in it is one the step's kernels, which
+// share TBB's pool, would run without (on the 2-core machine, half of them). Every thread of
+// the caller's arena must then meet inside one parallel_for. Repeated, as the thread that
+// would wait was a matter of chance.
+TEST(DeviceLoader, AConsumerThatIsBehindHoldsNoTbbWorker) {
+  const int n = tbb::info::default_concurrency();
+  if (n < 2) GTEST_SKIP() << "one core: TBB has no worker threads to hold";
+  auto ds = std::make_shared<SyntheticDataset>(
+      4096, std::map<std::string, FieldSpec>{{"input", {HostDType::Float32, {4}, 0, 1}}});
+  using Clock = std::chrono::steady_clock;
+  for (int round = 0; round < 3; ++round) {
+    std::atomic<int> samples{0};
+    Transform count = [&](Example&, const SampleContext&) {  // slow enough for every thread to join in
+      ++samples;
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+    };
+    DeviceLoader loader(ds, {.batch_size = 8, .threads = n, .prefetch = 2, .mark_step = false}, {count});
+    auto it = loader.begin();  // one batch taken; then the consumer stalls
+    // Until the loader has stopped preparing (its queue full): no count change for 100 ms.
+    for (int last = -1; last != samples.load();) {
+      last = samples.load();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    std::atomic<int> arrived{0};
+    std::atomic<int> alone{0};
+    tbb::parallel_for(
+        0, n,
+        [&](int) {
+          ++arrived;
+          const auto deadline = Clock::now() + std::chrono::seconds(3);
+          while (arrived.load() < n && Clock::now() < deadline) std::this_thread::yield();
+          if (arrived.load() < n) ++alone;
+        },
+        tbb::simple_partitioner());
+    EXPECT_EQ(alone.load(), 0) << "round " << round << ": " << n
+                               << " threads never met while the loader's queue was full";
+  }
 }
 
 TEST(DeviceLoader, ExceptionInTheLoopBodyLeavesTheLoaderUsable) {

@@ -24,7 +24,10 @@
 //   batch transformed with parallel_for; each field collated into host memory of `device`,
 //   loom::alloc_host: page-locked on a GPU) → transfer to the device (serial, in order; one
 //   copy per field from that memory, on a GPU's copy stream, then the memory is given back)
-//   → a queue of at most `prefetch` ready batches → the consumer.
+//   → a queue of ready batches → the consumer. At most `prefetch` batches are ahead of the
+//   consumer, in the pipeline and the queue together. No stage waits for the consumer: while
+//   the queue is full, the pipeline is stopped and only the loader's own thread waits, so no
+//   TBB worker is kept from the training step's CPU kernels.
 // Batch k of epoch e is a pure function of (dataset, seed, e, k): the same for any thread
 // count or prefetch depth.
 //
@@ -63,7 +66,7 @@ struct DeviceLoaderOptions {
   uint64_t seed = 0;        // shuffling and random transforms
   LastBatch last_batch = LastBatch::Drop;
   int threads = 0;          // worker threads; 0 (or more than the cores) = all cores
-  int prefetch = 2;         // batches in flight in the pipeline, and ready batches queued
+  int prefetch = 2;         // batches prepared ahead of the consumer (in flight or ready)
   int64_t rank = 0;         // world_size > 1: DistributedSampler(rank, world_size)
   int64_t world_size = 1;
   bool mark_step = true;    // call loom::mark_step() on each iterator increment
