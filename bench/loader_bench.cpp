@@ -4,7 +4,13 @@
 // step time.
 //
 //   prepare_data --fashion-mnist --output fashion_mnist.h5
-//   loader_bench fashion_mnist.h5 [--batch 256] [--steps 60] [--hidden 2048] [--threads 1,2,4]
+//   loader_bench fashion_mnist.h5 [--batch 256] [--steps 60] [--step mlp|conv] [--hidden 2048]
+//                [--threads 1,2,4]
+//
+// The stand-in step: `mlp` (the default) is matmuls on oneDNN, which on the CPU runs on its
+// own OpenMP threads; `conv` is 3x3 convs on loom's float32 Winograd (TBB's threads, which the
+// loader's pipeline shares: a loader that held a TBB worker showed there as a loader+step row
+// slower than the step row).
 //
 // Rows (samples/s are delivered to the loop):
 //   read ...   HDF5Dataset::get_batch alone on shuffled batches (one thread, no transforms):
@@ -43,6 +49,7 @@ struct Args {
   int64_t batch = 256;
   int64_t steps = 60;
   int64_t hidden = 2048;
+  bool conv = false;  // --step conv
   std::vector<int> threads;
 };
 
@@ -51,17 +58,29 @@ std::vector<data::Transform> augmentation() {
           data::random_crop({28, 28}, 2, "input"), data::random_horizontal_flip(0.5, "input")};
 }
 
-// A stand-in for a training step: an MLP forward pass on the batch, heavy on matmuls.
+// A stand-in for a training step: an MLP forward pass on the batch, heavy on matmuls, or
+// (conv) a 1-to-16-channel 3x3 conv and six 16-channel ones on the 28x28 images.
 struct Step {
+  bool conv;
   Tensor w1, w2, w3;
-  explicit Step(int64_t hidden) {
-    w1 = randn({784, hidden}, 1) * 0.03;
-    w2 = randn({hidden, hidden}, 2) * 0.02;
-    w3 = randn({hidden, 10}, 3) * 0.02;
+  Step(int64_t hidden, bool conv) : conv(conv) {
+    if (conv) {
+      w1 = randn({16, 1, 3, 3}, 1) * 0.3;
+      w2 = randn({16, 16, 3, 3}, 2) * 0.1;
+    } else {
+      w1 = randn({784, hidden}, 1) * 0.03;
+      w2 = randn({hidden, hidden}, 2) * 0.02;
+      w3 = randn({hidden, 10}, 3) * 0.02;
+    }
     mark_step();
     wait_device_ops();
   }
   Tensor operator()(const data::Batch& b) const {
+    if (conv) {
+      Tensor h = relu(conv2d(b["input"], w1, {}, {.padding = {1, 1}}));
+      for (int i = 0; i < 6; ++i) h = relu(conv2d(h, w2, {}, {.padding = {1, 1}}));
+      return mean(h);
+    }
     Tensor x = b["input"].reshape({b.size(), 784});
     Tensor h = relu(matmul(x, w1));
     h = relu(matmul(h, w2));
@@ -96,9 +115,10 @@ void uncached_reads(const Args& a) {
 
 int run(const Args& a) {
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
-  std::printf("loader_bench: %s, batch %lld, %d cores, step: MLP 784-%lld-%lld-%lld-10\n", a.file.c_str(),
-              static_cast<long long>(a.batch), cores, static_cast<long long>(a.hidden),
-              static_cast<long long>(a.hidden), static_cast<long long>(a.hidden));
+  const std::string mlp = "MLP 784-" + std::to_string(a.hidden) + "-" + std::to_string(a.hidden) + "-" +
+                          std::to_string(a.hidden) + "-10";
+  std::printf("loader_bench: %s, batch %lld, %d cores, step: %s\n", a.file.c_str(), static_cast<long long>(a.batch),
+              cores, a.conv ? "3x3 convs, 1 to 16 channels, then 6 of 16, 28x28" : mlp.c_str());
   std::printf("%-12s %7s %8s %12s %9s %9s %8s\n", "mode", "threads", "batches", "samples/s", "step ms",
               "wait ms", "wait %");
   uncached_reads(a);
@@ -135,7 +155,7 @@ int run(const Args& a) {
               100 * s.wait_fraction());
   }
 
-  Step step(a.hidden);
+  Step step(a.hidden, a.conv);
   // The step alone, on one batch already on the device.
   double step_alone_ms = 0;
   {
@@ -203,11 +223,20 @@ int main(int argc, char** argv) {
     if (arg == "--batch") a.batch = std::stoll(value());
     else if (arg == "--steps") a.steps = std::stoll(value());
     else if (arg == "--hidden") a.hidden = std::stoll(value());
+    else if (arg == "--step") {
+      const std::string step = value();
+      if (step != "mlp" && step != "conv") {
+        std::fprintf(stderr, "loader_bench: --step takes mlp or conv, got '%s'\n", step.c_str());
+        return 2;
+      }
+      a.conv = step == "conv";
+    }
     else if (arg == "--threads") {
       std::stringstream ss(value());
       for (std::string t; std::getline(ss, t, ',');) a.threads.push_back(std::stoi(t));
     } else if (arg == "-h" || arg == "--help") {
-      std::printf("usage: loader_bench FILE.h5 [--batch N] [--steps N] [--hidden N] [--threads 1,2,4]\n"
+      std::printf("usage: loader_bench FILE.h5 [--batch N] [--steps N] [--step mlp|conv] [--hidden N] "
+                  "[--threads 1,2,4]\n"
                   "FILE.h5 is what `prepare_data --fashion-mnist --output FILE.h5` writes.\n");
       return 0;
     } else if (a.file.empty()) a.file = arg;
