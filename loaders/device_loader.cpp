@@ -337,7 +337,7 @@ void DeviceLoader::Iterator::State::deliver(Run& r, Work& w) const {
   b.valid = w.valid;
   b.index = w.number;
   b.epoch = r.epoch;
-  w.fields.clear();  // the copies are done: the blocks go back before the queue may block
+  w.fields.clear();  // the copies are done: the blocks go back before the batch is queued
   if (!r.queue.push(std::move(b))) r.stop = true;
 }
 
