@@ -103,7 +103,7 @@ std::string Table::str() const {
   std::array<std::size_t, kColumns> width{};
   for (auto& l : lines)
     for (std::size_t c = 0; c < kColumns; ++c) {
-      if (l[c].empty()) l[c] = "-";
+      if (l[c].empty()) l[c].assign(1, '-');  // not = "-": GCC 12 warns falsely there (-Wrestrict)
       width[c] = std::max(width[c], l[c].size());
     }
   // Text columns flush left, figures flush right.

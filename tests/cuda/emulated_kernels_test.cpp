@@ -153,7 +153,8 @@ class HostKernels {
     // A new name each time: a library the loader keeps loaded after dlclose (C++ statics can
     // make it so) would otherwise be handed back for the next one.
     static int made = 0;
-    const std::string name = "k" + std::to_string(made++);
+    std::string name = "k";  // appended, not "k" + ...: GCC 12 warns falsely there (-Wrestrict)
+    name += std::to_string(made++);
     std::ofstream(dir_ / (name + ".cpp")) << src;
     so_path_ = dir_ / (name + ".so");
     const std::string cmd = std::string(LOOM_HOST_CXX) +
