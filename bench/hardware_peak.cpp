@@ -59,7 +59,7 @@ double best_gflops(const Options& o, double flops_per_thread, Loop loop) {
   return flops_per_thread * threads / best / 1e9;
 }
 
-#if defined(__x86_64__)
+#if defined(__x86_64__) && defined(__AVX512BF16__)  // used by the bfloat16 peak only
 // AMX: the CPU has tiles and bfloat16 tile products (CPUID leaf 7: EDX bits 24 and 22), and
 // Linux lets this process use the tile data (ARCH_REQ_XCOMP_PERM for XTILEDATA, feature 18;
 // oneDNN asks the same before its AMX kernels).
