@@ -96,6 +96,17 @@ class Rewriter {
             axes.push_back(d);
         copy.attr = ir::AxesAttr{std::move(axes)};
         v.last = emit(std::move(copy));
+      } else if (in.op == Op::Slice && in.shape.size() == 4 && lives_last(in.args[0])) {
+        // A window of a channels-last value (BatchNorm's shift, x[0, :, 0, 0]): the same
+        // window of its channels-last form, not a transpose of the whole value first.
+        ir::Instr copy = in;
+        copy.args[0] = channels_last(in.args[0]);
+        copy.shape = permuted(in.shape, kToChannelsLast);
+        const auto& slice = in.attr.get<ir::SliceAttr>();
+        copy.attr = ir::SliceAttr{permuted(slice.starts, kToChannelsLast),
+                                  permuted(slice.steps, kToChannelsLast),
+                                  permuted(slice.sizes, kToChannelsLast)};
+        v.last = emit(std::move(copy));
       } else {
         ir::Instr copy = in;
         for (int& a : copy.args) a = channels_first(a);

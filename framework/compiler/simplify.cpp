@@ -105,6 +105,18 @@ class Simplifier {
           alias(in, src->args[0]);
         return;
       }
+      case Op::Slice: {  // out[i] = inner[s2 + i * st2] = x[s1 + (s2 + i * st2) * st1]
+        const ir::Instr* src = producer(in.args[0]);
+        if (!src || src->op != Op::Slice) return;
+        const auto& inner = src->attr.get<ir::SliceAttr>();
+        auto& outer = in.attr.get<ir::SliceAttr>();
+        for (std::size_t d = 0; d < outer.starts.size(); ++d) {
+          outer.starts[d] = inner.starts[d] + outer.starts[d] * inner.steps[d];
+          outer.steps[d] *= inner.steps[d];
+        }
+        in.args = {src->args[0]};
+        return;
+      }
       case Op::Neg: {
         const ir::Instr* src = producer(in.args[0]);
         if (src && src->op == Op::Neg) alias(in, src->args[0]);
@@ -134,7 +146,7 @@ class Simplifier {
       case Op::Add: case Op::Pow: case Op::Maximum: case Op::Minimum:
       case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge:
       case Op::Where: case Op::Sum: case Op::Mean: case Op::Max: case Op::ArgMax:
-      case Op::Slice: case Op::Pad: case Op::Concat:
+      case Op::Pad: case Op::Concat:
       case Op::Matmul: case Op::Conv2d: case Op::MaxPool2d: case Op::AvgPool2d:
       case Op::Conv2dGradInput: case Op::Conv2dGradWeight: case Op::MaxPool2dGrad:
       case Op::AvgPool2dGrad: case Op::Im2col:

@@ -172,6 +172,44 @@ TEST(ChannelsLast, TheTargetChoosesByConvAndAConvsPassesAgree) {
   EXPECT_GE(test::count_instrs(p, Op::Permute), 2) << ir::to_text(p);
 }
 
+// A window of a channels-last conv's output (some channels, every other row): sliced as it is
+// stored, [N,H,W,C], rather than transposed whole back to [N,C,H,W] first; the only transposes
+// are of the conv's input and of the small result. Its values are the plain program's.
+TEST(ChannelsLast, AWindowOfAConvOutputIsCutInItsLayout) {
+  test::fresh_engine();
+  Conv2dParams same;
+  same.padding = {1, 1};
+  auto x = ramp({2, 3, 6, 6}, 0.05);
+  auto w = ramp({8, 3, 3, 3}, 0.31);
+  auto y = conv2d(x, w, {}, same);
+  auto window = slice(slice(y, 1, 2, 8, 2), 2, 1, 6, 2);  // channels 2, 4, 6; rows 1, 3, 5
+  ASSERT_EQ(window.shape(), (Shape{2, 3, 3, 6}));
+  const ir::Graph g = test::graph_of(window);
+  ir::Target plain = runtime::backend(Device{}).target();
+  plain.channels_last_convs = 0;
+  const ir::Target last = channels_last_target(DType::Float32);
+  const Program p = compiler::compile(g, last);
+  int permutes = 0;
+  for (const auto& in : p.instrs) {
+    if (in.op == Op::Conv2d) {
+      EXPECT_TRUE(is_channels_last(in)) << ir::to_text(p);
+    }
+    if (in.op != Op::Permute) continue;
+    ++permutes;
+    EXPECT_TRUE(in.shape == (Shape{2, 6, 6, 3}) || in.shape == (Shape{2, 3, 3, 6}))
+        << "a transpose of the whole conv output\n" << ir::to_text(p);
+  }
+  EXPECT_EQ(permutes, 2) << ir::to_text(p);
+  const auto got = test::run_on_cpu(g, last);
+  const auto want = test::run_on_cpu(g, plain);
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(got[0].size(), want[0].size());
+  std::vector<float> a(got[0].size() / sizeof(float)), b(a.size());
+  std::memcpy(a.data(), got[0].data(), got[0].size());
+  std::memcpy(b.data(), want[0].data(), want[0].size());
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5) << i;
+}
+
 // A stem that runs channels-last feeding a 64-channel conv on 16x16 planes kept [N,C,H,W] (the
 // CPU's own choice in a batch of 16 where loom's Winograd runs, with AVX-512: cpu_backend.cpp;
 // the target here makes the same choice on any CPU): the mixed program's loss and gradients in

@@ -62,6 +62,25 @@ TEST(Simplify, ComposedPermutesBecomeOne) {
   expect_same_bits(f(x).to_vector<float>(), want);
 }
 
+TEST(Simplify, ASliceOfASliceBecomesOne) {
+  test::fresh_engine();
+  std::vector<float> v(5 * 12);
+  for (int i = 0; i < 60; ++i) v[i] = static_cast<float>(i);
+  auto x = from_vector(v, {5, 12});
+  auto f = [](const Tensor& t) {
+    return slice(slice(slice(slice(t, 0, 1, 5), 0, 0, 4, 2), 1, 1, 12, 2), 1, 1, 6, 2);
+  };
+  auto p = test::compile_for_cpu(test::graph_of(f(x)));
+  EXPECT_EQ(test::count_instrs(p, ir::Op::Slice), 1) << ir::to_text(p);
+  // Rows: [1, 5) then every other from 0: rows 1, 3. Columns: 1, 3, 5, 7, 9, 11, then every
+  // other from the second: 3, 7, 11.
+  std::vector<float> want;
+  for (int r : {1, 3})
+    for (int c : {3, 7, 11}) want.push_back(v[r * 12 + c]);
+  EXPECT_EQ(f(x).shape(), (Shape{2, 3}));
+  expect_same_bits(f(x).to_vector<float>(), want);
+}
+
 TEST(Simplify, ExactIdentitiesDisappear) {
   test::fresh_engine();
   auto x = from_vector(specials(), {8});
