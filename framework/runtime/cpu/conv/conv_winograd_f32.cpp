@@ -112,12 +112,20 @@ void transform_input(const Conv& v, const float* in, int64_t t0, int64_t nt, flo
       }
     float* dst = vs + tl * width;
     for (int64_t c = 0; c < width; c += kLanes) {
-      __m256 d[xi_of(T)];
-      for (int k = 0; k < xi_of(T); ++k)
-        d[k] = src[k] ? _mm256_loadu_ps(src[k] + c0 + c) : _mm256_setzero_ps();
-      if constexpr (T == 2) winograd::input_transform<Avx2>(d);
-      else winograd::input_transform4<Avx2>(d);
-      for (int k = 0; k < xi_of(T); ++k) _mm256_storeu_ps(dst + k * xi_step + c, d[k]);
+      if constexpr (T == 2) {
+        __m256 d[xi_of(T)];
+        for (int k = 0; k < xi_of(T); ++k)
+          d[k] = src[k] ? _mm256_loadu_ps(src[k] + c0 + c) : _mm256_setzero_ps();
+        winograd::input_transform<Avx2>(d);
+        for (int k = 0; k < xi_of(T); ++k) _mm256_storeu_ps(dst + k * xi_step + c, d[k]);
+      } else {
+        winograd::input_transform4<Avx2, __m256>(
+            [&](int i, int j) {
+              const float* s = src[kSide * i + j];
+              return s ? _mm256_loadu_ps(s + c0 + c) : _mm256_setzero_ps();
+            },
+            [&](int k, __m256 r) { _mm256_storeu_ps(dst + k * xi_step + c, r); });
+      }
     }
   }
 }
