@@ -168,12 +168,21 @@ inline void input_column4(V x0, V x1, V x2, V x3, V x4, V x5, V* r0, V* r1, V* r
 // 36 inputs first and transforming it in place stored each vector three times more: the
 // stores had bound the AVX2 input transform (kernel_bench, F(4x4) passes at 16 to 64
 // channels, in one process call by call: 2-14% faster a pass this way).
+//
+// Columns of B^T d depend on the input column alone, so a tile 4 columns right of the last
+// one shares its first two with that tile's last two: `cols` keeps them, a ring of 8
+// columns indexed by the input column modulo 8 (`base`, a multiple of 4, is the tile's first
+// column there), and only columns `first` to 5 are computed: 2 for the tile right of the last
+// one, 0 for any other. Either way the results are the same bits.
 template <class Ops, class V, class Load, class Store>
-inline void input_transform4(Load load, Store store) {
-  V t[6][6];  // (B^T d)^T: t[j][i]
-  for (int j = 0; j < 6; ++j)  // B^T d
+inline void input_transform4(Load load, Store store, V (*cols)[6], int base, int first) {
+  for (int j = first; j < 6; ++j) {  // B^T d
+    V* t = cols[(base + j) & 7];
     input_column4<Ops>(load(0, j), load(1, j), load(2, j), load(3, j), load(4, j), load(5, j),
-                       &t[j][0], &t[j][1], &t[j][2], &t[j][3], &t[j][4], &t[j][5]);
+                       &t[0], &t[1], &t[2], &t[3], &t[4], &t[5]);
+  }
+  const V* t[6];
+  for (int j = 0; j < 6; ++j) t[j] = cols[(base + j) & 7];
   for (int i = 0; i < 6; ++i) {  // (B^T d) B
     V r[6];
     input_column4<Ops>(t[0][i], t[1][i], t[2][i], t[3][i], t[4][i], t[5][i], &r[0], &r[1],
