@@ -165,9 +165,9 @@ inline void input_column4(V x0, V x1, V x2, V x3, V x4, V x5, V* r0, V* r1, V* r
 // B^T d B for a 6x6 tile: d[6 i + j] = load(i, j), and store(6 i + j, result). Each column's
 // loads go straight into its transform and each result straight to its store, so only the 36
 // intermediate vectors pass through memory (AVX2 has 16 registers). Filling an array of the
-// 36 inputs first and transforming it in place stored each vector three times more: the
-// stores had bound the AVX2 input transform (kernel_bench, F(4x4) passes at 16 to 64
-// channels, in one process call by call: 2-14% faster a pass this way).
+// 36 inputs first and transforming it in place stored each vector twice as often: the stores
+// had bound the AVX2 input transform (kernel_bench's F(4x4) passes at 16 to 64 channels, old
+// and new alternated call by call in one process: 2-17% faster a pass this way).
 //
 // Columns of B^T d depend on the input column alone, so a tile 4 columns right of the last
 // one shares its first two with that tile's last two: `cols` keeps them, a ring of 8
