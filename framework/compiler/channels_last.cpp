@@ -97,8 +97,8 @@ class Rewriter {
         copy.attr = ir::AxesAttr{std::move(axes)};
         v.last = emit(std::move(copy));
       } else if (in.op == Op::Slice && in.shape.size() == 4 && lives_last(in.args[0])) {
-        // A window of a channels-last value (BatchNorm's shift, x[0, :, 0, 0]): the same
-        // window of its channels-last form, not a transpose of the whole value first.
+        // A window of a channels-last value (some channels or rows of a conv's output): the
+        // same window of its channels-last form, not a transpose of the whole value first.
         ir::Instr copy = in;
         copy.args[0] = channels_last(in.args[0]);
         copy.shape = permuted(in.shape, kToChannelsLast);
