@@ -9,7 +9,8 @@
 // (Bf16WeightGrad/shape/kernel: 0 oneDNN, 1 loom), the bfloat16 forward and input gradient of
 // every 3x3 stride-1 conv by oneDNN and by loom's Winograd (Bf16Winograd/shape/pass/kernel), the
 // same and the weight gradient in float32 by oneDNN, by loom's AVX2 Winograd and by im2col +
-// matmul (F32Winograd/shape/pass/kernel), and
+// matmul (F32Winograd/shape/pass/kernel; F32WinogradInTurn/shape/pass the same kernels called
+// in turn in one benchmark, for a machine whose speed moves between runs), and
 // the decoder's matmuls next to raw Eigen GEMMs, and the steps' float32 sums (Reduce/case:
 // BatchNorm statistics NCHW and channels-last, the decoder's row sums; GB/s of the operand read
 // once). The kernels are called directly
@@ -53,6 +54,7 @@
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -367,6 +369,78 @@ BENCHMARK(BM_F32Winograd)->Apply([](auto* b) {
         for (int64_t kernel : {0, 1, 3, 2})
           if (kernel != 2 || pass == 2) b->Args({i, pass, kernel});
   b->UseRealTime()->Unit(benchmark::kMillisecond);
+});
+
+// The same kernels as F32Winograd, called in turn within one benchmark, one call of each per
+// round (F32WinogradInTurn/shape/pass: 40 rounds, the median call of each): on a shared
+// machine whose speed moves by a third between runs, kernels timed in separate runs compare
+// the machine's moments as much as the kernels. Counters: each kernel's median in ms
+// (onednn_ms, winograd4_ms, winograd2_ms, im2col_ms for the weight gradient) and the others'
+// medians over the 4x4 tiles' (..._over_4x4 > 1: the 4x4 tiles faster).
+void BM_F32WinogradInTurn(benchmark::State& state) {
+  namespace onednn = loom::runtime::onednn;
+  using loom::runtime::ConvPass;
+  const ConvShape s = kShapes[state.range(0)];
+  const auto pass = static_cast<ConvPass>(state.range(1));
+  Buffer x({s.n, s.size, s.size, s.c}, DType::Float32), w({s.o, s.c, s.k, s.k}, DType::Float32);
+  Buffer y({s.n, s.size, s.size, s.o}, DType::Float32);
+  const loom::runtime::ConvGeometry g{s.n, s.c, s.size, s.size, s.o, s.k, s.k, s.size, s.size,
+                                      1, 1, s.pad, s.pad, 1, 1, 1};
+  if (!loom::runtime::f32_winograd_applies(g)) {
+    state.SkipWithError("loom's float32 channels-last Winograd does not apply here (no AVX2)");
+    return;
+  }
+  const void* a = pass == ConvPass::kGradInput ? y.ptr() : x.ptr();
+  const void* b = pass == ConvPass::kGradWeight ? y.ptr() : w.ptr();
+  void* out = pass == ConvPass::kForward     ? y.ptr()
+              : pass == ConvPass::kGradInput ? x.ptr()
+                                             : w.ptr();
+  const auto* fa = static_cast<const float*>(a);
+  const auto* fb = static_cast<const float*>(b);
+  auto* fo = static_cast<float*>(out);
+  const auto layout = onednn::channels_last_layout(g, pass, DType::Float32);
+  // Kernel numbers as F32Winograd's: 0 oneDNN, 1 4x4 tiles, 3 2x2 tiles, 2 im2col + matmul.
+  std::vector<int> kernels{0, 1, 3};
+  if (pass == ConvPass::kGradWeight) kernels.push_back(2);
+  const auto call = [&](int kernel) {
+    if (kernel == 2) loom::runtime::conv2d_matmul(g, pass, DType::Float32, a, b, out);
+    else if (kernel == 0) onednn::conv2d(pass, g, DType::Float32, layout, a, b, out);
+    else if (pass == ConvPass::kGradWeight)
+      loom::runtime::conv2d_grad_weight_winograd_f32(g, kernel == 3 ? 2 : 4, fa, fb, fo);
+    else
+      loom::runtime::conv2d_winograd_f32(g, pass, kernel == 3 ? 2 : 4, fa, fb, fo, nullptr, false);
+  };
+  constexpr int kRounds = 40;
+  std::vector<std::vector<double>> times(4);
+  for (auto _ : state) {
+    for (int k : kernels) call(k);  // warm-up: scratch grown, weights transformed once
+    for (int r = 0; r < kRounds; ++r)
+      for (int k : kernels) {
+        const auto t0 = std::chrono::steady_clock::now();
+        call(k);
+        times[k].push_back(
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                .count());
+      }
+  }
+  const auto median = [&](int k) {
+    std::vector<double> v = times[k];
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  const char* names[] = {"onednn", "winograd4", "im2col", "winograd2"};
+  const double four = median(1);
+  for (int k : kernels) {
+    state.counters[std::string(names[k]) + "_ms"] = median(k);
+    if (k != 1) state.counters[std::string(names[k]) + "_over_4x4"] = median(k) / four;
+  }
+  set_label(state, s, DType::Float32, "in turn: oneDNN, loom Winograd 4x4 and 2x2 tiles");
+}
+BENCHMARK(BM_F32WinogradInTurn)->Apply([](auto* b) {
+  for (int64_t i = 0; i <= kLastShape; ++i)
+    if (kShapes[i].k == 3 && kShapes[i].stride == 1 && kShapes[i].c % 8 == 0)
+      for (int64_t pass : {0, 1, 2}) b->Args({i, pass});
+  b->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
 });
 
 // Every pass of every conv on channels-last activations, float32 and bfloat16: oneDNN's
