@@ -322,30 +322,30 @@ BENCHMARK(BM_Bf16Winograd)->Apply([](auto* b) {
 // weight gradient, im2col + oneDNN matmuls (2, conv_matmul.h), shape by shape, back to back
 // (F32Winograd/shape/pass/kernel: pass 0 forward, 1 input gradient, 2 weight gradient).
 // GFLOP/s counts the direct conv's multiplies for all.
-void BM_F32Winograd(benchmark::State& state) {
-  namespace onednn = loom::runtime::onednn;
-  using loom::runtime::ConvPass;
-  const ConvShape s = kShapes[state.range(0)];
-  const auto pass = static_cast<ConvPass>(state.range(1));
-  const int64_t kernel = state.range(2);
-  Buffer x({s.n, s.size, s.size, s.c}, DType::Float32), w({s.o, s.c, s.k, s.k}, DType::Float32);
-  Buffer y({s.n, s.size, s.size, s.o}, DType::Float32);
-  const loom::runtime::ConvGeometry g{s.n, s.c, s.size, s.size, s.o, s.k, s.k, s.size, s.size,
-                                      1, 1, s.pad, s.pad, 1, 1, 1};
-  if ((kernel == 1 || kernel == 3) && !loom::runtime::f32_winograd_applies(g)) {
-    state.SkipWithError("loom's float32 channels-last Winograd does not apply here (no AVX2)");
-    return;
-  }
-  const void* a = pass == ConvPass::kGradInput ? y.ptr() : x.ptr();
-  const void* b = pass == ConvPass::kGradWeight ? y.ptr() : w.ptr();
-  void* out = pass == ConvPass::kForward     ? y.ptr()
-              : pass == ConvPass::kGradInput ? x.ptr()
-                                             : w.ptr();
-  const auto* fa = static_cast<const float*>(a);
-  const auto* fb = static_cast<const float*>(b);
-  auto* fo = static_cast<float*>(out);
-  const auto layout = onednn::channels_last_layout(g, pass, DType::Float32);
-  for (auto _ : state) {
+// One float32 channels-last 3x3 conv pass and its operands, run by kernel number (0 oneDNN, 1
+// loom's Winograd in 4x4 output tiles, 3 in 2x2 tiles, 2 im2col + matmul).
+struct F32WinogradCase {
+  const ConvShape s;
+  const loom::runtime::ConvPass pass;
+  Buffer x, w, y;
+  const loom::runtime::ConvGeometry g;
+  const loom::runtime::onednn::Layout layout;
+  F32WinogradCase(const ConvShape& shape, loom::runtime::ConvPass p)
+      : s(shape), pass(p), x({s.n, s.size, s.size, s.c}, DType::Float32),
+        w({s.o, s.c, s.k, s.k}, DType::Float32), y({s.n, s.size, s.size, s.o}, DType::Float32),
+        g{s.n, s.c, s.size, s.size, s.o, s.k, s.k, s.size, s.size, 1, 1, s.pad, s.pad, 1, 1, 1},
+        layout(loom::runtime::onednn::channels_last_layout(g, p, DType::Float32)) {}
+  void run(int64_t kernel) {
+    namespace onednn = loom::runtime::onednn;
+    using loom::runtime::ConvPass;
+    const void* a = pass == ConvPass::kGradInput ? y.ptr() : x.ptr();
+    const void* b = pass == ConvPass::kGradWeight ? y.ptr() : w.ptr();
+    void* out = pass == ConvPass::kForward     ? y.ptr()
+                : pass == ConvPass::kGradInput ? x.ptr()
+                                               : w.ptr();
+    const auto* fa = static_cast<const float*>(a);
+    const auto* fb = static_cast<const float*>(b);
+    auto* fo = static_cast<float*>(out);
     if (kernel == 2) loom::runtime::conv2d_matmul(g, pass, DType::Float32, a, b, out);
     else if (kernel == 0) onednn::conv2d(pass, g, DType::Float32, layout, a, b, out);
     else if (pass == ConvPass::kGradWeight)
@@ -353,14 +353,25 @@ void BM_F32Winograd(benchmark::State& state) {
     else
       loom::runtime::conv2d_winograd_f32(g, pass, kernel == 3 ? 2 : 4, fa, fb, fo, nullptr, false);
   }
+};
+
+void BM_F32Winograd(benchmark::State& state) {
+  namespace onednn = loom::runtime::onednn;
+  F32WinogradCase c(kShapes[state.range(0)], static_cast<loom::runtime::ConvPass>(state.range(1)));
+  const int64_t kernel = state.range(2);
+  if ((kernel == 1 || kernel == 3) && !loom::runtime::f32_winograd_applies(c.g)) {
+    state.SkipWithError("loom's float32 channels-last Winograd does not apply here (no AVX2)");
+    return;
+  }
+  for (auto _ : state) c.run(kernel);
   state.counters["GFLOPS"] =
-      benchmark::Counter(conv_flops(s) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  set_label(state, s, DType::Float32,
+      benchmark::Counter(conv_flops(c.s) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  set_label(state, c.s, DType::Float32,
             kernel == 1   ? "loom Winograd AVX2 4x4 tiles"
             : kernel == 3 ? "loom Winograd AVX2 2x2 tiles"
             : kernel == 2 ? "im2col + oneDNN matmul"
-            : layout == onednn::Layout::kChannelsLastBlocked ? "oneDNN channels-last blocked"
-                                                              : "oneDNN channels-last");
+            : c.layout == onednn::Layout::kChannelsLastBlocked ? "oneDNN channels-last blocked"
+                                                                : "oneDNN channels-last");
 }
 BENCHMARK(BM_F32Winograd)->Apply([](auto* b) {
   for (int64_t i = 0; i <= kLastShape; ++i)
@@ -378,46 +389,21 @@ BENCHMARK(BM_F32Winograd)->Apply([](auto* b) {
 // (onednn_ms, winograd4_ms, winograd2_ms, im2col_ms for the weight gradient) and the others'
 // medians over the 4x4 tiles' (..._over_4x4 > 1: the 4x4 tiles faster).
 void BM_F32WinogradInTurn(benchmark::State& state) {
-  namespace onednn = loom::runtime::onednn;
-  using loom::runtime::ConvPass;
-  const ConvShape s = kShapes[state.range(0)];
-  const auto pass = static_cast<ConvPass>(state.range(1));
-  Buffer x({s.n, s.size, s.size, s.c}, DType::Float32), w({s.o, s.c, s.k, s.k}, DType::Float32);
-  Buffer y({s.n, s.size, s.size, s.o}, DType::Float32);
-  const loom::runtime::ConvGeometry g{s.n, s.c, s.size, s.size, s.o, s.k, s.k, s.size, s.size,
-                                      1, 1, s.pad, s.pad, 1, 1, 1};
-  if (!loom::runtime::f32_winograd_applies(g)) {
+  F32WinogradCase c(kShapes[state.range(0)], static_cast<loom::runtime::ConvPass>(state.range(1)));
+  if (!loom::runtime::f32_winograd_applies(c.g)) {
     state.SkipWithError("loom's float32 channels-last Winograd does not apply here (no AVX2)");
     return;
   }
-  const void* a = pass == ConvPass::kGradInput ? y.ptr() : x.ptr();
-  const void* b = pass == ConvPass::kGradWeight ? y.ptr() : w.ptr();
-  void* out = pass == ConvPass::kForward     ? y.ptr()
-              : pass == ConvPass::kGradInput ? x.ptr()
-                                             : w.ptr();
-  const auto* fa = static_cast<const float*>(a);
-  const auto* fb = static_cast<const float*>(b);
-  auto* fo = static_cast<float*>(out);
-  const auto layout = onednn::channels_last_layout(g, pass, DType::Float32);
-  // Kernel numbers as F32Winograd's: 0 oneDNN, 1 4x4 tiles, 3 2x2 tiles, 2 im2col + matmul.
   std::vector<int> kernels{0, 1, 3};
-  if (pass == ConvPass::kGradWeight) kernels.push_back(2);
-  const auto call = [&](int kernel) {
-    if (kernel == 2) loom::runtime::conv2d_matmul(g, pass, DType::Float32, a, b, out);
-    else if (kernel == 0) onednn::conv2d(pass, g, DType::Float32, layout, a, b, out);
-    else if (pass == ConvPass::kGradWeight)
-      loom::runtime::conv2d_grad_weight_winograd_f32(g, kernel == 3 ? 2 : 4, fa, fb, fo);
-    else
-      loom::runtime::conv2d_winograd_f32(g, pass, kernel == 3 ? 2 : 4, fa, fb, fo, nullptr, false);
-  };
+  if (c.pass == loom::runtime::ConvPass::kGradWeight) kernels.push_back(2);
   constexpr int kRounds = 40;
   std::vector<std::vector<double>> times(4);
   for (auto _ : state) {
-    for (int k : kernels) call(k);  // warm-up: scratch grown, weights transformed once
+    for (int k : kernels) c.run(k);  // warm-up: scratch grown, weights transformed once
     for (int r = 0; r < kRounds; ++r)
       for (int k : kernels) {
         const auto t0 = std::chrono::steady_clock::now();
-        call(k);
+        c.run(k);
         times[k].push_back(
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
                 .count());
@@ -434,7 +420,7 @@ void BM_F32WinogradInTurn(benchmark::State& state) {
     state.counters[std::string(names[k]) + "_ms"] = median(k);
     if (k != 1) state.counters[std::string(names[k]) + "_over_4x4"] = median(k) / four;
   }
-  set_label(state, s, DType::Float32, "in turn: oneDNN, loom Winograd 4x4 and 2x2 tiles");
+  set_label(state, c.s, DType::Float32, "in turn: oneDNN, loom Winograd 4x4 and 2x2 tiles");
 }
 BENCHMARK(BM_F32WinogradInTurn)->Apply([](auto* b) {
   for (int64_t i = 0; i <= kLastShape; ++i)
