@@ -399,7 +399,7 @@ void BM_F32WinogradInTurn(benchmark::State& state) {
   constexpr int kRounds = 40;
   std::vector<std::vector<double>> times(4);
   for (auto _ : state) {
-    for (int k : kernels) c.run(k);  // warm-up: scratch grown, weights transformed once
+    for (int k : kernels) c.run(k);  // warm-up: scratch grown, oneDNN primitives made
     for (int r = 0; r < kRounds; ++r)
       for (int k : kernels) {
         const auto t0 = std::chrono::steady_clock::now();
