@@ -107,11 +107,11 @@ void transform_input(const Conv& v, const float* in, int64_t t0, int64_t nt, flo
   if constexpr (T == 4)
     cols = reinterpret_cast<__m256(*)[6]>(thread_scratch<__m256, ColumnTag>(
         static_cast<std::size_t>(width / kLanes * 8 * 6)));
-  TileAt last{-1, -1, -1};
   for (int64_t tl = 0; tl < nt; ++tl) {
     const TileAt at = tile_at(v, t0 + tl);
-    const bool next_in_row = at.n == last.n && at.y == last.y && at.x == last.x + T;
-    last = at;
+    // Tiles go row by row through each image: the last one is to this one's left unless this
+    // one starts a row (or the call).
+    const bool next_in_row = tl > 0 && at.x > 0;
     const int64_t y0 = at.y - v.ph, x0 = at.x - v.pw;
     constexpr int kSide = T + 2;
     const float* src[xi_of(T)];  // each position's channels, null outside the plane

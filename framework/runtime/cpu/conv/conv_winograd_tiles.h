@@ -173,7 +173,7 @@ inline void input_column4(V x0, V x1, V x2, V x3, V x4, V x5, V* r0, V* r1, V* r
 // one shares its first two with that tile's last two: `cols` keeps them, a ring of 8
 // columns indexed by the input column modulo 8 (`base`, a multiple of 4, is the tile's first
 // column there), and only columns `first` to 5 are computed: 2 for the tile right of the last
-// one, 0 for any other. Either way the results are the same bits.
+// one, 0 for any other: either way the same arithmetic on the same inputs.
 template <class Ops, class V, class Load, class Store>
 inline void input_transform4(Load load, Store store, V (*cols)[6], int base, int first) {
   for (int j = first; j < 6; ++j) {  // B^T d
