@@ -25,6 +25,7 @@
 #include <loom/data/loader.h>
 #include <loom/lazy.h>
 #include <loom/metrics.h>
+#include <loom/openmp.h>
 #include <loom/tensor.h>
 
 #include <algorithm>
@@ -210,6 +211,8 @@ int run(const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The mlp step's matmuls run on oneDNN's OpenMP threads: passive, as in the recipes.
+  loom::openmp_passive_or_reexec(argc, argv);
   Args a;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];

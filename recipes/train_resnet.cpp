@@ -84,6 +84,7 @@ int train(int argc, char** argv) {
   TrainerOptions to = recipes::run_options(vm, argc, argv);
   const Device device = recipes::run_device(vm);
   auto model_name = vm["model"].as<std::string>();
+  models::resnet_config(model_name);  // an unknown name fails here, before the data is opened
   auto seed = vm["seed"].as<int64_t>();
   bool synthetic = vm["synthetic"].as<bool>();
 

@@ -1,8 +1,9 @@
 // The compiler pipeline: graph and the device's Target in, Program out. The graph is lowered
-// to a Program (one instruction per node), then each pass is a function Program -> Program in
-// its own file, run in the fixed order that compile() states (pipeline.cpp), skipping the
-// rewrites the target does not take (ir/target.h). With LOOM_DUMP_PASSES=1 the graph and the
-// Program after each pass are printed to stderr.
+// to a Program (one instruction per node), then each pass is a function Program -> Program
+// (given the Target where it needs one) in its own file (widen.h holds three), run in the
+// fixed order that compile() states (pipeline.cpp), skipping the rewrites the target does
+// not take (ir/target.h). With LOOM_DUMP_PASSES=1 the graph and the Program after each pass
+// are printed to stderr.
 //
 // Common-subexpression elimination happens while tracing (nodes are hash-consed: one node per
 // distinct expression) and a Graph holds only what its roots reach, so the passes start from

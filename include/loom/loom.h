@@ -26,6 +26,7 @@
 #include <loom/autograd.h>
 #include <loom/bfloat16.h>
 #include <loom/checkpoint.h>
+#include <loom/compile.h>
 #include <loom/data/dataset.h>
 #include <loom/data/hdf5.h>
 #include <loom/data/loader.h>
@@ -43,6 +44,7 @@
 #include <loom/nn/init.h>
 #include <loom/nn/layers.h>
 #include <loom/nn/module.h>
+#include <loom/openmp.h>
 #include <loom/optim.h>
 #include <loom/profiler.h>
 #include <loom/tensor.h>

@@ -41,6 +41,8 @@ TEST(TrainResnet, BadOptionsEndWithOneClearErrorLine) {
   for (const auto& c : std::vector<Case>{
            {"--batch-size -4", "--batch-size: expected a positive value"},
            {"--model resnet7 --synthetic", "resnet7"},
+           // The model's name is checked before the data file is looked for.
+           {"--model resnet7 --data /nonexistent/file.h5", "unknown model 'resnet7'"},
            {"--data /nonexistent/file.h5", "--data: no such file '/nonexistent/file.h5'"},
            {"--mode fast --synthetic", "--mode: expected lazy, eager or compiled, got 'fast'"},
            {"--bogus", "unrecognised option '--bogus'"},

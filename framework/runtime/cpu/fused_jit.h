@@ -10,8 +10,10 @@
 // The code computes what run_step computes, bit for bit: one IEEE operation per arithmetic
 // step (never contracted into an FMA), the same NaN and signed-zero rules for comparisons,
 // maximum, minimum, relu and where, the same rounding to bfloat16. Steps the code does not
-// take (transcendental functions, sqrt, pow: their bits come from Eigen's and libm's
-// approximations) leave the whole fusion to the evaluator. Steps whose operands are all
+// take (pow, and transcendental functions such as tanh, log and erf, whose bits come from
+// Eigen's and libm's approximations; exp, sigmoid and silu where fused_code_takes_exp says
+// the evaluator runs this code's polynomial; sqrt and rsqrt are taken) leave the whole
+// fusion to the evaluator. Steps whose operands are all
 // splats (constants, per-channel values) are computed by the evaluator, once per sub-block,
 // and read by the code as one value each.
 //

@@ -317,7 +317,10 @@ class CudaBackend final : public Backend {
     input_addresses_.clear();
     for (const auto& b : inputs) input_addresses_.push_back(b->storage ? b->storage->data() : nullptr);
     // Kernel by kernel while profiling, so that each kernel is timed.
+    const bool gave_up_before = e.graph.plan.given_up();
     const bool graph = e.graph.plan.begin_run(input_addresses_) && graphs_enabled() && !times.on;
+    // Its inputs' addresses kept changing: said as a failed capture is, below.
+    if (!gave_up_before && e.graph.plan.given_up()) graph_given_up(e);
     auto fixed = [&](std::size_t slot, std::size_t bytes) {
       return e.graph.fixed(slot, bytes, [this](std::size_t n) { return allocator_->allocate(n); });
     };
@@ -418,15 +421,8 @@ class CudaBackend final : public Backend {
                                              std::chrono::steady_clock::now() - graph_start)
                                              .count());
       if (e.graph.plan.captures() > captures) metrics::increment("CudaGraphCapture", device_);
-      if (launched) {
-        metrics::increment("CudaGraphLaunch", device_);
-      } else {
-        metrics::increment("CudaGraphGivenUp", device_);
-        std::call_once(graph_warning_, [&] {
-          std::fprintf(stderr, "loom: %s: a program runs kernel by kernel, without a CUDA graph: %s\n",
-                       device_str(device_).c_str(), e.graph.plan.why_given_up().c_str());
-        });
-      }
+      if (launched) metrics::increment("CudaGraphLaunch", device_);
+      else graph_given_up(e);
     }
     if (!launched) launch_all(e, compute_, times.on ? &times : nullptr);
     for (const auto& c : copies_out_)
@@ -456,6 +452,16 @@ class CudaBackend final : public Backend {
       if (e.owned[static_cast<std::size_t>(d)].get() == taken)
         return e.graph.plan.moving(static_cast<std::size_t>(d));
     return false;
+  }
+
+  // `e` has just given up its CUDA graph (a capture failed, or its inputs' addresses kept
+  // changing): counted, and said once per device on stderr with the reason.
+  void graph_given_up(const CudaExecutable& e) {
+    metrics::increment("CudaGraphGivenUp", device_);
+    std::call_once(graph_warning_, [&] {
+      std::fprintf(stderr, "loom: %s: a program runs kernel by kernel, without a CUDA graph: %s\n",
+                   device_str(device_).c_str(), e.graph.plan.why_given_up().c_str());
+    });
   }
 
   // Queues every instruction of the bound run `e` on `stream` (the compute stream, or the

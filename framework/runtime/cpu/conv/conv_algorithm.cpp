@@ -214,9 +214,10 @@ bool winograd_weight_grad_chosen(const ConvGeometry& g, DType dtype) {
 constexpr int64_t kBf16WinogradMinChannels = 64;     // on both sides
 constexpr int64_t kBf16WinogradMinGradPositions = 17;  // the input gradient's plane: over 4x4
 
-// LOOM_BF16_WINOGRAD=0 keeps every bfloat16 conv on oneDNN's direct kernels: Winograd rounds
-// its transformed operands to bfloat16, a few times a direct conv's rounding error
-// (conv_winograd_bf16.h).
+// LOOM_BF16_WINOGRAD=0 keeps the passes the bfloat16 Winograd would take (forward, input
+// gradient) on oneDNN's direct kernels; the weight gradient's choice does not read it.
+// Winograd rounds its transformed operands to bfloat16, a few times a direct conv's rounding
+// error (conv_winograd_bf16.h).
 bool bf16_winograd_allowed() {
   static const bool allowed = ir::env_setting("LOOM_BF16_WINOGRAD", "1", {"0", "1"}) == "1";
   return allowed;
