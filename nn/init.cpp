@@ -10,17 +10,18 @@
 namespace loom::nn {
 namespace {
 
-// The generator is (base, counter); next_seed hashes both, so seeds drawn after
-// manual_seed(1) and manual_seed(2) share no values even though the counters restart.
-std::atomic<uint64_t> g_base{0};
-std::atomic<uint64_t> g_counter{0};
-
-uint64_t splitmix(uint64_t z) {
+constexpr uint64_t splitmix(uint64_t z) {
   z += 0x9E3779B97F4A7C15ULL;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
   return z ^ (z >> 31);
 }
+
+// The generator is (base, counter); next_seed hashes both, so seeds drawn after
+// manual_seed(1) and manual_seed(2) share no values even though the counters restart. It
+// starts as manual_seed(0) leaves it.
+std::atomic<uint64_t> g_base{splitmix(0)};
+std::atomic<uint64_t> g_counter{0};
 
 void check_float(const Tensor& t, const char* op) {
   if (!t.defined()) throw Error(std::string(op) + ": expected a defined tensor, got an empty handle");

@@ -17,7 +17,9 @@ void check_name(const std::string& name, const char* what) {
 
 DType default_dtype() { return g_default_dtype; }
 void set_default_dtype(DType dtype) {
-  if (!is_floating(dtype))
+  // Parameters stay float32 or float64: bfloat16 is a compute dtype (autocast), with float32
+  // weights and optimizer state.
+  if (dtype != DType::Float32 && dtype != DType::Float64)
     throw Error(std::string("set_default_dtype: expected float32 or float64, got ") + dtype_name(dtype));
   g_default_dtype = dtype;
 }

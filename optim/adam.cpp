@@ -13,6 +13,7 @@ Adam::Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled, cons
     : Optimizer(std::move(params), options.lr, name),
       o_(options),
       decoupled_(decoupled),
+      weight_decay_(options.weight_decay.value_or(decoupled ? 1e-2 : 0.0)),
       exp_avg_(params_.size()),
       exp_avg_sq_(params_.size()),
       param_steps_(params_.size(), 0),
@@ -23,8 +24,8 @@ Adam::Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled, cons
   check(o_.beta1 >= 0 && o_.beta1 < 1, "beta1 in [0, 1), got " + std::to_string(o_.beta1));
   check(o_.beta2 >= 0 && o_.beta2 < 1, "beta2 in [0, 1), got " + std::to_string(o_.beta2));
   check(o_.eps >= 0 && std::isfinite(o_.eps), "a finite eps >= 0, got " + std::to_string(o_.eps));
-  check(o_.weight_decay >= 0 && std::isfinite(o_.weight_decay),
-        "a finite weight_decay >= 0, got " + std::to_string(o_.weight_decay));
+  check(weight_decay_ >= 0 && std::isfinite(weight_decay_),
+        "a finite weight_decay >= 0, got " + std::to_string(weight_decay_));
 }
 
 // torch.optim.Adam / AdamW (single-tensor path of PyTorch 1.13):
@@ -52,16 +53,16 @@ void Adam::step() {
     common_.set(lr, o_, common);
     for (auto i : updated)
       if (param_steps_[i] != common) own_[i].set(lr, o_, param_steps_[i]);
-    decay_.set(1 - lr * o_.weight_decay);
+    decay_.set(1 - lr * weight_decay_);
   });
   const int64_t common = param_steps_[updated.front()];
   for (auto i : updated) {
     auto& p = params_[i];
     Tensor g = p.grad();
     Tensor value = p;
-    if (o_.weight_decay != 0) {
+    if (weight_decay_ != 0) {
       if (decoupled_) value = value * decay_.tensor(p.dtype(), p.device());
-      else g = g + p * o_.weight_decay;
+      else g = g + p * weight_decay_;
     }
     auto& m = exp_avg_[i];
     auto& v = exp_avg_sq_[i];

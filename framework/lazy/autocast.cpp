@@ -16,7 +16,7 @@ thread_local Precision current = Precision::Float32;
 Precision parse_precision(std::string_view text) {
   if (text == "fp32" || text == "float32") return Precision::Float32;
   if (text == "bf16" || text == "bfloat16") return Precision::BFloat16;
-  throw Error("unknown precision '" + std::string(text) + "' (expected fp32 or bf16)");
+  throw Error("unknown precision '" + std::string(text) + "' (expected fp32, bf16, float32 or bfloat16)");
 }
 
 const char* precision_name(Precision p) { return p == Precision::BFloat16 ? "bf16" : "fp32"; }

@@ -166,6 +166,7 @@ void note_step() {
   auto& s = state();
   std::lock_guard lock(s.mutex);
   ++s.steps_seen;
+  if (s.steps_seen == kWarmupSteps) s.steps.clear();  // the window starts after the warm-up
   if (s.steps_seen > kWarmupSteps && s.steps.size() >= kWindow) {
     std::size_t compiling = 0;
     std::map<std::string, std::size_t> reading;  // site -> steps with a read there

@@ -63,15 +63,18 @@ Tensor permute(const Tensor& x, std::vector<int64_t> perm) {
 
 Tensor transpose(const Tensor& x, int64_t d0, int64_t d1) {
   if (!x.defined()) fail("transpose", "expected a defined tensor, got an empty handle");
+  d0 = normalize_dim(d0, x.dim(), "transpose");
+  d1 = normalize_dim(d1, x.dim(), "transpose");
+  if (x.dim() == 0) return x;  // dimensions 0 and -1 of a 0-d tensor: itself, as in PyTorch
   std::vector<int64_t> perm(x.dim());
   std::iota(perm.begin(), perm.end(), 0);
-  std::swap(perm[normalize_dim(d0, x.dim(), "transpose")], perm[normalize_dim(d1, x.dim(), "transpose")]);
+  std::swap(perm[d0], perm[d1]);
   return permute(x, perm);
 }
 
 Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step) {
   if (!x.defined()) fail("slice", "expected a defined tensor, got an empty handle");
-  dim = normalize_dim(dim, x.dim(), "slice");
+  dim = lazy::existing_dim(dim, x.dim(), "slice");
   if (step <= 0) fail("slice", "expected a positive step, got " + std::to_string(step));
   int64_t n = x.shape()[dim];
   auto clamp = [n](int64_t i) { return std::clamp(i < 0 ? i + n : i, int64_t{0}, n); };
@@ -149,7 +152,7 @@ Tensor unsqueeze(const Tensor& x, int64_t dim) {
 Tensor squeeze(const Tensor& x, int64_t dim) {
   if (!x.defined()) fail("squeeze", "expected a defined tensor, got an empty handle");
   dim = normalize_dim(dim, x.dim(), "squeeze");
-  if (x.shape()[dim] != 1) return x;
+  if (x.dim() == 0 || x.shape()[dim] != 1) return x;  // a 0-d tensor: itself, as in PyTorch
   Shape s = x.shape();
   s.erase(s.begin() + dim);
   return reshape(x, s);

@@ -21,6 +21,7 @@ std::vector<int64_t> normalize_axes(const Tensor& x, std::vector<int64_t> axes, 
     return axes;
   }
   for (auto& a : axes) a = normalize_dim(a, x.dim(), op);
+  if (x.dim() == 0) return {};  // dimension 0 or -1 of a 0-d tensor: its one element
   std::sort(axes.begin(), axes.end());
   if (std::adjacent_find(axes.begin(), axes.end()) != axes.end())
     fail(op, "expected each axis once");

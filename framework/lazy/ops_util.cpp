@@ -81,11 +81,19 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
 }
 
 int64_t normalize_dim(int64_t dim, int64_t rank, const char* op) {
-  int64_t d = dim < 0 ? dim + rank : dim;
-  if (d < 0 || d >= std::max<int64_t>(rank, 1) || (rank == 0 && dim != 0 && dim != -1))
-    fail(op, "expected a dimension in [" + std::to_string(-rank) + ", " + std::to_string(rank) +
+  const int64_t wrap = std::max<int64_t>(rank, 1);  // a 0-d tensor takes 0 and -1
+  const int64_t d = dim < 0 ? dim + wrap : dim;
+  if (d < 0 || d >= wrap)
+    fail(op, "expected a dimension in [" + std::to_string(-wrap) + ", " + std::to_string(wrap) +
                  "), got " + std::to_string(dim));
   return d;
+}
+
+int64_t existing_dim(int64_t dim, int64_t rank, const char* op) {
+  if (rank == 0)
+    fail(op, "expected a tensor with at least one dimension, got a 0-d tensor (dimension " +
+                 std::to_string(dim) + ")");
+  return normalize_dim(dim, rank, op);
 }
 
 }  // namespace loom::lazy

@@ -21,8 +21,12 @@ bool bakes_scalar(double value);
 Tensor scalar_data(double value, DType dtype, Device device);
 // NumPy broadcasting of two shapes; throws naming `op` when they do not broadcast.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
-// A dimension index in [0, rank), negatives counting from the end.
+// A dimension index in [0, rank), negatives counting from the end. A 0-d tensor (rank 0)
+// takes 0 and -1, as in PyTorch, for ops that are defined on it.
 int64_t normalize_dim(int64_t dim, int64_t rank, const char* op);
+// The same for an op that reads the size of dimension `dim`: throws naming `op` for a 0-d
+// tensor, which has none.
+int64_t existing_dim(int64_t dim, int64_t rank, const char* op);
 
 [[noreturn]] void fail(const char* op, const std::string& what);
 

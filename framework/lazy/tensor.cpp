@@ -26,7 +26,7 @@ const TensorImpl& checked(const std::shared_ptr<TensorImpl>& impl) {
 DType Tensor::dtype() const { return checked(impl_).dtype(); }
 const Shape& Tensor::shape() const { return checked(impl_).shape(); }
 int64_t Tensor::dim() const { return static_cast<int64_t>(shape().size()); }
-int64_t Tensor::size(int64_t d) const { return shape()[lazy::normalize_dim(d, dim(), "size")]; }
+int64_t Tensor::size(int64_t d) const { return shape()[lazy::existing_dim(d, dim(), "size")]; }
 int64_t Tensor::numel() const { return shape_numel(shape()); }
 Device Tensor::device() const { return checked(impl_).device(); }
 bool Tensor::is_pending() const { return checked(impl_).pending() != nullptr; }

@@ -34,8 +34,9 @@ class NoGradGuard {
   bool previous_;
 };
 
-// Gradients of `output` with respect to `inputs`, returned rather than accumulated.
-// `create_graph` = false: the returned gradients carry no autograd history.
+// Gradients of `output` with respect to `inputs`, returned rather than accumulated. The
+// returned gradients carry no autograd history (there is no create_graph). `inputs` must be
+// leaf tensors that require grad; anything else throws.
 std::vector<Tensor> grad(const Tensor& output, const std::vector<Tensor>& inputs,
                          const Tensor& grad_output = {});
 

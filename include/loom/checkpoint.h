@@ -7,8 +7,8 @@
 //   ck.optimizer = opt.state();
 //   ck.step = 1000;
 //   loom::save_checkpoint("run.ckpt.h5", ck);
-//   auto back = loom::load_checkpoint("run.ckpt.h5");   // tensors are on the device
-//   model->load_state_dict(back.model);
+//   auto back = loom::load_checkpoint("run.ckpt.h5");   // tensors on cpu:0
+//   model->load_state_dict(back.model);                 // copied to the parameters' device
 //
 // Layout: every tensor is an HDF5 dataset (`model/<key>`, `optimizer/<key>`); `meta/counters`
 // holds [format version, step, epoch, batch_in_epoch, seed, optimizer_steps] as int64 and

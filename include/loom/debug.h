@@ -8,10 +8,10 @@
 // line that called mark_step, item(), to_vector(), ...), and the first difference is
 // reported. With LOOM_DEBUG=1 each cause is also printed to stderr as it happens.
 //
-// Per-step analysis (always on): after a warm-up of 3 steps, loom warns (once per call site,
-// on stderr and in warnings()) when compiles or reads from the device happen in more than
-// half of the last 10 steps, naming the call site. Reads made inside step closures do not
-// count: that is what closures are for.
+// Per-step analysis (always on): after a warm-up of 3 steps, loom warns (on stderr and in
+// warnings()) when compiles or reads from the device happen in more than half of the last 10
+// steps: compiles once, naming the last cause and its call site, reads once per call site.
+// Reads made inside step closures do not count: that is what closures are for.
 #pragma once
 
 #include <string>
@@ -24,7 +24,8 @@ struct RecompileCause {
   std::string cause;  // the first difference from the last graph compiled there
 };
 
-// The causes of the uncached compiles since the last reset (the most recent 100).
+// The causes of the uncached compiles since the last reset, and the replay guards of compiled
+// functions that failed ("guard failed: ..."; loom/compile.h): the most recent 100.
 std::vector<RecompileCause> recompile_causes();
 std::vector<std::string> warnings();
 void reset();

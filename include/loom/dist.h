@@ -38,7 +38,7 @@ enum class ReduceOp { Sum, Mean, Max, Min };
 
 // Starts MPI when an MPI launcher started this process (mpirun / mpiexec / srun set
 // OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK); otherwise this process is rank 0 of 1 and
-// nothing here touches MPI. Idempotent, and every function below calls it, so an explicit
+// nothing here touches MPI. Idempotent, and every function below but abort() calls it, so an explicit
 // call only chooses the moment (first thing in main, before threads start). MPI_Finalize runs
 // at exit.
 void init();

@@ -58,7 +58,7 @@ struct Device {
 // "cpu:0", "guarded:1".
 std::string device_str(Device d);
 // "cpu", "cpu:0", "guarded:1" (no index: 0). Throws naming the registered kinds when the
-// kind is unknown, and when the text is not "kind" or "kind:index".
+// kind is unknown; throws too when the text is not "kind" or "kind:index".
 Device parse_device(std::string_view text);
 // The name a kind was registered under ("cpu" for the CPU).
 std::string device_type_name(DeviceType type);

@@ -9,7 +9,8 @@
 // TransferToDevice, TransferFromDevice, ExecuteProgram, AllocatorCacheHit,
 // AllocatorSystemAlloc, DonatedBuffer (a result written over an input the step overwrote),
 // ExecuteHeapAlloc (heap allocations while programs ran: 0 in a steady step), MarkStepWait
-// (mark_step waited for the device: max_steps_in_flight() steps were unfinished), ...
+// (mark_step waited for the device: more than max_steps_in_flight() steps, the one just
+// queued included, were unfinished), ...
 // Timers (nanoseconds): CompileTime, ExecuteTime, TransferToDeviceTime,
 // TransferFromDeviceTime, MarkStepWaitTime, GraphSize (a distribution of node counts per
 // compile).

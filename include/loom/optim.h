@@ -20,6 +20,7 @@
 #include <loom/tensor.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -92,7 +93,9 @@ struct AdamOptions {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
-  double weight_decay = 0;  // Adam: added to the gradient; AdamW: decoupled (default 1e-2)
+  // Adam: added to the gradient; AdamW: decoupled. Unset: PyTorch's defaults, 0 for Adam and
+  // 1e-2 for AdamW (so AdamW(params, {.lr = 3e-4}) decays by 1e-2, as torch.optim.AdamW does).
+  std::optional<double> weight_decay;
 };
 
 class Adam : public Optimizer {
@@ -117,6 +120,7 @@ class Adam : public Optimizer {
   };
   AdamOptions o_;
   bool decoupled_;
+  double weight_decay_;  // o_.weight_decay, or the optimizer's default where unset
   std::vector<Tensor> exp_avg_, exp_avg_sq_;  // in place after a parameter's first update
   std::vector<int64_t> param_steps_;
   Bias common_;
@@ -126,7 +130,7 @@ class Adam : public Optimizer {
 
 class AdamW final : public Adam {
  public:
-  AdamW(std::vector<Tensor> params, AdamOptions options = {.weight_decay = 1e-2});
+  AdamW(std::vector<Tensor> params, AdamOptions options = {});
 };
 
 // Data-parallel training (several processes under mpirun, see loom/dist.h): replaces each
@@ -138,7 +142,9 @@ void reduce_gradients(Optimizer& opt);
 void optimizer_step(Optimizer& opt, bool barrier = false);
 
 // Scales gradients so their global L2 norm is at most max_norm; returns the norm before
-// clipping, lazily (reading it is a transfer). Like torch.nn.utils.clip_grad_norm_.
+// clipping, lazily (reading it is a transfer). Like torch.nn.utils.clip_grad_norm_, but it
+// throws for max_norm <= 0 (which PyTorch takes) and when no parameter has a gradient (where
+// PyTorch returns 0).
 Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 
 // ---- learning-rate schedules: call step() after each optimizer step ----

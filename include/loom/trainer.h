@@ -71,7 +71,8 @@ struct TrainerOptions {
   int64_t log_every = 50;         // steps between log lines
   int64_t eval_every = 0;         // steps between evaluations (0: at the end of each epoch)
   std::string checkpoint;         // checkpoint file ("" : none)
-  int64_t checkpoint_every = 0;   // steps between checkpoints (0: at each epoch's end)
+  int64_t checkpoint_every = 0;   // steps between extra checkpoints (0: none); one is always
+                                  // written at each epoch's end and at the end of the run
   bool resume = false;            // continue from `checkpoint` if it exists
   ExecutionMode mode = ExecutionMode::Lazy;
   // bf16: train_step and eval_step run inside an Autocast scope (loom/autocast.h): matmuls and

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <regex>
 #include <sstream>
 
@@ -22,6 +23,7 @@ namespace loom {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 void fresh() {
   test::fresh_engine();
@@ -74,7 +76,7 @@ TEST(StepAnalysis, AnItemEveryStepIsReportedWithItsCallSite) {
   fresh();
   auto w = from_vector<float>({1, 2, 3}, {3});
   int item_line = 0;
-  for (int step = 0; step < 12; ++step) {
+  for (int step = 0; step < 14; ++step) {  // 3 of warm-up, then a window of 10 and one more
     w = w * 0.5 + 1.0;
     mark_step();
     item_line = __LINE__ + 1;
@@ -85,6 +87,27 @@ TEST(StepAnalysis, AnItemEveryStepIsReportedWithItsCallSite) {
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_THAT(warnings[0], HasSubstr("TransferFromDevice"));
   EXPECT_THAT(warnings[0], HasSubstr("debug_test.cpp:" + std::to_string(item_line)));
+}
+
+// The first 3 steps are warm-up: the window of 10 steps the analysis looks at starts after
+// them, so what compiles there is not held against the steps that follow.
+TEST(StepAnalysis, CompilesDuringTheWarmUpDoNotCount) {
+  // Step k (from 1) computes a sum over `size(k)` elements: a new size compiles a new graph.
+  auto run = [](const std::function<int64_t(int)>& size) {
+    fresh();
+    for (int k = 1; k <= 14; ++k) {
+      auto y = sum(ones({size(k)}) * 2.0);
+      mark_step();
+    }
+    return debug::warnings();
+  };
+  // Six compiles, steps 1 to 6: three in the warm-up, three of the ten steps after it.
+  for (const auto& w : run([](int k) { return k <= 6 ? k : 6; }))
+    EXPECT_THAT(w, Not(HasSubstr("graphs were compiled"))) << w;
+  // One compile in the warm-up, then six in steps 4 to 9: six of the ten.
+  const auto said = run([](int k) { return k >= 4 && k <= 9 ? 100 + k : 1; });
+  ASSERT_EQ(said.size(), 1u);
+  EXPECT_THAT(said[0], HasSubstr("graphs were compiled in 6 of the last 10 steps"));
 }
 
 TEST(StepAnalysis, AStepClosureDoesNotWarn) {

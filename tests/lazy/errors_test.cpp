@@ -84,5 +84,23 @@ TEST(Errors, MiscellaneousBadInput) {
   EXPECT_THAT(error_of([] { max_pool2d(zeros({1, 1, 2, 2}), {.kernel = {3, 3}}); }), HasSubstr("max_pool2d: kernel 3"));
 }
 
+// A 0-d tensor has no dimension to read a size of: the ops that would are errors, as in
+// PyTorch, and those PyTorch defines on it (dimension 0 or -1) give the tensor back.
+TEST(Errors, ZeroDimensionalTensors) {
+  const auto x = full({}, 3.0);
+  const std::string none = "expected a tensor with at least one dimension, got a 0-d tensor";
+  EXPECT_THAT(error_of([&] { (void)x.size(0); }), HasSubstr("size: " + none));
+  EXPECT_THAT(error_of([&] { (void)x.size(-1); }), HasSubstr("size: " + none));
+  EXPECT_THAT(error_of([&] { slice(x, 0, 0, 1); }), HasSubstr("slice: " + none));
+  EXPECT_THAT(error_of([&] { transpose(x, 0, 1); }), HasSubstr("transpose: expected a dimension"));
+  EXPECT_EQ(transpose(x, 0, -1).item<float>(), 3.0f);
+  EXPECT_EQ(squeeze(x, 0).item<float>(), 3.0f);
+  EXPECT_EQ(squeeze(x, -1).dim(), 0);
+  EXPECT_THAT(error_of([&] { squeeze(x, 1); }), HasSubstr("squeeze: expected a dimension in [-1, 1), got 1"));
+  EXPECT_EQ(sum(x, {0}).item<float>(), 3.0f);
+  EXPECT_EQ(sum(x, {-1}).item<float>(), 3.0f);
+  EXPECT_EQ(argmax(x, -1).item<int64_t>(), 0);
+}
+
 }  // namespace
 }  // namespace loom

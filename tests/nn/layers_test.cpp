@@ -6,6 +6,7 @@
 #include <loom/nn/layers.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <numeric>
 
@@ -82,6 +83,22 @@ TEST(Init, ManualSeedMakesModelsReproducible) {
   EXPECT_EQ(values(a.bias), values(b.bias));
   EXPECT_NE(values(a.weight), values(c.weight));
   EXPECT_NE(values(a.weight), values(a.bias));  // each parameter draws its own seed
+}
+
+// A program that never calls manual_seed draws what manual_seed(0) gives (init.h). Checked in
+// a fresh process ("threadsafe" runs the test again from the start), where no test has drawn
+// from the generator yet.
+TEST(Init, TheDefaultStateIsManualSeedZero) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        const uint64_t first = nn::next_seed();
+        const uint64_t second = nn::next_seed();
+        nn::manual_seed(0);
+        const bool same = nn::next_seed() == first && nn::next_seed() == second;
+        std::exit(same ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 TEST(Init, KaimingNormalFanOut) {
@@ -329,6 +346,15 @@ TEST(Sequential, NamesChildrenByPositionAndChains) {
   auto want_y = fc2->forward(relu(fc0->forward(x)));
   expect_near(values(seq.forward(x)), values(want_y), 1e-12);
   EXPECT_NE(test::error_of([&] { seq[3]; }).find("3"), std::string::npos);
+}
+
+TEST(Module, TheDefaultDtypeIsFloat32OrFloat64) {
+  for (DType bad : {DType::BFloat16, DType::Int64}) {
+    const auto message = test::error_of([&] { nn::set_default_dtype(bad); });
+    EXPECT_NE(message.find("set_default_dtype: expected float32 or float64, got " + std::string(dtype_name(bad))),
+              std::string::npos) << message;
+  }
+  EXPECT_EQ(nn::default_dtype(), DType::Float32);  // unchanged by the refusals
 }
 
 TEST(Module, TrainEvalReachesChildren) {

@@ -84,10 +84,11 @@ std::unique_ptr<optim::Optimizer> make(const OptimCase& c, const Tensor& p) {
                           .weight_decay = param(c, "weight_decay", 0),
                           .nesterov = c.params.count("nesterov") > 0});
   auto [b1, b2] = betas(c);
-  optim::AdamOptions o{.lr = param(c, "lr", 1e-3), .beta1 = b1, .beta2 = b2,
-                       .eps = param(c, "eps", 1e-8), .weight_decay = param(c, "weight_decay", 0)};
+  // A case without weight_decay leaves it unset: each optimizer's own default (Adam 0, AdamW
+  // 1e-2) must be PyTorch's, which made the fixture.
+  optim::AdamOptions o{.lr = param(c, "lr", 1e-3), .beta1 = b1, .beta2 = b2, .eps = param(c, "eps", 1e-8)};
+  if (c.params.count("weight_decay")) o.weight_decay = param(c, "weight_decay", 0);
   if (c.optimizer == "Adam") return std::make_unique<optim::Adam>(std::vector<Tensor>{p}, o);
-  if (!c.params.count("weight_decay")) o.weight_decay = 1e-2;  // AdamW's default
   return std::make_unique<optim::AdamW>(std::vector<Tensor>{p}, o);
 }
 

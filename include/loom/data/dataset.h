@@ -113,8 +113,9 @@ struct ValueRange {
   std::string what = "a value";  // for messages: "sample 17 is 12, expected a class in [0, 10)"
 };
 
-// Throws loom::Error("<source>: sample 17 is 12, expected a class in [0, 10)") for the first
-// element of `values` outside `range` (or when `values` is not of an integer dtype). Row i of
+// Throws loom::Error("<source>: sample 17 is 12, expected a class in [0, 10) (out of range: 1
+// of 10000 samples)") for the first element of `values` outside `range`, and when `values` is
+// not of an integer dtype or the range is empty. Row i of
 // `values` is sample first_sample + i, `unit` names samples in the message ("sample", "token");
 // rows of more than one element also name the element.
 void check_values(const HostArray& values, const ValueRange& range, const std::string& source,

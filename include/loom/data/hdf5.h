@@ -134,7 +134,8 @@ struct HDF5WriteOptions {
 class HDF5Writer {
  public:
   // Creates `file`, replacing an existing one. With `in_memory` the file is built in memory
-  // and close() writes it out with plain writes: a write that fails (a full disk) is then an
+  // and only close() writes it out (an existing file is replaced then; a writer destroyed
+  // without close() writes nothing), with plain writes: a write that fails (a full disk) is then an
   // error naming the system's reason, and leaves HDF5 nothing half-written to flush at exit
   // (checkpoints are written so).
   explicit HDF5Writer(std::string file, bool in_memory = false);

@@ -5,8 +5,8 @@
 //   loom::nn::init::kaiming_normal_(conv->weight, /*a=*/0, loom::nn::init::FanMode::FanOut,
 //                                   loom::nn::init::Nonlinearity::ReLU);   // as torchvision
 //
-// Every initialiser draws one seed from a global generator (next_seed) and fills the tensor
-// with loom::uniform / loom::normal, so constructing the same models in the same order after
+// Every random initialiser draws one seed from a global generator (next_seed) and fills the
+// tensor with loom::uniform / loom::normal, so constructing the same models in the same order after
 // the same manual_seed gives the same parameters. The values are counter-based, not
 // PyTorch's Mersenne-Twister stream: distributions match PyTorch, bit patterns do not.
 //

@@ -29,7 +29,8 @@ namespace loom::nn {
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
-// The dtype new parameters get (like torch.set_default_dtype). Float32 unless changed.
+// The dtype new parameters get (like torch.set_default_dtype): float32 unless changed, or
+// float64; anything else throws (bfloat16 runs under loom::Autocast, over float32 weights).
 DType default_dtype();
 void set_default_dtype(DType dtype);
 
@@ -53,7 +54,7 @@ class Module {
   void load_state_dict(const NamedTensors& state);
 
   // Moves every parameter and buffer to `device`, keeping their identity (optimizers made
-  // before still hold them); gradients are dropped. Returns *this.
+  // before still hold them); the gradients of those that move are dropped. Returns *this.
   Module& to(Device device);
 
   void train(bool on = true);
