@@ -39,7 +39,7 @@
 // pipeline (cancel_group_execution), drops the queued batches and joins the thread.
 //
 // Metrics (loom::metrics): counters LoaderBatches, LoaderSamples; stats LoaderWaitTime (ns the
-// consumer waited for each batch) and LoaderPrepareTime (ns to read, transform and collate a
+// consumer waited for each batch, and for the end of each pass) and LoaderPrepareTime (ns to read, transform and collate a
 // batch on a worker). stats() adds rates for this loader. Profiler spans (loom/profiler.h):
 // loader_read, loader_transform, loader_collate, loader_transfer on the threads "loader" and
 // "loader worker", loader_wait on the consumer's thread.
