@@ -167,4 +167,14 @@ void HDF5Writer::close() {
   if (impl_->in_memory) write_whole_file(file_, image, context);
 }
 
+void sync_to_disk(const std::string& path, bool directory) {
+  int fd = ::open(path.c_str(), O_RDONLY | (directory ? O_DIRECTORY : 0));
+  if (fd < 0 || ::fsync(fd) != 0) {
+    std::string why = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    throw Error("cannot flush '" + path + "' to the disk: " + why);
+  }
+  ::close(fd);
+}
+
 }  // namespace loom::data

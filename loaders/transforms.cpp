@@ -168,6 +168,8 @@ Transform random_crop(std::array<int64_t, 2> size, int64_t padding, std::string 
       throw Error("random_crop: field '" + field + "' is " + a.str() + ", expected [..., H, W]");
     const std::size_t r = a.shape.size();
     const int64_t h = a.shape[r - 2], w = a.shape[r - 1];
+    if (h == 0 || w == 0)
+      throw Error("random_crop: field '" + field + "' " + a.str() + " has an empty image");
     const int64_t ph = h + 2 * padding, pw = w + 2 * padding;
     if (size[0] > ph || size[1] > pw)
       throw Error("random_crop: crop [" + std::to_string(size[0]) + "," + std::to_string(size[1]) +

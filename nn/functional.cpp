@@ -46,7 +46,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_sm
   const DType dt = logits.dtype();
   auto logp = log_softmax(logits, 1);
   // Ignored rows gather class 0 (always valid) and are then zeroed by the mask.
-  auto valid = ne(target, scalar_tensor(static_cast<double>(ignore_index), DType::Int64, target.device()));
+  // The index as int64 data: through a double, indices past 2^53 would round.
+  auto valid = ne(target, from_vector<int64_t>({ignore_index}, {}, target.device()));
   auto safe_target = where(valid, target, zeros({}, DType::Int64, target.device()));
   auto nll = -reshape(gather(logp, 1, reshape(safe_target, {n, 1})), {n});
   Tensor loss = nll;
@@ -128,14 +129,20 @@ std::pair<Tensor, Tensor> rotary_cos_sin(int64_t seq_len, int64_t head_dim, doub
     throw Error(std::string("rotary_cos_sin: expected a floating-point dtype, got ") + dtype_name(dtype));
   if (!(theta > 0)) throw Error("rotary_cos_sin: expected theta > 0, got " + std::to_string(theta));
   const int64_t half = head_dim / 2;
+  // The angles in float32 (float64 for float64 tables), the tables rounded to `dtype` at the
+  // end, as HF computes them: a bfloat16 position or angle would be off by up to half a unit
+  // in its 8th bit (positions from 257 on, angles of about 0.5 radian at position 200).
+  const DType angles = dtype == DType::Float64 ? DType::Float64 : DType::Float32;
   // inv_freq = 1 / theta^((2i) / head_dim), as HF computes it.
-  auto exponent = iota({1, half}, 1, dtype, device) * 2.0 / static_cast<double>(head_dim);
-  auto inv_freq = 1.0 / pow(scalar_tensor(theta, dtype, device), exponent);  // [1, half]
-  auto pos = iota({seq_len, 1}, 0, dtype, device);
+  auto exponent = iota({1, half}, 1, angles, device) * 2.0 / static_cast<double>(head_dim);
+  auto inv_freq = 1.0 / pow(scalar_tensor(theta, angles, device), exponent);  // [1, half]
+  auto pos = iota({seq_len, 1}, 0, angles, device);
   if (start_pos != 0) pos = pos + static_cast<double>(start_pos);
   auto freqs = pos * inv_freq;  // [T, half]
   auto angle = concat({freqs, freqs}, 1);
-  return {cos(angle), sin(angle)};
+  auto c = cos(angle), s = sin(angle);
+  if (dtype == angles) return {c, s};
+  return {c.to(dtype), s.to(dtype)};
 }
 
 Tensor rotate_half(const Tensor& x) {

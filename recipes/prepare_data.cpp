@@ -348,7 +348,10 @@ int run(int argc, char** argv) {
   try {
     if (mnist) convert_fashion_mnist(vm["fashion-mnist"].as<std::string>(), tmp, s);
     else convert_text(vm["text"].as<std::vector<std::string>>(), tmp, s);
+    // On the disk before it replaces OUTPUT (a --force over a good file), and the rename too.
+    loom::data::sync_to_disk(tmp);
     fs::rename(tmp, output);
+    loom::data::sync_to_disk(output.has_parent_path() ? output.parent_path().string() : ".", /*directory=*/true);
   } catch (...) {
     std::error_code ec;
     fs::remove(tmp, ec);

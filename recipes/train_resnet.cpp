@@ -14,6 +14,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <array>
 #include <filesystem>
 
 namespace {
@@ -90,6 +91,7 @@ int train(int argc, char** argv) {
 
   std::shared_ptr<data::Dataset> train_set, test_set;
   int64_t channels = 1, classes = 10;
+  std::array<int64_t, 2> image{28, 28};  // the training crops' size: the images' own
   std::vector<double> mean{0.2860}, stddev{0.3530};  // Fashion-MNIST
   if (synthetic) {
     std::map<std::string, data::FieldSpec> f{{"input", {data::HostDType::UInt8, {1, 28, 28}, 0, 256}},
@@ -113,7 +115,11 @@ int train(int argc, char** argv) {
     test_set = test_h5;
     auto shape = train_h5->sample_shape("input");
     if (shape.size() != 3) throw Error("--data: '" + path + "' train/images must be [N,C,H,W], got samples of " + shape_str(shape));
+    if (auto test_shape = test_h5->sample_shape("input"); test_shape != shape)
+      throw Error("--data: '" + path + "' test/images hold samples of " + shape_str(test_shape) +
+                  ", train/images of " + shape_str(shape) + "; both splits need one image shape");
     channels = shape[0];
+    image = {shape[1], shape[2]};
     if (channels != 1) {
       mean.assign(channels, 0.5);
       stddev.assign(channels, 0.25);
@@ -123,7 +129,7 @@ int train(int argc, char** argv) {
 
   std::vector<data::Transform> train_tf{data::to_float(), data::normalize(mean, stddev)};
   if (vm["augment"].as<bool>()) {
-    train_tf.push_back(data::random_crop({28, 28}, 2));
+    train_tf.push_back(data::random_crop(image, 2));
     train_tf.push_back(data::random_horizontal_flip());
   }
   // Under mpirun each process trains on its shard of every epoch and evaluates its part of

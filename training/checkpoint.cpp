@@ -1,14 +1,10 @@
 #include <loom/checkpoint.h>
 #include <loom/data/hdf5.h>
 
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
-#include <fcntl.h>
 #include <filesystem>
 #include <sstream>
-#include <unistd.h>
 
 namespace loom {
 namespace {
@@ -63,17 +59,6 @@ void write_group(data::HDF5Writer& w, const std::string& group,
   }
 }
 
-// Flushes `path` (a file, or a directory after a rename in it) to the disk.
-void sync_to_disk(const std::string& path, bool directory) {
-  int fd = ::open(path.c_str(), O_RDONLY | (directory ? O_DIRECTORY : 0));
-  if (fd < 0 || ::fsync(fd) != 0) {
-    std::string why = std::strerror(errno);
-    if (fd >= 0) ::close(fd);
-    throw Error("cannot flush '" + path + "' to the disk: " + why);
-  }
-  ::close(fd);
-}
-
 void write_file(const std::string& tmp, const Checkpoint& ck) {
   data::HDF5Writer w(tmp, /*in_memory=*/true);
   std::ostringstream index;
@@ -82,9 +67,10 @@ void write_file(const std::string& tmp, const Checkpoint& ck) {
   w.write("meta/index", bytes_of(index.str()));
   w.write("meta/model_name", bytes_of(ck.model_name));
   w.write("meta/options", bytes_of(ck.options));
-  // [format version, step, epoch, batch_in_epoch, seed, optimizer_steps]
-  w.write("meta/counters", HostArray::from_vector<int64_t>(
-                               {1, ck.step, ck.epoch, ck.batch_in_epoch, ck.seed, ck.optimizer_steps}, {6}));
+  // [format version, step, epoch, batch_in_epoch, seed, optimizer_steps, batches_per_epoch]
+  w.write("meta/counters", HostArray::from_vector<int64_t>({2, ck.step, ck.epoch, ck.batch_in_epoch, ck.seed,
+                                                            ck.optimizer_steps, ck.batches_per_epoch},
+                                                           {7}));
   w.close();
 }
 
@@ -98,7 +84,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& ck) {
   try {
     write_file(tmp, ck);
     // Durable before it replaces the last good checkpoint: the data, then the rename.
-    sync_to_disk(tmp, false);
+    data::sync_to_disk(tmp);
     std::error_code ec;
     std::filesystem::rename(tmp, path, ec);
     if (ec) throw Error("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
@@ -110,7 +96,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& ck) {
   }
   auto dir = std::filesystem::path(path).parent_path();
   try {
-    sync_to_disk(dir.empty() ? "." : dir.string(), true);
+    data::sync_to_disk(dir.empty() ? "." : dir.string(), /*directory=*/true);
   } catch (const Error& e) {
     throw Error("save_checkpoint: '" + path + "' was renamed into place, but " + e.what());
   }
@@ -121,8 +107,11 @@ Checkpoint load_checkpoint(const std::string& path) {
   Checkpoint ck;
   auto counters = data::read_hdf5(path, "meta/counters");
   auto c = reinterpret_cast<const int64_t*>(counters.bytes.data());
-  if (counters.dtype != HostDType::Int64 || counters.numel() != 6 || c[0] != 1)
+  // Version 1 had no batches_per_epoch (read as 0: unknown).
+  const int64_t version = counters.dtype == HostDType::Int64 && counters.numel() > 0 ? c[0] : 0;
+  if (!((version == 1 && counters.numel() == 6) || (version == 2 && counters.numel() == 7)))
     throw Error("load_checkpoint: '" + path + "' is not a loom checkpoint (meta/counters)");
+  if (version == 2) ck.batches_per_epoch = c[6];
   ck.step = c[1];
   ck.epoch = c[2];
   ck.batch_in_epoch = c[3];

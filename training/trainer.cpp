@@ -166,10 +166,34 @@ void Trainer::save_checkpoint(const std::string& path) const {
   ck.step = step_;
   ck.epoch = epoch_;
   ck.batch_in_epoch = batch_in_epoch_;
+  ck.batches_per_epoch = batches_per_epoch_;
   ck.seed = options_.seed;
   ck.model_name = options_.model_name;
   ck.options = options_.run_options;
   loom::save_checkpoint(path, ck);
+}
+
+// A resumed run continues exactly only over the same batches: the checkpoint's position (step,
+// epoch, batch in epoch) must be one of this run's epochs of `per_epoch` batches, and its data
+// order (the seed) this run's.
+void Trainer::check_resumable(int64_t per_epoch) const {
+  const std::string where = "--resume: checkpoint '" + options_.checkpoint + "'";
+  // A version 1 file does not say its epochs' length: its position must at least be one.
+  const bool same = loaded_per_epoch_ > 0 ? loaded_per_epoch_ == per_epoch
+                                          : batch_in_epoch_ <= per_epoch && step_ == epoch_ * per_epoch + batch_in_epoch_;
+  if (!same)
+    throw Error(where + " was written by a run with " +
+                (loaded_per_epoch_ > 0 ? std::to_string(loaded_per_epoch_) + " batches an epoch"
+                                       : "another epoch length (step " + std::to_string(step_) + ", batch " +
+                                             std::to_string(batch_in_epoch_) + " of epoch " +
+                                             std::to_string(epoch_ + 1) + ")") +
+                ", this run has " + std::to_string(per_epoch) +
+                ": the batch size, the dataset or the number of processes changed, and resuming would "
+                "skip or repeat samples (start a new run instead)");
+  if (loaded_seed_ != options_.seed)
+    throw Error(where + " was written by a run with seed " + std::to_string(loaded_seed_) +
+                ", this run has seed " + std::to_string(options_.seed) +
+                ": its data order differs, so resuming would skip or repeat samples");
 }
 
 void Trainer::load_checkpoint(const std::string& path) {
@@ -186,6 +210,8 @@ void Trainer::load_checkpoint(const std::string& path) {
   step_ = ck.step;
   epoch_ = ck.epoch;
   batch_in_epoch_ = ck.batch_in_epoch;
+  loaded_seed_ = ck.seed;
+  loaded_per_epoch_ = ck.batches_per_epoch;
   if (schedule_) schedule_->set_step(step_);
   mark_step();
 }
@@ -314,10 +340,13 @@ void Trainer::fit(data::DeviceLoader& train, data::DeviceLoader* eval) {
     spdlog::info("--resume: no checkpoint at {} yet; starting from scratch", options_.checkpoint);
   }
   saved_at_ = found ? step_ : -1;
-  if (!options_.profile.empty()) profiler::start();
   int64_t per_epoch = train.batches_per_epoch();
+  batches_per_epoch_ = per_epoch;
   total_steps_ = options_.epochs * per_epoch;
   if (options_.max_steps > 0) total_steps_ = std::min(total_steps_, options_.max_steps);
+  // Only where it trains on: evaluating a checkpoint needs no particular batches.
+  if (found && step_ < total_steps_) check_resumable(per_epoch);
+  if (!options_.profile.empty()) profiler::start();
   units_per_step_ = 0;
   int64_t units_trained = 0;  // by this rank
   double eval_seconds = 0;
@@ -373,7 +402,11 @@ void Trainer::fit(data::DeviceLoader& train, data::DeviceLoader* eval) {
       if (schedule_) schedule_->step();  // the next step's LR: a new scalar, not a new graph
       batch_in_epoch_ = b;
       done = step_ >= total_steps_;
-      if (options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0) save();
+      // Not on an epoch's last batch: the epoch's end, right after, saves the position that
+      // follows it (the next epoch's start), where this one would say "all batches done".
+      if (options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0 &&
+          batch_in_epoch_ < per_epoch)
+        save();
       if (eval && options_.eval_every > 0 && step_ % options_.eval_every == 0) run_eval(epoch_);
       // A signal may reach one rank only: all stop at the same step, or the others would wait
       // for its gradients for ever.

@@ -61,7 +61,9 @@ std::string shape_str(const Shape& s) {
 
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
-  for (auto d : s) n *= d;
+  for (auto d : s)
+    if (__builtin_mul_overflow(n, d, &n))
+      throw Error("shape " + shape_str(s) + " has more elements than an int64 counts");
   return n;
 }
 

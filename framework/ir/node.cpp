@@ -144,6 +144,11 @@ NodePtr make_node(Op op, std::vector<NodePtr> operands, Attr attr) {
     if (d <= 0)
       throw Error(std::string(op_name(op)) + ": expected a result with positive sizes, got " +
                   shape_str(ts.shape));
+  try {
+    (void)shape_numel(ts.shape);  // counts its elements in int64, or throws
+  } catch (const Error& e) {
+    throw Error(std::string(op_name(op)) + ": " + e.what());
+  }
   return NodeFactory::intern(op, ts.dtype, std::move(ts.shape), std::move(attr), std::move(operands));
 }
 
@@ -153,6 +158,7 @@ NodePtr make_leaf(Op op, DType dtype, Shape shape, Attr attr) {
   for (auto d : shape)
     if (d <= 0) throw Error(std::string(op_name(op)) + ": expected positive sizes, got " +
                            shape_str(shape));
+  (void)shape_numel(shape);  // counts its elements in int64, or throws
   if (op == Op::Iota && (attr.get<DimAttr>().dim < 0 ||
                          attr.get<DimAttr>().dim >= static_cast<int64_t>(shape.size())))
     throw Error("iota: expected a dimension within the rank of " + shape_str(shape));

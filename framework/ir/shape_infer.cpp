@@ -13,6 +13,21 @@ namespace {
   throw Error(std::string(op_name(op)) + ": " + what);
 }
 
+// a + b and a * b of sizes, padding and strides, or an error naming `op` where the result
+// does not fit in int64 (a user's huge padding or dilation, which would wrap to a size).
+int64_t add(Op op, int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r))
+    fail(op, "sizes too large: " + std::to_string(a) + " + " + std::to_string(b) + " overflows int64");
+  return r;
+}
+int64_t mul(Op op, int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r))
+    fail(op, "sizes too large: " + std::to_string(a) + " * " + std::to_string(b) + " overflows int64");
+  return r;
+}
+
 std::string dtypes_of(const std::vector<NodePtr>& xs) {
   std::string s;
   for (std::size_t i = 0; i < xs.size(); ++i) s += (i ? " and " : "") + std::string(dtype_name(xs[i]->dtype()));
@@ -73,11 +88,12 @@ Shape pool_shape(Op op, const NodePtr& x, const Pool2dAttr& a) {
       fail(op, "expected positive kernel and stride and non-negative padding, got kernel " +
                    std::to_string(k) + ", stride " + std::to_string(st) + ", padding " +
                    std::to_string(p));
-    if (2 * p > k)
+    if (p > k / 2)
       fail(op, "expected padding at most half the kernel size, got padding " +
                    std::to_string(p) + " for kernel " + std::to_string(k));
-    int64_t o = (s[2 + i] + 2 * p - k) / st + 1;
-    if (s[2 + i] + 2 * p < k || o <= 0)
+    const int64_t padded = add(op, s[2 + i], 2 * p);  // 2 * p <= k: no overflow
+    int64_t o = (padded - k) / st + 1;
+    if (padded < k || o <= 0)
       fail(op, "kernel " + std::to_string(k) + " is larger than the padded input " +
                    shape_str(s));
     out[2 + i] = o;
@@ -250,7 +266,7 @@ TypeAndShape infer(Op op, const std::vector<NodePtr>& xs, const Attr& attr) {
       Shape out = s;
       for (std::size_t d = 0; d < s.size(); ++d) {
         if (a.lo[d] < 0 || a.hi[d] < 0) fail(op, "expected non-negative padding");
-        out[d] += a.lo[d] + a.hi[d];
+        out[d] = add(op, add(op, out[d], a.lo[d]), a.hi[d]);
       }
       return {xs[0]->dtype(), out};
     }
@@ -307,10 +323,11 @@ TypeAndShape infer(Op op, const std::vector<NodePtr>& xs, const Attr& attr) {
         int64_t st = a.stride[i], p = a.padding[i], dil = a.dilation[i];
         if (st <= 0 || p < 0 || dil <= 0)
           fail(op, "expected positive stride and dilation and non-negative padding");
-        int64_t span = dil * (w[2 + i] - 1) + 1;
-        if (x[2 + i] + 2 * p < span)
+        const int64_t span = add(op, mul(op, dil, w[2 + i] - 1), 1);
+        const int64_t padded = add(op, x[2 + i], mul(op, 2, p));
+        if (padded < span)
           fail(op, "kernel " + shape_str(w) + " is larger than the padded input " + shape_str(x));
-        out[2 + i] = (x[2 + i] + 2 * p - span) / st + 1;
+        out[2 + i] = (padded - span) / st + 1;
       }
       return {xs[0]->dtype(), out};
     }

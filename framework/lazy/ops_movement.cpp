@@ -21,8 +21,9 @@ Tensor reshape(const Tensor& x, Shape shape) {
       infer = i;
     } else if (shape[i] <= 0) {
       fail("reshape", "expected positive sizes (or one -1), got " + shape_str(shape));
-    } else {
-      known *= shape[i];
+    } else if (__builtin_mul_overflow(known, shape[i], &known)) {
+      fail("reshape", "cannot view " + shape_str(x.shape()) + " as " + shape_str(shape) +
+                          ": more elements than an int64 counts");
     }
   }
   if (infer >= 0) {
@@ -36,9 +37,9 @@ Tensor reshape(const Tensor& x, Shape shape) {
 
 Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
   if (!x.defined()) fail("flatten", "expected a defined tensor, got an empty handle");
-  if (x.dim() == 0) return reshape(x, {1});
   start_dim = normalize_dim(start_dim, x.dim(), "flatten");
   end_dim = normalize_dim(end_dim, x.dim(), "flatten");
+  if (x.dim() == 0) return reshape(x, {1});
   if (start_dim > end_dim) fail("flatten", "expected start_dim <= end_dim");
   Shape out(x.shape().begin(), x.shape().begin() + start_dim);
   int64_t n = 1;
@@ -87,7 +88,7 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
   ir::SliceAttr a{std::vector<int64_t>(x.dim(), 0), std::vector<int64_t>(x.dim(), 1), x.shape()};
   a.starts[dim] = start;
   a.steps[dim] = step;
-  a.sizes[dim] = (end - start + step - 1) / step;
+  a.sizes[dim] = 1 + (end - start - 1) / step;  // (end - start + step - 1) / step could overflow
   return apply(Op::Slice, {x}, std::move(a));
 }
 
@@ -95,7 +96,7 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t dim) {
   if (xs.empty()) fail("concat", "expected at least one tensor, got none");
   for (const auto& t : xs)
     if (!t.defined()) fail("concat", "expected defined tensors, got an empty handle");
-  dim = normalize_dim(dim, xs.front().dim(), "concat");
+  dim = lazy::existing_dim(dim, xs.front().dim(), "concat");
   if (xs.size() == 1) return xs.front();
   return apply(Op::Concat, xs, ir::DimAttr{dim});
 }

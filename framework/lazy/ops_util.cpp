@@ -53,6 +53,11 @@ Tensor scalar(double value, DType dtype, Device device) {
 }
 
 Tensor scalar_data(double value, DType dtype, Device device) {
+  // An integer scalar is the value truncated toward zero; NaN or a value outside the dtype's
+  // range has none (its conversion would be undefined).
+  const double limit = dtype == DType::Int64 ? 0x1p63 : 0x1p31;
+  if ((dtype == DType::Int64 || dtype == DType::Int32) && !(value >= -limit && value < limit))
+    fail("scalar", "the value " + std::to_string(value) + " does not fit in " + dtype_name(dtype));
   switch (dtype) {
     case DType::Float32: { float v = static_cast<float>(value); return make_device_tensor(&v, dtype, {}, device); }
     case DType::Float64: return make_device_tensor(&value, dtype, {}, device);

@@ -164,9 +164,9 @@ Tensor iota(const Shape& shape, int64_t dim, DType dtype, Device device) {
 Tensor arange(double start, double end, double step, DType dtype, Device device) {
   if (step == 0) throw Error("arange: expected a non-zero step, got 0");
   double count = std::ceil((end - start) / step);
-  if (!(count >= 1))
-    throw Error("arange: expected a non-empty range, got start " + std::to_string(start) +
-                ", end " + std::to_string(end) + ", step " + std::to_string(step));
+  if (!(count >= 1 && count < 0x1p62))  // NaN and infinite counts fail here too
+    throw Error("arange: expected a non-empty range of fewer than 2^62 values, got start " +
+                std::to_string(start) + ", end " + std::to_string(end) + ", step " + std::to_string(step));
   auto n = static_cast<int64_t>(count);
   auto idx = iota({n}, 0, is_floating(dtype) ? dtype : DType::Float64, device);
   Tensor values = idx;

@@ -73,7 +73,8 @@ struct TrainerOptions {
   std::string checkpoint;         // checkpoint file ("" : none)
   int64_t checkpoint_every = 0;   // steps between extra checkpoints (0: none); one is always
                                   // written at each epoch's end and at the end of the run
-  bool resume = false;            // continue from `checkpoint` if it exists
+  bool resume = false;            // continue from `checkpoint` if it exists (to train on, the
+                                  // same batches per epoch and seed; evaluating needs neither)
   ExecutionMode mode = ExecutionMode::Lazy;
   // bf16: train_step and eval_step run inside an Autocast scope (loom/autocast.h): matmuls and
   // convolutions in bfloat16 (and the activations a model stores with autocast_round), the
@@ -83,7 +84,7 @@ struct TrainerOptions {
   std::string profile;            // write a Chrome trace of the run here ("" : off)
   std::string model_name;         // stored in checkpoints; a resume must match it
   std::string run_options;        // stored in checkpoints (the command line, say)
-  int64_t seed = 0;               // stored in checkpoints
+  int64_t seed = 0;               // stored in checkpoints; a resume that trains must match it
   std::string unit = "samples";   // what the throughput counts ("samples", "tokens", ...)
   int64_t units_per_sample = 1;   // e.g. the sequence length for tokens/s
   bool quiet = false;             // no log output (tests)
@@ -139,6 +140,9 @@ class Trainer {
   Tensor run_step(const data::Batch& batch);
   // Writes the checkpoint (when a path is set) unless this step's is already written.
   void save();
+  // After load_checkpoint: a loom::Error unless the checkpoint's position lies in this run's
+  // epochs of `per_epoch` batches and its seed is this run's (so the run continues exactly).
+  void check_resumable(int64_t per_epoch) const;
   // --checkpoint and --profile can be written; removes a stale "<checkpoint>.tmp".
   void check_destinations() const;
   // The parameters share one device, and `loader` ("training", "evaluation") delivers its
@@ -158,6 +162,9 @@ class Trainer {
   int64_t batch_in_epoch_ = 0;
   bool interrupted_ = false;
   int64_t saved_at_ = -1;  // the step of the last checkpoint written or loaded
+  int64_t loaded_seed_ = 0;  // the seed of the run that wrote the checkpoint loaded
+  int64_t loaded_per_epoch_ = 0;  // and its batches per epoch (0: unknown)
+  int64_t batches_per_epoch_ = 0;  // this run's, once fit() knows them
   std::map<std::string, double> last_eval_;
 
   mutable std::mutex loss_mutex_;  // losses_ is filled by step closures on the device thread

@@ -3,6 +3,9 @@
 
 #include <gmock/gmock.h>
 
+#include <cmath>
+#include <limits>
+
 namespace loom {
 namespace {
 
@@ -84,6 +87,27 @@ TEST(Errors, MiscellaneousBadInput) {
   EXPECT_THAT(error_of([] { max_pool2d(zeros({1, 1, 2, 2}), {.kernel = {3, 3}}); }), HasSubstr("max_pool2d: kernel 3"));
 }
 
+// Sizes, padding and scalars that do not fit in int64 are errors, not wrapped values.
+TEST(Errors, SizesAndScalarsBeyondInt64) {
+  const int64_t big = int64_t{1} << 32;
+  EXPECT_THAT(error_of([&] { reshape(zeros({4}), {big, big, -1}); }), HasSubstr("more elements than an int64 counts"));
+  EXPECT_THAT(error_of([&] { reshape(zeros({4}), {3, 0x5555555555555555, 3, 0x5555555555555555, 4}); }),
+              HasSubstr("more elements than an int64 counts"));
+  EXPECT_THAT(error_of([&] { from_vector<float>({}, {big, big}); }), HasSubstr("more elements than an int64 counts"));
+  EXPECT_THAT(error_of([&] { one_hot(from_vector<int64_t>({0, 1}, {2}), int64_t{1} << 62); }),
+              HasSubstr("more elements than an int64 counts"));
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  EXPECT_THAT(error_of([&] { pad(ones({5}), {kMax, kMax}); }), HasSubstr("overflows int64"));
+  EXPECT_THAT(error_of([&] { max_pool2d(zeros({1, 1, 4, 4}), {.kernel = {3, 3}, .padding = {kMax / 2 + 1, 1}}); }),
+              HasSubstr("expected padding at most half the kernel size"));
+  // A step past the end takes the first element alone, as in PyTorch.
+  EXPECT_EQ(slice(arange(10), 0, 0, 10, kMax).shape(), (Shape{1}));
+  EXPECT_THAT(error_of([] { full({2}, std::nan(""), DType::Int64); }), HasSubstr("scalar: the value nan does not fit in int64"));
+  EXPECT_THAT(error_of([] { zeros({2}, DType::Int32) + 3e9; }), HasSubstr("does not fit in int32"));
+  EXPECT_THAT(error_of([] { arange(0, 1e20); }), HasSubstr("fewer than 2^62 values"));
+  EXPECT_THAT(error_of([] { arange(0, std::numeric_limits<double>::infinity()); }), HasSubstr("fewer than 2^62 values"));
+}
+
 // A 0-d tensor has no dimension to read a size of: the ops that would are errors, as in
 // PyTorch, and those PyTorch defines on it (dimension 0 or -1) give the tensor back.
 TEST(Errors, ZeroDimensionalTensors) {
@@ -97,6 +121,9 @@ TEST(Errors, ZeroDimensionalTensors) {
   EXPECT_EQ(squeeze(x, 0).item<float>(), 3.0f);
   EXPECT_EQ(squeeze(x, -1).dim(), 0);
   EXPECT_THAT(error_of([&] { squeeze(x, 1); }), HasSubstr("squeeze: expected a dimension in [-1, 1), got 1"));
+  EXPECT_THAT(error_of([&] { concat({x, x}, 0); }), HasSubstr("concat: " + none));
+  EXPECT_THAT(error_of([&] { flatten(x, 0, 5); }), HasSubstr("flatten: expected a dimension in [-1, 1), got 5"));
+  EXPECT_EQ(flatten(x).shape(), (Shape{1}));
   EXPECT_EQ(sum(x, {0}).item<float>(), 3.0f);
   EXPECT_EQ(sum(x, {-1}).item<float>(), 3.0f);
   EXPECT_EQ(argmax(x, -1).item<int64_t>(), 0);

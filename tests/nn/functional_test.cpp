@@ -240,6 +240,20 @@ TEST(Rotary, TablesFollowLlamaConvention) {
   EXPECT_NE(test::error_of([] { F::rotary_cos_sin(3, 5); }).find("even"), std::string::npos);
 }
 
+// bfloat16 tables are the float32 ones rounded once: positions past 256 and the angles are
+// not rounded to bfloat16 on the way (HF computes them in float32 too).
+TEST(Rotary, BFloat16TablesAreTheFloat32OnesRounded) {
+  const int64_t T = 300, D = 8;
+  auto [c32, s32] = F::rotary_cos_sin(T, D, 10000.0, DType::Float32);
+  auto [c16, s16] = F::rotary_cos_sin(T, D, 10000.0, DType::BFloat16);
+  ASSERT_EQ(c16.dtype(), DType::BFloat16);
+  EXPECT_EQ(values(c16), values(c32.to(DType::BFloat16)));
+  EXPECT_EQ(values(s16), values(s32.to(DType::BFloat16)));
+  // Position 299's first pair turns by 299 radians: cos(299) = -0.853..., where a bfloat16
+  // position (300) and angle would give cos(300) = -0.0221...
+  EXPECT_NEAR(values(c16)[299 * D], std::cos(299.0), 4e-3);
+}
+
 TEST(GradCheck, CrossEntropyAttentionRotary) {
   auto targets = from_vector<int64_t>({2, -100, 0, 1}, {4});
   test::expect_gradient_matches([&](const Tensor& x) { return F::cross_entropy(x, targets, 0.2); },

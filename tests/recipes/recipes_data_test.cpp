@@ -36,12 +36,16 @@ class TempFile {
   std::string path_;
 };
 
-// An image file shaped like Fashion-MNIST's (train: 64 images, test: 32), labels i % 10.
-void write_images(const std::string& file, const data::HostArray& train_labels, const data::HostArray& test_labels) {
+// An image file shaped like Fashion-MNIST's (train: 64 images, test: 32, 1x28x28 unless
+// `train_image` and `test_image` say otherwise), labels i % 10.
+void write_images(const std::string& file, const data::HostArray& train_labels, const data::HostArray& test_labels,
+                  const Shape& train_image = {1, 28, 28}, const Shape& test_image = {1, 28, 28}) {
   data::HDF5Writer w(file);
   for (const auto& [split, labels] : {std::pair{"train", &train_labels}, std::pair{"test", &test_labels}}) {
-    const int64_t n = labels->shape[0];
-    w.write(std::string(split) + "/images", data::HostArray(data::HostDType::UInt8, {n, 1, 28, 28}),
+    Shape shape{labels->shape[0]};
+    const Shape& image = std::string(split) == "train" ? train_image : test_image;
+    shape.insert(shape.end(), image.begin(), image.end());
+    w.write(std::string(split) + "/images", data::HostArray(data::HostDType::UInt8, shape),
             {.chunk_rows = 16, .deflate = 1});
     w.write(std::string(split) + "/labels", *labels, {.chunk_rows = 16});
   }
@@ -112,6 +116,21 @@ TEST(TrainResnet, LabelsOfTheWrongTypeOrShapeNameTheSplit) {
   write_images(file.path(), data::HostArray::from_vector(std::vector<int64_t>(128, 1), {64, 2}), labels(32));
   expect_fails_before_training(run_cli(run), "train_resnet: error: --data: '" + file.path() +
                                                  "' train/labels must be [N] class indices, got samples of [2]");
+}
+
+// Images of another size are cropped to their own size (padding 2), and the two splits must
+// hold one image shape.
+TEST(TrainResnet, ImagesOfAnotherSizeTrainAndBothSplitsMustMatch) {
+  TempFile file("sizes.h5");
+  const std::string run = std::string(LOOM_TRAIN_RESNET) + " --epochs 1 --batch-size 16 --data " + file.path();
+  write_images(file.path(), labels(64), labels(32), {3, 20, 20}, {3, 20, 20});
+  const auto r = run_cli(run + " --max-steps 2 --eval-batch-size 16");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("trained 2 steps"));
+  write_images(file.path(), labels(64), labels(32), {3, 20, 20}, {3, 24, 24});
+  expect_fails_before_training(run_cli(run), "train_resnet: error: --data: '" + file.path() +
+                                                 "' test/images hold samples of [3,24,24], train/images of "
+                                                 "[3,20,20]; both splits need one image shape");
 }
 
 TEST(TrainDecoder, TokensOutOfVocabFailBeforeAnyStepNamingFileSplitTokenAndValue) {

@@ -172,6 +172,61 @@ TEST(Trainer, ACheckpointOfAnotherModelIsAClearError) {
   std::filesystem::remove(ck);
 }
 
+// A resume continues exactly or not at all: other batches per epoch (the batch size, the
+// dataset or the processes changed) or another seed (another data order) would skip or repeat
+// samples of the epoch in progress.
+TEST(Trainer, ResumingOverOtherBatchesIsAClearError) {
+  auto ck = temp_checkpoint("loom_batches_");
+  {
+    auto train = loader();  // 64 samples, 8 a batch
+    BlobTrainer t(fresh_model(), quiet({.epochs = 2, .max_steps = 5, .checkpoint = ck}));
+    t.fit(train);
+  }
+  ASSERT_EQ(load_checkpoint(ck).batches_per_epoch, 8);
+  {
+    auto train = data::DeviceLoader(blobs(64), {.batch_size = 4, .shuffle = true, .seed = 3});
+    BlobTrainer t(fresh_model(), quiet({.epochs = 2, .checkpoint = ck, .resume = true}));
+    const auto msg = test::error_of([&] { t.fit(train); });
+    EXPECT_NE(msg.find("with 8 batches an epoch, this run has 16"), std::string::npos) << msg;
+  }
+  {
+    auto train = loader();
+    BlobTrainer t(fresh_model(), quiet({.epochs = 2, .checkpoint = ck, .resume = true, .seed = 5}));
+    const auto msg = test::error_of([&] { t.fit(train); });
+    EXPECT_NE(msg.find("written by a run with seed 0, this run has seed 5"), std::string::npos) << msg;
+  }
+  {
+    // Nothing left to train (max_steps reached): evaluating it needs no particular batches.
+    auto train = data::DeviceLoader(blobs(64), {.batch_size = 4, .shuffle = true, .seed = 3});
+    BlobTrainer t(fresh_model(), quiet({.epochs = 2, .max_steps = 5, .checkpoint = ck, .resume = true}));
+    EXPECT_NO_THROW(t.fit(train));
+  }
+  std::filesystem::remove(ck);
+}
+
+// A checkpoint due on an epoch's last batch is the epoch end's: the next epoch's start.
+TEST(Trainer, ACheckpointOnAnEpochsLastBatchRecordsTheNextEpoch) {
+  auto ck = temp_checkpoint("loom_epoch_end_");
+  auto train = loader();  // 8 batches an epoch
+  BlobTrainer t(fresh_model(), quiet({.epochs = 2, .max_steps = 12, .checkpoint = ck, .checkpoint_every = 4}));
+  t.fit(train);
+  // Steps 4 and 8 were due; 8 is the first epoch's last. The run ends at 12, mid-epoch.
+  auto at_end = load_checkpoint(ck);
+  EXPECT_EQ(at_end.step, 12);
+  EXPECT_EQ(at_end.epoch, 1);
+  EXPECT_EQ(at_end.batch_in_epoch, 4);
+  {
+    auto short_run = loader();
+    BlobTrainer s(fresh_model(), quiet({.epochs = 2, .max_steps = 8, .checkpoint = ck, .checkpoint_every = 4}));
+    s.fit(short_run);
+  }
+  auto at_8 = load_checkpoint(ck);
+  EXPECT_EQ(at_8.step, 8);
+  EXPECT_EQ(at_8.epoch, 1);
+  EXPECT_EQ(at_8.batch_in_epoch, 0);
+  std::filesystem::remove(ck);
+}
+
 TEST(Trainer, ANonFiniteLossStopsNamingTheStepAndKeepsTheLastGoodCheckpoint) {
   auto ck = temp_checkpoint("loom_nan_");
   {

@@ -161,4 +161,9 @@ class HDF5Writer {
   std::unique_ptr<Impl> impl_;
 };
 
+// Flushes `path` to the disk (fsync): a file written and closed, before it is renamed over
+// one that must survive a crash, or (`directory`) the directory after a rename in it. Throws
+// loom::Error naming the path and the system's reason.
+void sync_to_disk(const std::string& path, bool directory = false);
+
 }  // namespace loom::data
