@@ -67,10 +67,11 @@ void write_file(const std::string& tmp, const Checkpoint& ck) {
   w.write("meta/index", bytes_of(index.str()));
   w.write("meta/model_name", bytes_of(ck.model_name));
   w.write("meta/options", bytes_of(ck.options));
-  // [format version, step, epoch, batch_in_epoch, seed, optimizer_steps, batches_per_epoch]
+  // [format version, step, epoch, batch_in_epoch, seed, optimizer_steps, batches_per_epoch,
+  //  processes]
   w.write("meta/counters", HostArray::from_vector<int64_t>({2, ck.step, ck.epoch, ck.batch_in_epoch, ck.seed,
-                                                            ck.optimizer_steps, ck.batches_per_epoch},
-                                                           {7}));
+                                                            ck.optimizer_steps, ck.batches_per_epoch, ck.processes},
+                                                           {8}));
   w.close();
 }
 
@@ -107,11 +108,14 @@ Checkpoint load_checkpoint(const std::string& path) {
   Checkpoint ck;
   auto counters = data::read_hdf5(path, "meta/counters");
   auto c = reinterpret_cast<const int64_t*>(counters.bytes.data());
-  // Version 1 had no batches_per_epoch (read as 0: unknown).
+  // Version 1 had no batches_per_epoch and processes (read as 0: unknown).
   const int64_t version = counters.dtype == HostDType::Int64 && counters.numel() > 0 ? c[0] : 0;
-  if (!((version == 1 && counters.numel() == 6) || (version == 2 && counters.numel() == 7)))
+  if (!((version == 1 && counters.numel() == 6) || (version == 2 && counters.numel() == 8)))
     throw Error("load_checkpoint: '" + path + "' is not a loom checkpoint (meta/counters)");
-  if (version == 2) ck.batches_per_epoch = c[6];
+  if (version == 2) {
+    ck.batches_per_epoch = c[6];
+    ck.processes = c[7];
+  }
   ck.step = c[1];
   ck.epoch = c[2];
   ck.batch_in_epoch = c[3];

@@ -167,33 +167,36 @@ void Trainer::save_checkpoint(const std::string& path) const {
   ck.epoch = epoch_;
   ck.batch_in_epoch = batch_in_epoch_;
   ck.batches_per_epoch = batches_per_epoch_;
+  ck.processes = dist::world_size();
   ck.seed = options_.seed;
   ck.model_name = options_.model_name;
   ck.options = options_.run_options;
   loom::save_checkpoint(path, ck);
 }
 
-// A resumed run continues exactly only over the same batches: the checkpoint's position (step,
-// epoch, batch in epoch) must be one of this run's epochs of `per_epoch` batches, and its data
-// order (the seed) this run's.
+// A resumed run continues exactly only over the same batches: the checkpoint's run had this
+// run's number of processes, epochs of `per_epoch` batches and data order (the seed).
 void Trainer::check_resumable(int64_t per_epoch) const {
   const std::string where = "--resume: checkpoint '" + options_.checkpoint + "'";
+  const std::string lost = ", so resuming would skip or repeat samples (start a new run instead)";
+  if (loaded_processes_ > 0 && loaded_processes_ != dist::world_size())
+    throw Error(where + " was written by a run over " + std::to_string(loaded_processes_) +
+                " processes, this run has " + std::to_string(dist::world_size()) +
+                ": each process's share of the samples differs" + lost);
   // A version 1 file does not say its epochs' length: its position must at least be one.
-  const bool same = loaded_per_epoch_ > 0 ? loaded_per_epoch_ == per_epoch
-                                          : batch_in_epoch_ <= per_epoch && step_ == epoch_ * per_epoch + batch_in_epoch_;
+  const bool same = loaded_per_epoch_ > 0
+                        ? loaded_per_epoch_ == per_epoch
+                        : batch_in_epoch_ <= per_epoch && step_ == epoch_ * per_epoch + batch_in_epoch_;
   if (!same)
     throw Error(where + " was written by a run with " +
                 (loaded_per_epoch_ > 0 ? std::to_string(loaded_per_epoch_) + " batches an epoch"
                                        : "another epoch length (step " + std::to_string(step_) + ", batch " +
                                              std::to_string(batch_in_epoch_) + " of epoch " +
                                              std::to_string(epoch_ + 1) + ")") +
-                ", this run has " + std::to_string(per_epoch) +
-                ": the batch size, the dataset or the number of processes changed, and resuming would "
-                "skip or repeat samples (start a new run instead)");
+                ", this run has " + std::to_string(per_epoch) + ": the batch size or the dataset changed" + lost);
   if (loaded_seed_ != options_.seed)
-    throw Error(where + " was written by a run with seed " + std::to_string(loaded_seed_) +
-                ", this run has seed " + std::to_string(options_.seed) +
-                ": its data order differs, so resuming would skip or repeat samples");
+    throw Error(where + " was written by a run with seed " + std::to_string(loaded_seed_) + ", this run has seed " +
+                std::to_string(options_.seed) + ": its data order differs" + lost);
 }
 
 void Trainer::load_checkpoint(const std::string& path) {
@@ -212,6 +215,7 @@ void Trainer::load_checkpoint(const std::string& path) {
   batch_in_epoch_ = ck.batch_in_epoch;
   loaded_seed_ = ck.seed;
   loaded_per_epoch_ = ck.batches_per_epoch;
+  loaded_processes_ = ck.processes;
   if (schedule_) schedule_->set_step(step_);
   mark_step();
 }

@@ -12,7 +12,8 @@
 //
 // Layout: every tensor is an HDF5 dataset (`model/<key>`, `optimizer/<key>`); `meta/counters`
 // holds [format version, step, epoch, batch_in_epoch, seed, optimizer_steps,
-// batches_per_epoch] as int64 (version 2; version 1, without the last, still loads) and
+// batches_per_epoch, processes] as int64 (version 2; version 1, without the last two, still
+// loads) and
 // `meta/index`, `meta/model_name`, `meta/options` are text stored as uint8; `h5dump` shows
 // it all.
 #pragma once
@@ -34,6 +35,7 @@ struct Checkpoint {
   int64_t epoch = 0;           // the epoch in progress
   int64_t batch_in_epoch = 0;  // batches of that epoch already trained on
   int64_t batches_per_epoch = 0;  // the run's epoch length (0: unknown, a version 1 file)
+  int64_t processes = 0;          // the run's MPI world size (0: unknown, a version 1 file)
   int64_t seed = 0;
   std::string model_name;      // e.g. "resnet20": a resume checks it
   std::string options;         // the run's options, as text

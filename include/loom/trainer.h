@@ -73,8 +73,9 @@ struct TrainerOptions {
   std::string checkpoint;         // checkpoint file ("" : none)
   int64_t checkpoint_every = 0;   // steps between extra checkpoints (0: none); one is always
                                   // written at each epoch's end and at the end of the run
-  bool resume = false;            // continue from `checkpoint` if it exists (to train on, the
-                                  // same batches per epoch and seed; evaluating needs neither)
+  bool resume = false;            // continue from `checkpoint` if it exists (to train on: the
+                                  // same processes, batches per epoch and seed; to evaluate:
+                                  // none of them)
   ExecutionMode mode = ExecutionMode::Lazy;
   // bf16: train_step and eval_step run inside an Autocast scope (loom/autocast.h): matmuls and
   // convolutions in bfloat16 (and the activations a model stores with autocast_round), the
@@ -140,8 +141,8 @@ class Trainer {
   Tensor run_step(const data::Batch& batch);
   // Writes the checkpoint (when a path is set) unless this step's is already written.
   void save();
-  // After load_checkpoint: a loom::Error unless the checkpoint's position lies in this run's
-  // epochs of `per_epoch` batches and its seed is this run's (so the run continues exactly).
+  // After load_checkpoint: a loom::Error unless the checkpoint's run had this run's number of
+  // processes, `per_epoch` batches an epoch and seed (so that this run continues exactly).
   void check_resumable(int64_t per_epoch) const;
   // --checkpoint and --profile can be written; removes a stale "<checkpoint>.tmp".
   void check_destinations() const;
@@ -164,6 +165,7 @@ class Trainer {
   int64_t saved_at_ = -1;  // the step of the last checkpoint written or loaded
   int64_t loaded_seed_ = 0;  // the seed of the run that wrote the checkpoint loaded
   int64_t loaded_per_epoch_ = 0;  // and its batches per epoch (0: unknown)
+  int64_t loaded_processes_ = 0;  // and its number of processes (0: unknown)
   int64_t batches_per_epoch_ = 0;  // this run's, once fit() knows them
   std::map<std::string, double> last_eval_;
 

@@ -243,6 +243,11 @@ TEST(TrainResnet, TwoProcessesReportGlobalThroughputAndACheckpointEveryRankResum
   ASSERT_EQ(alone.status, 0) << alone.output;
   EXPECT_THAT(alone.output, HasSubstr("resumed from " + ck.string() + " at step 3"));
   EXPECT_DOUBLE_EQ(accuracy_in(alone.output), sharded) << second.output << alone.output;
+
+  // Training on from it alone would take other samples than the two processes would have.
+  auto on = run(args + " --max-steps 5 --resume");
+  EXPECT_EQ(on.status, 1) << on.output;
+  EXPECT_THAT(on.output, HasSubstr("was written by a run over 2 processes, this run has 1")) << on.output;
   std::filesystem::remove(ck);
 }
 
