@@ -207,23 +207,17 @@ TEST(Trainer, ResumingOverOtherBatchesIsAClearError) {
 // A checkpoint due on an epoch's last batch is the epoch end's: the next epoch's start.
 TEST(Trainer, ACheckpointOnAnEpochsLastBatchRecordsTheNextEpoch) {
   auto ck = temp_checkpoint("loom_epoch_end_");
-  auto train = loader();  // 8 batches an epoch
-  BlobTrainer t(fresh_model(), quiet({.epochs = 2, .max_steps = 12, .checkpoint = ck, .checkpoint_every = 4}));
-  t.fit(train);
-  // Steps 4 and 8 were due; 8 is the first epoch's last. The run ends at 12, mid-epoch.
-  auto at_end = load_checkpoint(ck);
-  EXPECT_EQ(at_end.step, 12);
-  EXPECT_EQ(at_end.epoch, 1);
-  EXPECT_EQ(at_end.batch_in_epoch, 4);
-  {
-    auto short_run = loader();
-    BlobTrainer s(fresh_model(), quiet({.epochs = 2, .max_steps = 8, .checkpoint = ck, .checkpoint_every = 4}));
-    s.fit(short_run);
-  }
-  auto at_8 = load_checkpoint(ck);
-  EXPECT_EQ(at_8.step, 8);
-  EXPECT_EQ(at_8.epoch, 1);
-  EXPECT_EQ(at_8.batch_in_epoch, 0);
+  // (step, epoch, batch in epoch) of the checkpoint a run of `steps` leaves, one due every 4
+  // steps, 8 batches an epoch.
+  auto position_after = [&](int64_t steps) {
+    auto train = loader();
+    BlobTrainer t(fresh_model(), quiet({.epochs = 2, .max_steps = steps, .checkpoint = ck, .checkpoint_every = 4}));
+    t.fit(train);
+    const auto c = load_checkpoint(ck);
+    return std::vector<int64_t>{c.step, c.epoch, c.batch_in_epoch};
+  };
+  EXPECT_EQ(position_after(8), (std::vector<int64_t>{8, 1, 0}));  // 8 is the first epoch's last
+  EXPECT_EQ(position_after(12), (std::vector<int64_t>{12, 1, 4}));  // mid-epoch
   std::filesystem::remove(ck);
 }
 
