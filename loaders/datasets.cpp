@@ -65,10 +65,23 @@ SyntheticDataset::SyntheticDataset(int64_t size, std::map<std::string, FieldSpec
                                    uint64_t seed)
     : size_(size), fields_(std::move(fields)), seed_(seed) {
   if (size_ < 0) throw Error("SyntheticDataset: expected a non-negative size, got " + std::to_string(size));
-  for (const auto& [name, f] : fields_)
+  for (const auto& [name, f] : fields_) {
     if (!(f.high > f.low))
       throw Error("SyntheticDataset: field '" + name + "' needs low < high, got [" +
                   std::to_string(f.low) + ", " + std::to_string(f.high) + ")");
+    // Integer values are floor(low + u (high - low)), u in [0, 1): [low, high) must be the
+    // dtype's to hold.
+    double lo = 0, hi = 0;
+    switch (f.dtype) {
+      case HostDType::UInt8: lo = 0, hi = 0x1p8; break;
+      case HostDType::Int32: lo = -0x1p31, hi = 0x1p31; break;
+      case HostDType::Int64: lo = -0x1p63, hi = 0x1p63; break;
+      default: continue;
+    }
+    if (f.low < lo || f.high > hi)
+      throw Error("SyntheticDataset: field '" + name + "' is " + host_dtype_name(f.dtype) + ", which cannot hold [" +
+                  std::to_string(f.low) + ", " + std::to_string(f.high) + ")");
+  }
 }
 
 Example SyntheticDataset::get(int64_t index) const {

@@ -187,6 +187,13 @@ void DeviceLoader::Iterator::State::start_run() {
   const int64_t epoch = next_epoch++;
   dataset->set_epoch(epoch);
   auto order = sampler->indices(epoch);
+  // A custom sampler's indices are checked here, once an epoch, so that no dataset's get() is
+  // ever asked for a sample it does not have.
+  const int64_t size = dataset->size();
+  for (int64_t i : order)
+    if (i < 0 || i >= size)
+      throw Error("DeviceLoader: the sampler gave index " + std::to_string(i) + " for a dataset of " +
+                  std::to_string(size) + " samples (" + dataset->source() + ")");
   auto batches = make_batches(order, options.batch_size, options.last_batch);
   const auto n = static_cast<int64_t>(order.size());
   const int64_t rem = n % options.batch_size;

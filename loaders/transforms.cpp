@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 namespace loom::data {
@@ -72,9 +73,24 @@ HostArray converted(const HostArray& a, HostDType to, double scale) {
   auto fill = [&](auto* dst) {
     using T = std::remove_pointer_t<decltype(dst)>;
     visit_numeric(a, [&](const auto* src) {
+      using S = std::remove_cv_t<std::remove_pointer_t<decltype(src)>>;
       for (int64_t i = 0; i < n; ++i) {
-        if constexpr (std::is_floating_point_v<T>) dst[i] = static_cast<T>(src[i] * scale);
-        else dst[i] = static_cast<T>(src[i]);
+        if constexpr (std::is_floating_point_v<T>) {
+          dst[i] = static_cast<T>(src[i] * scale);
+        } else {
+          if constexpr (std::is_floating_point_v<S>) {
+            // A float whose truncation T cannot hold (NaN, out of range) has no defined
+            // conversion.
+            using D = std::remove_reference_t<decltype(dst[0])>;  // T, as GCC 12 takes it here
+            const double v = static_cast<double>(src[i]);
+            constexpr double lo = static_cast<double>(std::numeric_limits<D>::lowest());
+            constexpr double hi = static_cast<double>(std::numeric_limits<D>::max()) + 1.0;
+            if (!(v < hi && (v >= lo || v > lo - 1.0)))
+              throw Error("the value " + std::to_string(v) + " (element " + std::to_string(i) +
+                          ") does not fit in " + host_dtype_name(to));
+          }
+          dst[i] = static_cast<T>(src[i]);
+        }
       }
     });
   };
@@ -108,7 +124,12 @@ Transform to_float(std::string field) {
 Transform cast(std::string field, HostDType dtype) {
   return [field = std::move(field), dtype](Example& e, const SampleContext&) {
     HostArray& a = e.at(field);
-    if (a.dtype != dtype) a = converted(a, dtype, 1.0);
+    if (a.dtype == dtype) return;
+    try {
+      a = converted(a, dtype, 1.0);
+    } catch (const Error& err) {
+      throw Error("cast: field '" + field + "' " + a.str() + ": " + err.what());
+    }
   };
 }
 

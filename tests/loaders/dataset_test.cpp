@@ -88,6 +88,11 @@ TEST(SyntheticDataset, DeterministicPerSeedAndIndexWithinRange) {
     }
   }
   EXPECT_EQ(labels.size(), 10u);
+  // A range its integer dtype cannot hold is refused, not wrapped.
+  const std::string msg = test::error_of([] {
+    SyntheticDataset(10, {{"input", {HostDType::UInt8, {2}, 0, 1000}}}, 1);
+  });
+  EXPECT_NE(msg.find("field 'input' is uint8, which cannot hold [0.000000, 1000.000000)"), std::string::npos) << msg;
 }
 
 TEST(TokenWindowDataset, InputAndTargetAreShiftedByOne) {

@@ -119,6 +119,22 @@ TEST(DeviceLoader, SetEpochReplaysAnEpoch) {
   EXPECT_EQ(first.size(), 8u);
 }
 
+// A custom sampler's index outside the dataset is an error when its epoch starts, before any
+// sample is read (a dataset of the user's may not check its indices).
+TEST(DeviceLoader, ASamplersIndexOutsideTheDatasetIsAClearError) {
+  struct Past final : Sampler {
+    std::vector<int64_t> indices(int64_t) const override { return {0, 1, 64, 2}; }
+    int64_t size() const override { return 4; }
+  };
+  auto ds = std::make_shared<SyntheticDataset>(
+      64, std::map<std::string, FieldSpec>{{"input", {HostDType::Float32, {3}, 0, 1}}}, 3);
+  DeviceLoader loader(ds, {.batch_size = 2, .sampler = std::make_shared<Past>()});
+  const std::string msg = test::error_of([&] {
+    for (auto& b : loader) (void)b;
+  });
+  EXPECT_THAT(msg, HasSubstr("DeviceLoader: the sampler gave index 64 for a dataset of 64 samples")) << msg;
+}
+
 TEST(DeviceLoader, EachIterationIsOneMarkStep) {
   test::fresh_engine();
   auto ds = std::make_shared<SyntheticDataset>(

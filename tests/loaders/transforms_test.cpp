@@ -30,6 +30,17 @@ TEST(Transforms, ToFloatScalesUint8AndCastConverts) {
   EXPECT_FLOAT_EQ(e.at("input").data<float>()[3], 3.0f / 255.0f);
   EXPECT_EQ(e.at("target").data<int64_t>()[0], 3);
   EXPECT_EQ(e.at("target").shape, Shape{});
+  // Floats truncate toward zero; one the integer dtype cannot hold is an error naming it.
+  e["score"] = HostArray::from_vector<float>({-0.5f, 2.75f}, {2});
+  cast("score", HostDType::UInt8)(e, {});
+  EXPECT_EQ(e.at("score").data<uint8_t>()[0], 0);
+  EXPECT_EQ(e.at("score").data<uint8_t>()[1], 2);
+  for (float bad : {300.0f, -1.0f, std::nanf("")}) {
+    e["score"] = HostArray::from_vector<float>({1.0f, bad}, {2});
+    const std::string msg = test::error_of([&] { cast("score", HostDType::UInt8)(e, {}); });
+    EXPECT_NE(msg.find("cast: field 'score' float32[2]: the value"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("(element 1) does not fit in uint8"), std::string::npos) << msg;
+  }
 }
 
 TEST(Transforms, NormalizePerChannel) {

@@ -71,7 +71,8 @@ struct DeviceLoaderOptions {
   int64_t world_size = 1;
   bool mark_step = true;    // call loom::mark_step() on each iterator increment
   Device device = {};
-  // A custom order; overrides shuffle/rank/world_size. Its size must not exceed the dataset's.
+  // A custom order; overrides shuffle/rank/world_size. Its indices must lie in [0, the
+  // dataset's size): another is a loom::Error when the epoch starts.
   std::shared_ptr<const Sampler> sampler = nullptr;
 };
 
