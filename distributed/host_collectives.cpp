@@ -90,12 +90,19 @@ void check_same_on_all_ranks(uint64_t digest, const char* who, const std::string
 }  // namespace detail
 
 double all_reduce(double value, ReduceOp op) {
+  // A digest first, as every collective here sends, so that a rank in another collective
+  // meets this one's digest with its own and both fail, rather than an MPI type mismatch.
+  if (is_distributed())
+    detail::check_same_on_all_ranks(detail::Digest().add(1).add(static_cast<uint64_t>(op)).value(),
+                                    "dist::all_reduce", "the kind of value (one number) or the reduce op");
   detail::all_reduce_host(&value, 1, DType::Float64, op, "dist::all_reduce");
   return value;
 }
 
 std::vector<double> all_reduce(std::vector<double> values, ReduceOp op) {
-  detail::check_same_on_all_ranks(values.size(), "dist::all_reduce", "the number of values");
+  if (is_distributed())
+    detail::check_same_on_all_ranks(detail::Digest().add(values.size()).add(static_cast<uint64_t>(op)).value(),
+                                    "dist::all_reduce", "the number of values or the reduce op");
   detail::all_reduce_host(values.data(), static_cast<int64_t>(values.size()), DType::Float64, op, "dist::all_reduce");
   return values;
 }

@@ -42,10 +42,12 @@ Tensor all_reduce(const Tensor& t, ReduceOp op) {
   if (t.dtype() == DType::Bool) throw Error(std::string(who) + ": cannot reduce bool tensors; cast to int32 first");
   if (op == ReduceOp::Mean && !is_floating(t.dtype()))
     throw Error(std::string(who) + ": Mean needs a floating-point tensor, got " + dtype_name(t.dtype()));
-  if (!is_distributed() || t.numel() == 0) return t;
+  if (!is_distributed()) return t;
   detail::Digest d;
   add_layout(d, t);
-  detail::check_same_on_all_ranks(d.value(), who, "the tensor's shape or dtype");
+  d.add(static_cast<uint64_t>(op));  // MPI needs one op on every rank; Sum and Mean differ here
+  detail::check_same_on_all_ranks(d.value(), who, "the tensor's shape or dtype, or the reduce op");
+  if (t.numel() == 0) return t;
   auto h = t.to_host();
   detail::all_reduce_host(h.bytes.data(), h.numel(), h.dtype, op, who);
   return to_device(h, t.device());
@@ -55,10 +57,12 @@ Tensor broadcast(const Tensor& t, int root) {
   const char* who = "dist::broadcast";
   if (!t.defined()) throw Error(std::string(who) + ": got an undefined tensor");
   check_root(root, who);
-  if (!is_distributed() || t.numel() == 0) return t;
+  if (!is_distributed()) return t;
   detail::Digest d;
   add_layout(d, t);
-  detail::check_same_on_all_ranks(d.value(), who, "the tensor's shape or dtype");
+  d.add(static_cast<uint64_t>(root));
+  detail::check_same_on_all_ranks(d.value(), who, "the tensor's shape or dtype, or the root");
+  if (t.numel() == 0) return t;
   auto h = rank() == root ? t.to_host() : empty_like(t);
   detail::broadcast_host(h.bytes.data(), h.bytes.size(), root, who);
   return to_device(h, t.device());
@@ -73,7 +77,8 @@ void broadcast_parameters(const std::vector<Tensor>& tensors, int root) {
   detail::Digest d;
   d.add(tensors.size());
   for (const auto& t : tensors) add_layout(d, t);
-  detail::check_same_on_all_ranks(d.value(), who, "the number, shapes or dtypes of the tensors");
+  d.add(static_cast<uint64_t>(root));
+  detail::check_same_on_all_ranks(d.value(), who, "the number, shapes or dtypes of the tensors, or the root");
   const bool me = rank() == root;
   // Fresh parameters are pending initialisers: compute them in one graph, not one per read.
   // The other ranks' initial values are replaced unseen, so they need not be computed at all.

@@ -441,8 +441,16 @@ void Trainer::fit(data::DeviceLoader& train, data::DeviceLoader* eval) {
                                              : "checkpoint written to " + options_.checkpoint + " (resume with --resume)");
   if (!options_.profile.empty()) {
     profiler::stop();
-    profiler::save(options_.profile);
-    if (logs()) spdlog::info("profile written to {}", options_.profile);
+    // Under mpirun each rank writes its own trace: rank 0 to the path, rank N to the path with
+    // ".rankN" before its extension (trace.json, trace.rank1.json, ...).
+    std::filesystem::path trace(options_.profile);
+    if (dist::rank() != 0)
+      trace.replace_filename(trace.stem().string() + ".rank" + std::to_string(dist::rank()) +
+                             trace.extension().string());
+    profiler::save(trace.string());
+    if (logs())
+      spdlog::info("profile written to {}{}", options_.profile,
+                   dist::world_size() > 1 ? " (the other ranks' beside it, as <name>.rankN<extension>)" : "");
   }
   // Global throughput: what all ranks trained on, over the slowest rank's training time.
   double seconds = now_seconds() - fit_start_;

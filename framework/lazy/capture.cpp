@@ -154,8 +154,15 @@ const std::any* try_replay(CaptureState& s, const CaptureArgs& args, std::vector
     buf->shape = sink.shape;
     buf->ready = ready;
     switch (sink.kind) {
-      case Sink::Arg: args.tensors[sink.arg].impl()->set_data(buf); break;
-      case Sink::Persistent: sink.tensor.lock()->set_data(buf); break;
+      // An assigned tensor the function also returns is returned itself, as a trace returns it.
+      case Sink::Arg:
+        args.tensors[sink.arg].impl()->set_data(buf);
+        made[k] = args.tensors[sink.arg];
+        break;
+      case Sink::Persistent:
+        made[k] = Tensor(sink.tensor.lock());
+        made[k].impl()->set_data(buf);
+        break;
       case Sink::Grad:
         made[k] = Tensor(std::make_shared<TensorImpl>(buf, p.device));
         sink.tensor.lock()->set_grad(made[k]);
@@ -238,8 +245,11 @@ void CaptureTrace::finish(const CaptureArgs& results, std::any shape) {
   if (why.empty()) {
     p.grad_enabled = is_grad_enabled();
     p.precision = autocast_precision();
-    for (const auto& t : impl_->args.tensors)
-      p.arg_tensors.push_back({t.dtype(), t.shape(), t.device(), t.impl()->requires_grad()});
+    const auto aliases = lazy::capture::argument_aliases(impl_->args.tensors);
+    for (std::size_t i = 0; i < impl_->args.tensors.size(); ++i) {
+      const auto& t = impl_->args.tensors[i];
+      p.arg_tensors.push_back({t.dtype(), t.shape(), t.device(), t.impl()->requires_grad(), aliases[i]});
+    }
     p.integers = impl_->args.integers;
     p.numbers = impl_->args.numbers;
     p.texts = impl_->args.texts;

@@ -103,7 +103,12 @@ struct ArgTensor {
   Shape shape;
   Device device;
   bool requires_grad;
+  int same_as = -1;  // the first earlier argument that is this same tensor (-1: none)
 };
+
+// For each of `tensors`, the first earlier one that is the same tensor (-1: none): a plan
+// binds each argument on its own, so which arguments are one tensor is guarded.
+std::vector<int> argument_aliases(const std::vector<Tensor>& tensors);
 
 struct Plan {
   Device device;

@@ -149,6 +149,14 @@ const char* counter_of(GuardKind k) {
   LOOM_UNREACHABLE("guard kind");
 }
 
+std::vector<int> argument_aliases(const std::vector<Tensor>& tensors) {
+  std::vector<int> same(tensors.size(), -1);
+  for (std::size_t i = 0; i < tensors.size(); ++i)
+    for (std::size_t j = 0; j < i && same[i] < 0; ++j)
+      if (tensors[i].defined() && tensors[i].impl() == tensors[j].impl()) same[i] = static_cast<int>(j);
+  return same;
+}
+
 // The guards a replay checks before anything runs; the first that fails, if any.
 std::optional<Failure> check_guards(const Plan& p, const CaptureArgs& a) {
   if (is_grad_enabled() != p.grad_enabled)
@@ -172,6 +180,16 @@ std::optional<Failure> check_guards(const Plan& p, const CaptureArgs& a) {
       return Failure{GuardKind::Argument, "argument tensor " + std::to_string(i) + " now " +
                                               (m.requires_grad ? "does not require" : "requires") + " grad"};
   }
+  const auto aliases = argument_aliases(a.tensors);
+  for (std::size_t i = 0; i < a.tensors.size(); ++i)
+    if (aliases[i] != p.arg_tensors[i].same_as) {
+      const int was = p.arg_tensors[i].same_as, now = aliases[i];
+      return Failure{GuardKind::Argument,
+                     "argument tensor " + std::to_string(i) +
+                         (now >= 0 ? " is now argument " + std::to_string(now) + " itself"
+                                   : " is no longer argument " + std::to_string(was) + " itself") +
+                         " (the step was captured for " + (was >= 0 ? "one tensor" : "two tensors") + ")"};
+    }
   if (a.integers != p.integers) {
     for (std::size_t i = 0; i < std::min(a.integers.size(), p.integers.size()); ++i)
       if (a.integers[i] != p.integers[i])
@@ -265,6 +283,8 @@ std::string plan_difference(const Plan& a, const Plan& b, runtime::Backend* back
   if (a.results != b.results) return "the returned tensors changed";
   if (a.grad_enabled != b.grad_enabled) return "grad mode changed";
   if (a.precision != b.precision) return "autocast precision changed";
+  for (std::size_t i = 0; i < std::min(a.arg_tensors.size(), b.arg_tensors.size()); ++i)
+    if (a.arg_tensors[i].same_as != b.arg_tensors[i].same_as) return "the arguments that are one tensor changed";
   if (a.arg_tensors.size() != b.arg_tensors.size() || a.integers != b.integers || a.texts != b.texts ||
       a.numbers.size() != b.numbers.size() ||
       (!a.numbers.empty() && std::memcmp(a.numbers.data(), b.numbers.data(), a.numbers.size() * sizeof(double)) != 0))

@@ -11,6 +11,8 @@
 #include <mutex>
 #include <sstream>
 #include <thread>
+
+#include <unistd.h>
 #include <unordered_map>
 #include <vector>
 
@@ -111,7 +113,7 @@ void set_thread_name(const std::string& name) {
   r.thread_names[tid] = name;
 }
 
-Trace::Trace(const char* name) : name_(name), start_ns_(is_running() ? now_ns() : -1) {}
+Trace::Trace(const char* name) : name_(name ? name : ""), start_ns_(is_running() ? now_ns() : -1) {}
 
 Trace::~Trace() {
   if (start_ns_ < 0) return;
@@ -146,7 +148,9 @@ void save(const std::string& path) {
     }
     os << "\n]}\n";
   }
-  std::string tmp = path + ".tmp";
+  // A name of this process's own, so that processes saving to one path (ranks on a shared
+  // filesystem) never write into each other's file; the last rename wins, each file whole.
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
   {
     std::ofstream f(tmp, std::ios::trunc);
     if (!f) throw Error("profiler: cannot write '" + tmp + "'");

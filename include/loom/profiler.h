@@ -37,6 +37,8 @@ std::size_t span_count();
 // Names the calling thread in traces ("host", "device", "loader worker", ...).
 void set_thread_name(const std::string& name);
 
+// A span from construction to destruction, when the profiler is running. `name` is kept as a
+// pointer until save(): a string literal, or a string that lives as long (null: "").
 class Trace {
  public:
   explicit Trace(const char* name);

@@ -82,7 +82,8 @@ struct TrainerOptions {
   // rest, the weights and the checkpoints in float32.
   Precision precision = Precision::Float32;
   double clip_grad_norm = 0;      // clip gradients to this global norm (0: off)
-  std::string profile;            // write a Chrome trace of the run here ("" : off)
+  std::string profile;            // write a Chrome trace of the run here ("" : off); under
+                                  // mpirun rank N > 0 writes <stem>.rankN<extension> beside it
   std::string model_name;         // stored in checkpoints; a resume must match it
   std::string run_options;        // stored in checkpoints (the command line, say)
   int64_t seed = 0;               // stored in checkpoints; a resume that trains must match it

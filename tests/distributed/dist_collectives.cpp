@@ -1,7 +1,9 @@
 // dist_collectives: checks loom::dist's collectives under mpirun (any number of processes) and
 // prints "dist_collectives: all checks passed on N processes"; a failed check is a
-// loom::Error, which ends the job through run_main. --mismatch makes the ranks call a
-// collective with different shapes, which must be an error on every rank, not a hang.
+// loom::Error, which ends the job through run_main. --mismatch [shape|op|kind] makes the ranks
+// call a collective with different shapes, a tensor all_reduce with different reduce ops, or
+// different collectives (a number's all_reduce against a tensor's), which must be an error on
+// every rank, not a hang or mixed data.
 #include "recipe_util.h"
 
 #include <loom/dist.h>
@@ -27,7 +29,11 @@ int run(int argc, char** argv) {
   const int r = dist::rank(), w = dist::world_size();
   const double sum_r = w * (w - 1) / 2.0;  // 0 + 1 + ... + (w-1)
   if (argc > 1 && std::string(argv[1]) == "--mismatch") {
-    dist::all_reduce(zeros({r + 1}));
+    const std::string how = argc > 2 ? argv[2] : "shape";
+    if (how == "op") dist::all_reduce(ones({4}), r == 0 ? dist::ReduceOp::Sum : dist::ReduceOp::Mean);
+    else if (how == "kind" && r == 0) dist::all_reduce(1.0);
+    else if (how == "kind") dist::all_reduce(ones({4}));
+    else dist::all_reduce(zeros({r + 1}));
     return 0;
   }
   expect(dist::local_rank() == r && dist::local_size() == w, "one host: local rank and size equal the global ones");

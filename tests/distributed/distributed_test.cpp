@@ -135,6 +135,14 @@ TEST(DataParallel, MismatchedCollectivesAreAnErrorNotAHang) {
   EXPECT_NE(r.status, 0) << r.output;
   EXPECT_NE(r.status, kHang) << r.output;
   EXPECT_THAT(r.output, HasSubstr("dist::all_reduce: the ranks disagree on the tensor's shape or dtype"));
+  // Another reduce op on each rank (Sum and Mean both sum through MPI: only a check sees it),
+  // and a number's all_reduce against a tensor's.
+  for (const char* how : {"op", "kind"}) {
+    auto m = run(mpirun(2, std::string(LOOM_DIST_COLLECTIVES) + " --mismatch " + how));
+    EXPECT_NE(m.status, 0) << how << "\n" << m.output;
+    EXPECT_NE(m.status, kHang) << how << "\n" << m.output;
+    EXPECT_THAT(m.output, HasSubstr("dist::all_reduce: the ranks disagree on")) << how;
+  }
 }
 
 void expect_two_ranks_match_one_process(const std::string& options) {
@@ -219,8 +227,17 @@ TEST(TrainResnet, TwoProcessesReportGlobalThroughputAndACheckpointEveryRankResum
   std::string args = std::string(LOOM_TRAIN_RESNET) +
                      " --synthetic --model resnet20 --batch-size 8 --eval-batch-size 100 --threads 1"
                      " --loader-threads 1 --log-every 1 --checkpoint " + ck.string();
-  auto first = run(mpirun(2, args + " --max-steps 2"));
+  auto trace = temp_path("trace.json");
+  auto first = run(mpirun(2, args + " --max-steps 2 --profile " + trace.string()));
   ASSERT_EQ(first.status, 0) << first.output;
+  // Each rank's trace in a file of its own, whole (no two ranks wrote one file).
+  for (const auto& t : {trace, trace.parent_path() / (trace.stem().string() + ".rank1.json")}) {
+    std::ifstream f(t);
+    std::string json((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(json.rfind("{\"displayTimeUnit\"", 0), 0u) << t;
+    EXPECT_EQ(json.substr(json.size() - 4), "\n]}\n") << t;
+    std::filesystem::remove(t);
+  }
   EXPECT_THAT(first.output, HasSubstr("data-parallel over 2 processes: 8 images per process and step"));
   EXPECT_THAT(first.output, HasSubstr("steps of 16 images"));
   EXPECT_THAT(first.output, HasSubstr("images/s over 2 processes"));

@@ -88,6 +88,47 @@ TEST(Capture, TwoEqualTracesCaptureTheStepAndLaterCallsReplayWithoutTracing) {
   EXPECT_EQ(metrics::stat("ReplayHostTime").count, 4);
 }
 
+// A function may return a tensor it assigned (a persistent one, or an argument): a replay
+// returns that tensor, holding its new value, as the traced calls did.
+TEST(Capture, AReturnedTensorThatWasAssignedIsReturnedByAReplay) {
+  fresh();
+  auto w = from_vector<float>({10, 20}, {2});
+  auto a = from_vector<float>({1, 1}, {2});
+  auto b = from_vector<float>({1, 1}, {2});
+  mark_step();
+  auto step = compile([&](const Tensor& x) {
+    w.assign(w - x);
+    return w;
+  });
+  auto twice = compile([](const Tensor& x) {
+    x.assign(x * 2.0);
+    return x;
+  });
+  for (int call = 1; call <= 5; ++call) {
+    auto r = step(a);
+    ASSERT_TRUE(r.defined()) << "call " << call;
+    EXPECT_EQ(values(r), (std::vector<float>{10.0f - call, 20.0f - call})) << "call " << call;
+    auto d = twice(b);
+    ASSERT_TRUE(d.defined()) << "call " << call;
+    EXPECT_EQ(values(d), (std::vector<float>{float(1 << call), float(1 << call)})) << "call " << call;
+  }
+  EXPECT_EQ(metrics::counter("CaptureReplay"), 6);  // calls 3 to 5 of each
+}
+
+// Which arguments are one tensor is part of what a plan was captured for: a call that passes
+// the same tensor twice where the capture had two (or the other way round) traces.
+TEST(Capture, ArgumentsThatAreOneTensorAreAGuard) {
+  fresh();
+  auto f = compile([](const Tensor& a, const Tensor& b) { return (a * 2.0 + b).sum(); });
+  auto x = from_vector<float>({1, 2}, {2});
+  auto y = from_vector<float>({100, 200}, {2});
+  mark_step();
+  for (int call = 0; call < 3; ++call) EXPECT_EQ(f(x, x).item<float>(), 9.0f);
+  EXPECT_EQ(f(x, y).item<float>(), 306.0f);  // not (x*2 + x).sum()
+  EXPECT_EQ(f(x, x).item<float>(), 9.0f);
+  EXPECT_GE(metrics::counter("GuardFailArgument"), 1);
+}
+
 TEST(Capture, ANewBatchShapeFailsAGuardNamesItAndIsCapturedInTurn) {
   fresh();
   ToyStep captured, lazy;

@@ -259,14 +259,15 @@ TEST(Profiler, SaveToAPathThatCannotBeWrittenIsAnError) {
   { profiler::Trace span("one"); }
   profiler::stop();
   const std::string missing = "/nonexistent_loom_dir/trace.json";
+  const std::string tmp = ".tmp." + std::to_string(::getpid());  // this process's own name
   EXPECT_EQ(test::error_of([&] { profiler::save(missing); }),
-            "profiler: cannot write '" + missing + ".tmp'");
+            "profiler: cannot write '" + missing + tmp + "'");
   const auto dir = std::filesystem::temp_directory_path() / ("loom_trace_dir_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir / "inside");  // not empty: rename cannot replace it
   const std::string msg = test::error_of([&] { profiler::save(dir.string()); });
-  EXPECT_THAT(msg, HasSubstr("profiler: cannot rename '" + dir.string() + ".tmp' to '" + dir.string() + "'"));
+  EXPECT_THAT(msg, HasSubstr("profiler: cannot rename '" + dir.string() + tmp + "' to '" + dir.string() + "'"));
   EXPECT_TRUE(std::filesystem::is_directory(dir / "inside"));
-  EXPECT_FALSE(std::filesystem::exists(dir.string() + ".tmp")) << "the temporary file was left";
+  EXPECT_FALSE(std::filesystem::exists(dir.string() + tmp)) << "the temporary file was left";
   std::filesystem::remove_all(dir);
 }
 
