@@ -27,11 +27,11 @@
 //   - HostScalar values, read at every replay (0 and 1 are baked into the graph as for any
 //     scalar, so a change to or from 0 or 1 fails a guard and traces again);
 //   - host state registered with every_call() (re-run at each replay) and guard_on().
-// Guards, checked at every replay: the arguments' dtypes, shapes and devices, their numbers
-// and strings by value; the tensors read and written (alive, device, requires_grad); grad
-// mode; the autocast precision; guard_on values; HostScalars baked in as 0 or 1. A failed guard traces the call again
-// (recompiling only if the graph is new), names the cause in loom::debug::recompile_causes()
-// and counts it (metrics GuardFail<Cause>); after 8 failures in a row the function stays
+// Guards, checked at every replay: the arguments' dtypes, shapes and devices, which of them
+// are one tensor, their numbers and strings by value; the tensors read and written (alive,
+// device, requires_grad); grad mode; the autocast precision; guard_on values; HostScalars
+// baked in as 0 or 1. A failed guard traces the call again (recompiling only if the graph is
+// new), names the cause in loom::debug::recompile_causes() and counts it (metrics GuardFail<Cause>); after 8 failures in a row the function stays
 // lazy with a warning. Up to 8 captured steps are kept, so alternating shapes replay too.
 //
 // What capture cannot see: host code in fn runs only when fn is traced. A branch on a host
