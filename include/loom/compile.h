@@ -31,8 +31,9 @@
 // are one tensor, their numbers and strings by value; the tensors read and written (alive,
 // device, requires_grad); grad mode; the autocast precision; guard_on values; HostScalars
 // baked in as 0 or 1. A failed guard traces the call again (recompiling only if the graph is
-// new), names the cause in loom::debug::recompile_causes() and counts it (metrics GuardFail<Cause>); after 8 failures in a row the function stays
-// lazy with a warning. Up to 8 captured steps are kept, so alternating shapes replay too.
+// new), names the cause in loom::debug::recompile_causes() and counts it (metrics
+// GuardFail<Cause>); after 8 failures in a row the function stays lazy with a warning. Up to 8
+// captured steps are kept, so alternating shapes replay too.
 //
 // What capture cannot see: host code in fn runs only when fn is traced. A branch on a host
 // value, or a number computed on the host and turned into a tensor inside fn, is frozen into
