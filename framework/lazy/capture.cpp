@@ -154,15 +154,8 @@ const std::any* try_replay(CaptureState& s, const CaptureArgs& args, std::vector
     buf->shape = sink.shape;
     buf->ready = ready;
     switch (sink.kind) {
-      // An assigned tensor the function also returns is returned itself, as a trace returns it.
-      case Sink::Arg:
-        args.tensors[sink.arg].impl()->set_data(buf);
-        made[k] = args.tensors[sink.arg];
-        break;
-      case Sink::Persistent:
-        made[k] = Tensor(sink.tensor.lock());
-        made[k].impl()->set_data(buf);
-        break;
+      case Sink::Arg: args.tensors[sink.arg].impl()->set_data(buf); break;
+      case Sink::Persistent: sink.tensor.lock()->set_data(buf); break;
       case Sink::Grad:
         made[k] = Tensor(std::make_shared<TensorImpl>(buf, p.device));
         sink.tensor.lock()->set_grad(made[k]);
@@ -172,7 +165,13 @@ const std::any* try_replay(CaptureState& s, const CaptureArgs& args, std::vector
     outputs.push_back(std::move(buf));
   }
   results.clear();
-  for (int out : p.results) results.push_back(made[out]);
+  for (int out : p.results) {
+    // An assigned tensor the function also returns is returned itself, as a trace returns it.
+    const auto& sink = p.outputs[static_cast<std::size_t>(out)];
+    if (sink.kind == Sink::Arg) results.push_back(args.tensors[sink.arg]);
+    else if (sink.kind == Sink::Persistent) results.push_back(Tensor(sink.tensor.lock()));
+    else results.push_back(made[out]);
+  }
   lazy::queue_program(p.device, p.exe, std::move(inputs), std::move(outputs), std::move(ready));
   metrics::increment("CaptureReplay", p.device);
   metrics::record("ReplayHostTime", since_ns(start));
@@ -245,11 +244,10 @@ void CaptureTrace::finish(const CaptureArgs& results, std::any shape) {
   if (why.empty()) {
     p.grad_enabled = is_grad_enabled();
     p.precision = autocast_precision();
-    const auto aliases = lazy::capture::argument_aliases(impl_->args.tensors);
-    for (std::size_t i = 0; i < impl_->args.tensors.size(); ++i) {
-      const auto& t = impl_->args.tensors[i];
-      p.arg_tensors.push_back({t.dtype(), t.shape(), t.device(), t.impl()->requires_grad(), aliases[i]});
-    }
+    const auto& ts = impl_->args.tensors;
+    for (std::size_t i = 0; i < ts.size(); ++i)
+      p.arg_tensors.push_back({ts[i].dtype(), ts[i].shape(), ts[i].device(), ts[i].impl()->requires_grad(),
+                               lazy::capture::same_tensor_before(ts, i)});
     p.integers = impl_->args.integers;
     p.numbers = impl_->args.numbers;
     p.texts = impl_->args.texts;

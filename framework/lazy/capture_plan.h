@@ -106,9 +106,9 @@ struct ArgTensor {
   int same_as = -1;  // the first earlier argument that is this same tensor (-1: none)
 };
 
-// For each of `tensors`, the first earlier one that is the same tensor (-1: none): a plan
-// binds each argument on its own, so which arguments are one tensor is guarded.
-std::vector<int> argument_aliases(const std::vector<Tensor>& tensors);
+// The first of tensors[0, i) that is tensors[i] itself (-1: none): a plan binds each argument
+// on its own, so which arguments are one tensor is guarded.
+int same_tensor_before(const std::vector<Tensor>& tensors, std::size_t i);
 
 struct Plan {
   Device device;

@@ -149,12 +149,11 @@ const char* counter_of(GuardKind k) {
   LOOM_UNREACHABLE("guard kind");
 }
 
-std::vector<int> argument_aliases(const std::vector<Tensor>& tensors) {
-  std::vector<int> same(tensors.size(), -1);
-  for (std::size_t i = 0; i < tensors.size(); ++i)
-    for (std::size_t j = 0; j < i && same[i] < 0; ++j)
-      if (tensors[i].defined() && tensors[i].impl() == tensors[j].impl()) same[i] = static_cast<int>(j);
-  return same;
+int same_tensor_before(const std::vector<Tensor>& tensors, std::size_t i) {
+  if (!tensors[i].defined()) return -1;
+  for (std::size_t j = 0; j < i; ++j)
+    if (tensors[i].impl() == tensors[j].impl()) return static_cast<int>(j);
+  return -1;
 }
 
 // The guards a replay checks before anything runs; the first that fails, if any.
@@ -180,10 +179,8 @@ std::optional<Failure> check_guards(const Plan& p, const CaptureArgs& a) {
       return Failure{GuardKind::Argument, "argument tensor " + std::to_string(i) + " now " +
                                               (m.requires_grad ? "does not require" : "requires") + " grad"};
   }
-  const auto aliases = argument_aliases(a.tensors);
   for (std::size_t i = 0; i < a.tensors.size(); ++i)
-    if (aliases[i] != p.arg_tensors[i].same_as) {
-      const int was = p.arg_tensors[i].same_as, now = aliases[i];
+    if (const int was = p.arg_tensors[i].same_as, now = same_tensor_before(a.tensors, i); now != was) {
       return Failure{GuardKind::Argument,
                      "argument tensor " + std::to_string(i) +
                          (now >= 0 ? " is now argument " + std::to_string(now) + " itself"
