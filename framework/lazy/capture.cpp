@@ -97,6 +97,8 @@ double since_ns(std::chrono::steady_clock::time_point start) {
 const std::any* try_replay(CaptureState& s, const CaptureArgs& args, std::vector<Tensor>& results) {
   // A replay queues its program without a graph the enclosing trace could see.
   lazy::capture::refuse("it calls another compiled function inside");
+  // A step closure's error surfaces here, before the call traces, replays or changes anything.
+  lazy::rethrow_closure_error();
   if (s.lazy_forever) return nullptr;
   run_pending_work(s.site);
   if (s.plans.empty()) return nullptr;
@@ -175,7 +177,7 @@ const std::any* try_replay(CaptureState& s, const CaptureArgs& args, std::vector
   lazy::queue_program(p.device, p.exe, std::move(inputs), std::move(outputs), std::move(ready));
   metrics::increment("CaptureReplay", p.device);
   metrics::record("ReplayHostTime", since_ns(start));
-  lazy::mark_step_at(s.site);  // the step's closures and back-pressure
+  lazy::end_compiled_step(s.site);  // the step's closures and back-pressure
   return &p.shape;
 }
 
@@ -220,12 +222,12 @@ CaptureTrace::~CaptureTrace() = default;
 void CaptureTrace::finish(const CaptureArgs& results, std::any shape) {
   auto& s = impl_->state;
   if (!impl_->recording) {
-    lazy::mark_step_at(s.site);
+    lazy::end_compiled_step(s.site);
     return;
   }
   auto& r = impl_->recorder;
   r.finishing = true;
-  lazy::mark_step_at(s.site);
+  lazy::end_compiled_step(s.site);
   lazy::capture::active = impl_->outer;
   impl_->recording = false;
   if (s.lazy_forever) return;

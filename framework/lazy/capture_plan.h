@@ -177,7 +177,10 @@ struct Failure {
 
 // The guards a replay checks before anything runs; the first that fails, if any.
 std::optional<Failure> check_guards(const Plan& p, const CaptureArgs& a);
-// After the every_call() effects ran: the guard_on() values and the HostScalars' classes.
+// The tensors the step reads and writes (alive, device, requires_grad); part of both checks.
+std::optional<Failure> check_watched(const Plan& p);
+// After the every_call() effects ran: the tensors again (an update may replace one), the
+// guard_on() values and the HostScalars' classes.
 std::optional<Failure> check_host_values(const Plan& p);
 // How `b` differs from `a`, in words; empty when a replay of one would be the other. Compares
 // constants' bytes through `backend` when given.

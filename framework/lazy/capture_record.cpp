@@ -204,6 +204,13 @@ std::optional<Failure> check_guards(const Plan& p, const CaptureArgs& a) {
     return Failure{GuardKind::Argument, "the arguments hold another count of numbers"};
   }
   if (a.texts != p.texts) return Failure{GuardKind::Argument, "a string argument (or a key of a map of tensors) changed"};
+  return check_watched(p);
+}
+
+// The tensors the step reads and writes: alive, on the step's device, requiring grad as
+// they did. Checked before the effects and again after them (an every_call() update may
+// replace one).
+std::optional<Failure> check_watched(const Plan& p) {
   for (const auto& w : p.watched) {
     auto t = w.tensor.lock();
     if (!t) return Failure{GuardKind::Tensor, "a tensor the step reads or writes no longer exists"};
@@ -219,9 +226,10 @@ std::optional<Failure> check_guards(const Plan& p, const CaptureArgs& a) {
 }
 
 // After the effects ran (as in the traced call, where guard_on() follows the every_call()
-// updates before it): the host values the trace depended on, and every HostScalar entering the
-// graph as it did when captured.
+// updates before it): the tensors the step reads and writes, the host values the trace
+// depended on, and every HostScalar entering the graph as it did when captured.
 std::optional<Failure> check_host_values(const Plan& p) {
+  if (auto f = check_watched(p)) return f;
   for (const auto& g : p.host_guards) {
     int64_t now = g.fn();
     if (now != g.value)

@@ -239,6 +239,8 @@ void wait_for_closures() {
   if (done) done->wait();
 }
 
+}  // namespace
+
 void rethrow_closure_error() {
   auto& ex = executor();
   std::exception_ptr err;
@@ -248,8 +250,6 @@ void rethrow_closure_error() {
   }
   if (err) std::rethrow_exception(err);
 }
-
-}  // namespace
 
 namespace {
 void queue_locked(Executor& ex, Device device, std::shared_ptr<const runtime::Executable> exe,
@@ -402,6 +402,10 @@ void mark_step(std::source_location site) { lazy::mark_step_at(debug::site_of(si
 
 void lazy::mark_step_at(const std::string& site) {
   lazy::rethrow_closure_error();
+  lazy::end_compiled_step(site);
+}
+
+void lazy::end_compiled_step(const std::string& site) {
   metrics::increment("MarkStep");
   lazy::reset_traced_ops();
   // One program per device that has pending tensors.

@@ -43,7 +43,12 @@
 // to_host(), printing), moves a tensor between devices, adds a step closure or marks a step
 // inside is never captured: it is traced at every call, with a warning naming the reason.
 // Tensors fn makes and keeps elsewhere (neither returned, nor a gradient, nor assigned in
-// place) also keep it traced. A compiled function is called from one thread at a time.
+// place) also keep it traced. A tensor passed as an argument is that argument everywhere in
+// the captured step, also where fn reads it through a capture (f(w) for a fn that reads w
+// itself replays f(v) as reading v twice): pass a tensor always as an argument or never.
+// A step closure's error is rethrown at the start of the next call, before it runs anything;
+// a call whose step was queued returns its result. A compiled function is called from one
+// thread at a time.
 #pragma once
 
 #include <loom/tensor.h>

@@ -81,6 +81,8 @@ class EagerModeGuard {
 // Runs `fn` once the values of the current step exist (after the next mark_step's program
 // has run), on the device thread, without tracing a new graph. Not inside a compiled function
 // (it would not be captured): add it after the call, and it runs after that call's step.
+// An exception `fn` throws is rethrown by the next mark_step(), wait_device_ops() or
+// compiled call, at its start (before it runs anything).
 void add_step_closure(std::function<void()> fn);
 
 }  // namespace loom

@@ -204,6 +204,64 @@ TEST(Capture, AParameterAddedToTheOptimizerFailsAGuard) {
   EXPECT_EQ(opt.steps(), ref.steps());
 }
 
+// An every_call() update that replaces a tensor the step reads (rather than assigning it)
+// fails a guard at that replay: the call is traced again, reading the new tensor, and the
+// update is not run twice.
+TEST(Capture, AnEveryCallUpdateThatReplacesATensorTheStepReadsTracesAgain) {
+  fresh();
+  auto w = from_vector<float>({1, 2}, {2});
+  auto x = from_vector<float>({1, 1}, {2});
+  int updates = 0;
+  mark_step();
+  auto step = compile([&](const Tensor& x) {
+    every_call([&] {
+      if (++updates == 4) w = from_vector<float>({5, 6}, {2});
+    });
+    return (w * x).sum();
+  });
+  for (int call = 1; call <= 6; ++call) {
+    EXPECT_EQ(step(x).item<float>(), call < 4 ? 3.0f : 11.0f) << "call " << call;
+    EXPECT_EQ(updates, call) << "call " << call;
+  }
+  EXPECT_GE(metrics::counter("GuardFailTensor"), 1);
+  EXPECT_NE(causes().find("a tensor the step reads or writes no longer exists"), std::string::npos) << causes();
+  EXPECT_TRUE(step.captured());  // the step that reads the new tensor, captured in turn
+}
+
+// A step closure's error surfaces at the start of a later call, before that call runs or
+// queues anything: a call either returns its step's result or changes nothing, traced or
+// replayed.
+void closure_error_leaves_no_step_without_its_result(bool capture) {
+  fresh();
+  ToyStep compiled, lazy;
+  auto step = compile([&](const Tensor& x) { return compiled.run(x); }, {.capture = capture});
+  int call = 0;
+  for (; call < 3; ++call) {
+    EXPECT_TRUE(same_bits(values(step(batch_of(4, call))), values(lazy.run(batch_of(4, call))))) << "call " << call;
+    mark_step();
+  }
+  add_step_closure([] { throw Error("the closure failed"); });  // runs after the next call's step
+  bool thrown = false;
+  for (; call < 200 && !thrown; ++call) {
+    try {
+      auto loss = step(batch_of(4, call));
+      EXPECT_TRUE(same_bits(values(loss), values(lazy.run(batch_of(4, call))))) << "call " << call;
+      values(lazy.w);  // read, so that nothing is left pending for the next call to run first
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("the closure failed"), std::string::npos) << e.what();
+      thrown = true;
+    }
+  }
+  ASSERT_TRUE(thrown);
+  EXPECT_TRUE(same_bits(values(compiled.w), values(lazy.w)));  // the call that threw did not step
+  auto loss = step(batch_of(4, call));
+  EXPECT_TRUE(same_bits(values(loss), values(lazy.run(batch_of(4, call)))));
+  EXPECT_TRUE(same_bits(values(compiled.w), values(lazy.w)));
+}
+
+TEST(Capture, AClosureErrorSurfacesBeforeAReplayedCallStepsNotAfter) { closure_error_leaves_no_step_without_its_result(true); }
+TEST(Capture, AClosureErrorSurfacesBeforeATracedCallStepsNotAfter) { closure_error_leaves_no_step_without_its_result(false); }
+
 TEST(Capture, AScalarThatBecomesZeroOrOneFailsAGuard) {
   fresh();
   ToyStep captured, lazy;
