@@ -114,6 +114,7 @@ struct Run {
   // stage, freed by the last stage or with the Run).
   std::vector<std::unique_ptr<Work>> works;
   int64_t valid_last;  // rows of the last batch that are not padding
+  std::size_t first = 0;  // the first batch made (resuming inside an epoch)
   detail::BoundedQueue<Item> queue;
   tbb::task_group_context context{tbb::task_group_context::isolated};
   std::atomic<bool> stop{false};
@@ -155,6 +156,7 @@ struct DeviceLoader::Iterator::State {
   int threads = 1;
   std::unique_ptr<tbb::task_arena> arena;
   int64_t next_epoch = 0;
+  int64_t next_first_batch = 0;  // set_epoch(e, k): the next run's first batch
   uint64_t next_run = 1;
   std::unique_ptr<Run> run;
   LoaderStats stats;
@@ -199,6 +201,8 @@ void DeviceLoader::Iterator::State::start_run() {
   const int64_t rem = n % options.batch_size;
   const int64_t valid_last = rem == 0 || options.last_batch != LastBatch::Pad ? -1 : rem;
   run = std::make_unique<Run>(epoch, next_run++, std::move(batches), valid_last, options.prefetch);
+  run->first = static_cast<std::size_t>(std::min<int64_t>(std::exchange(next_first_batch, 0),
+                                                          static_cast<int64_t>(run->batches.size())));
   Run* r = run.get();
   r->thread = std::thread([this, r] {
     profiler::set_thread_name("loader");
@@ -214,7 +218,7 @@ void DeviceLoader::Iterator::State::start_run() {
 // own thread then waits for room (outside the arena) and starts it again. With a consumer
 // that is behind, each batch it takes starts a pipeline of one.
 void DeviceLoader::Iterator::State::produce(Run& r) {
-  std::size_t next = 0;
+  std::size_t next = r.first;
   std::atomic<std::size_t> in_flight{0};  // issued and not yet in the queue
   try {
     while (!r.stop && next < r.batches.size() && r.queue.wait_for_room()) {
@@ -455,6 +459,17 @@ int64_t DeviceLoader::epoch() const { return state_->next_epoch; }
 void DeviceLoader::set_epoch(int64_t epoch) {
   if (epoch < 0) throw Error("DeviceLoader::set_epoch: expected epoch >= 0, got " + std::to_string(epoch));
   state_->next_epoch = epoch;
+  state_->next_first_batch = 0;
+}
+
+void DeviceLoader::set_epoch(int64_t epoch, int64_t first_batch) {
+  if (first_batch < 0)
+    throw Error("DeviceLoader::set_epoch: expected a first batch >= 0, got " + std::to_string(first_batch));
+  if (first_batch > batches_per_epoch())
+    throw Error("DeviceLoader::set_epoch: batch " + std::to_string(first_batch) + " is past the epoch's " +
+                std::to_string(batches_per_epoch()) + " batches");
+  set_epoch(epoch);
+  state_->next_first_batch = first_batch;
 }
 
 int64_t DeviceLoader::batches_per_epoch() const {

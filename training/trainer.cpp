@@ -376,12 +376,13 @@ void Trainer::fit(data::DeviceLoader& train, data::DeviceLoader* eval) {
   };
   bool done = step_ >= total_steps_;
   while (epoch_ < options_.epochs && !done) {
-    train.set_epoch(epoch_);
-    int64_t b = 0;
+    // Resuming mid-epoch: batches are a pure function of (seed, epoch, index), so starting
+    // the epoch at the first batch not trained on gives exactly the uninterrupted sequence
+    // (the loader does not read the ones before).
+    train.set_epoch(epoch_, batch_in_epoch_);
+    int64_t b = batch_in_epoch_;
     for (auto& batch : train) {
-      // Resuming mid-epoch: batches are a pure function of (seed, epoch, index), so skipping
-      // the ones already trained on gives exactly the uninterrupted sequence.
-      if (b++ < batch_in_epoch_) continue;
+      ++b;
       // The progress line's rate is global: the ranks step in lockstep on equal batches.
       units_per_step_ = batch.valid * options_.units_per_sample * dist::world_size();
       units_trained += batch.valid * options_.units_per_sample;

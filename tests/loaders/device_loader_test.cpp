@@ -119,6 +119,51 @@ TEST(DeviceLoader, SetEpochReplaysAnEpoch) {
   EXPECT_EQ(first.size(), 8u);
 }
 
+// Resuming inside an epoch: set_epoch(e, k) delivers batches k.. of epoch e, each as a full
+// pass gives it, without reading the batches before k; the epoch after starts at batch 0.
+TEST(DeviceLoader, SetEpochFromABatchStartsThereWithoutReadingTheOnesBefore) {
+  struct Counting final : Dataset {
+    SyntheticDataset inner{64, {{"input", {HostDType::Float32, {3}, 0, 1}}}, 3};
+    mutable std::atomic<int64_t> reads{0};
+    int64_t size() const override { return inner.size(); }
+    Example get(int64_t index) const override {
+      ++reads;
+      return inner.get(index);
+    }
+    std::string source() const override { return "counting"; }
+  };
+  auto ds = std::make_shared<Counting>();
+  DeviceLoader loader(ds, {.batch_size = 8, .shuffle = true, .seed = 5, .threads = 2, .mark_step = false});
+  std::vector<std::vector<int64_t>> full;
+  std::vector<std::vector<float>> full_values;
+  loader.set_epoch(3);
+  for (auto& b : loader) {
+    full.push_back(b.indices);
+    full_values.push_back(b["input"].to_vector<float>());
+  }
+  ASSERT_EQ(full.size(), 8u);
+  ds->reads = 0;
+  loader.set_epoch(3, 5);
+  std::vector<int64_t> numbers;
+  for (auto& b : loader) {
+    numbers.push_back(b.index);
+    EXPECT_EQ(b.epoch, 3);
+    EXPECT_EQ(b.indices, full[static_cast<std::size_t>(b.index)]) << "batch " << b.index;
+    EXPECT_EQ(b["input"].to_vector<float>(), full_values[static_cast<std::size_t>(b.index)]) << "batch " << b.index;
+  }
+  EXPECT_EQ(numbers, (std::vector<int64_t>{5, 6, 7}));
+  EXPECT_EQ(ds->reads, 3 * 8);  // batches 0-4 were not read
+  EXPECT_EQ(loader.epoch(), 4);
+  int64_t next = 0;
+  for (auto& b : loader) EXPECT_EQ(b.index, next++);  // epoch 4: from its first batch
+  EXPECT_EQ(next, 8);
+  loader.set_epoch(3, 8);  // past the last batch: an empty pass
+  for (auto& b : loader) ADD_FAILURE() << "batch " << b.index;
+  EXPECT_THAT(test::error_of([&] { loader.set_epoch(3, 9); }),
+              HasSubstr("DeviceLoader::set_epoch: batch 9 is past the epoch's 8 batches"));
+  EXPECT_THAT(test::error_of([&] { loader.set_epoch(3, -1); }), HasSubstr("expected a first batch >= 0, got -1"));
+}
+
 // A custom sampler's index outside the dataset is an error when its epoch starts, before any
 // sample is read (a dataset of the user's may not check its indices).
 TEST(DeviceLoader, ASamplersIndexOutsideTheDatasetIsAClearError) {

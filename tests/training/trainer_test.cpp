@@ -133,6 +133,8 @@ void expect_resume_exact(ExecutionMode mode, int64_t stop_at, data::DeviceLoader
     BlobTrainer t(fresh_model(), quiet({.epochs = 2, .checkpoint = ck, .resume = true, .mode = mode}));
     t.fit(train, eval);
     b = t.losses();
+    // The batches before the stop were neither read nor delivered again.
+    EXPECT_EQ(train.stats().batches, static_cast<int64_t>(b.size()));
     if (eval) {
       EXPECT_GE(t.last_eval().at("accuracy"), 0.5);
     }

@@ -159,6 +159,11 @@ class DeviceLoader {
   // The epoch the next begin() runs.
   int64_t epoch() const;
   void set_epoch(int64_t epoch);
+  // Resuming inside an epoch: the next begin() runs `epoch` from batch `first_batch` (each
+  // batch as a full pass gives it, Batch::index included; the ones before are not read). The
+  // epochs after start at batch 0. first_batch == batches_per_epoch() gives an empty pass;
+  // past it, or negative, is a loom::Error.
+  void set_epoch(int64_t epoch, int64_t first_batch);
   int64_t batches_per_epoch() const;
   const Dataset& dataset() const;
   // Where the batches are delivered (DeviceLoaderOptions::device).
