@@ -350,6 +350,12 @@ void Trainer::fit(data::DeviceLoader& train, data::DeviceLoader* eval) {
   if (options_.max_steps > 0) total_steps_ = std::min(total_steps_, options_.max_steps);
   // Only where it trains on: evaluating a checkpoint needs no particular batches.
   if (found && step_ < total_steps_) check_resumable(per_epoch);
+  if (step_ >= total_steps_ && logs())
+    spdlog::info("nothing left to train: the run is at step {} of its {} ({} epochs of {} batches{}); raise the "
+                 "epochs or the max steps to train on",
+                 step_, total_steps_, options_.epochs, per_epoch,
+                 options_.max_steps > 0 ? fmt::format(", at most {} steps", options_.max_steps) : std::string());
+  const int64_t first_step = step_;
   if (!options_.profile.empty()) profiler::start();
   units_per_step_ = 0;
   int64_t units_trained = 0;  // by this rank
@@ -457,7 +463,7 @@ void Trainer::fit(data::DeviceLoader& train, data::DeviceLoader* eval) {
   double seconds = now_seconds() - fit_start_;
   double units = dist::all_reduce(static_cast<double>(units_trained));
   double train_seconds = dist::all_reduce(seconds - eval_seconds, dist::ReduceOp::Max);
-  if (logs()) log_summary(seconds, units / std::max(train_seconds, 1e-9));
+  if (logs()) log_summary(step_ - first_step, seconds, units / std::max(train_seconds, 1e-9));
 }
 
 void Trainer::save() {
@@ -481,9 +487,11 @@ void Trainer::check_destinations() const {
     spdlog::info("removed {}, left by a run that stopped while saving", stale);
 }
 
-void Trainer::log_summary(double seconds, double rate) const {
+void Trainer::log_summary(int64_t steps, double seconds, double rate) const {
   if (isatty(fileno(stderr))) std::fprintf(stderr, "\n");
-  spdlog::info("trained {} steps in {}", step_, format_duration(seconds));
+  const char* unit = steps == 1 ? "step" : "steps";
+  if (steps == step_) spdlog::info("trained {} {} in {}", steps, unit, format_duration(seconds));
+  else spdlog::info("trained {} {} in {} (the run is at step {})", steps, unit, format_duration(seconds), step_);
   // (rate 0: nothing was trained, as when a resume finds the run complete and only evaluates.)
   int world = dist::world_size();
   if (rate > 0 && world > 1)

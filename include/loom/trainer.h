@@ -102,7 +102,9 @@ class Trainer {
 
   void set_schedule(std::shared_ptr<optim::Schedule> schedule) { schedule_ = std::move(schedule); }
 
-  // Trains for options.epochs epochs (or max_steps steps); evaluates on `eval` if given.
+  // Trains until the run has done options.epochs epochs (or max_steps steps in all, counted
+  // from the run's start: a resumed run, or a second fit(), trains only what is left, and
+  // says so when nothing is); evaluates on `eval` if given.
   void fit(data::DeviceLoader& train, data::DeviceLoader* eval = nullptr);
   // Sums of eval_step() over the loader, divided by the number of real (unpadded) samples.
   // Under mpirun the sums and counts add up over the ranks, so give each rank its part of the
@@ -151,7 +153,8 @@ class Trainer {
   // batches there; a loom::Error saying what to change otherwise.
   void check_device(const data::DeviceLoader& loader, const char* which) const;
   void log_step(int64_t step, double loss, double lr);
-  void log_summary(double seconds, double rate) const;
+  // `steps`: trained by this fit() (step() less where it started).
+  void log_summary(int64_t steps, double seconds, double rate) const;
   // Log lines come from rank 0 only, and not at all when quiet.
   bool logs() const;
 

@@ -17,6 +17,7 @@ namespace loom {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using test::CliProcess;
@@ -37,6 +38,8 @@ int64_t last_number_after(const std::string& text, const std::string& prefix) {
 int64_t resumed_step(const std::string& ck, int64_t max_steps) {
   auto r = run_cli(kResnet + "--max-steps " + std::to_string(max_steps) + " --checkpoint " + ck + " --resume");
   EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, AllOf(HasSubstr("nothing left to train: the run is at step "),
+                              HasSubstr(" of its " + std::to_string(max_steps) + " (")));
   return last_number_after(r.output, "resumed from " + ck + " at step ");
 }
 
