@@ -73,9 +73,24 @@ World start() {
   return w;
 }
 
+// Started once: a start that failed fails the same way at every later call (MPI cannot be
+// initialized twice, so a retry would only report that instead of the cause).
 const World& world() {
-  static const World w = start();
-  return w;
+  struct Started {
+    World world;
+    std::exception_ptr error;
+  };
+  static const Started s = [] {
+    Started r;
+    try {
+      r.world = start();
+    } catch (...) {
+      r.error = std::current_exception();
+    }
+    return r;
+  }();
+  if (s.error) std::rethrow_exception(s.error);
+  return s.world;
 }
 
 }  // namespace
