@@ -2,6 +2,9 @@
 // node in the IR has operands of one shape.
 #include "lazy/ops_util.h"
 
+#include <cmath>
+#include <cstdio>
+
 namespace loom {
 namespace lazy {
 
@@ -68,8 +71,16 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 }
 
 namespace {
-Tensor scalar_like(const Tensor& t, double v) {
-  if (!t.defined()) lazy::fail("scalar op", "expected a defined tensor, got an empty handle");
+// The scalar operand of `op` in t's dtype. A fractional scalar has no value in an integer or
+// bool dtype (PyTorch would promote the result to float; loom does not promote).
+Tensor scalar_like(const char* op, const Tensor& t, double v) {
+  if (!t.defined()) lazy::fail(op, "expected a defined tensor, got an empty handle");
+  if (!is_floating(t.dtype()) && !(v == std::trunc(v))) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.10g", v);
+    lazy::fail(op, std::string("the scalar ") + text + " is not a whole number, and a scalar takes the tensor's dtype (" +
+                       dtype_name(t.dtype()) + "): convert the tensor first (x.to(DType::Float32))");
+  }
   return lazy::scalar(v, t.dtype(), t.device());
 }
 }  // namespace
@@ -79,14 +90,14 @@ Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
 Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
-Tensor operator+(const Tensor& a, double b) { return add(a, scalar_like(a, b)); }
-Tensor operator-(const Tensor& a, double b) { return sub(a, scalar_like(a, b)); }
-Tensor operator*(const Tensor& a, double b) { return mul(a, scalar_like(a, b)); }
-Tensor operator/(const Tensor& a, double b) { return div(a, scalar_like(a, b)); }
-Tensor operator+(double a, const Tensor& b) { return add(scalar_like(b, a), b); }
-Tensor operator-(double a, const Tensor& b) { return sub(scalar_like(b, a), b); }
-Tensor operator*(double a, const Tensor& b) { return mul(scalar_like(b, a), b); }
-Tensor operator/(double a, const Tensor& b) { return div(scalar_like(b, a), b); }
+Tensor operator+(const Tensor& a, double b) { return add(a, scalar_like("add", a, b)); }
+Tensor operator-(const Tensor& a, double b) { return sub(a, scalar_like("sub", a, b)); }
+Tensor operator*(const Tensor& a, double b) { return mul(a, scalar_like("mul", a, b)); }
+Tensor operator/(const Tensor& a, double b) { return div(a, scalar_like("div", a, b)); }
+Tensor operator+(double a, const Tensor& b) { return add(scalar_like("add", b, a), b); }
+Tensor operator-(double a, const Tensor& b) { return sub(scalar_like("sub", b, a), b); }
+Tensor operator*(double a, const Tensor& b) { return mul(scalar_like("mul", b, a), b); }
+Tensor operator/(double a, const Tensor& b) { return div(scalar_like("div", b, a), b); }
 Tensor& operator+=(Tensor& a, const Tensor& b) { return a = add(a, b); }
 Tensor& operator-=(Tensor& a, const Tensor& b) { return a = sub(a, b); }
 Tensor& operator*=(Tensor& a, const Tensor& b) { return a = mul(a, b); }

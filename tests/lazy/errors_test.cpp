@@ -10,6 +10,7 @@ namespace loom {
 namespace {
 
 using test::error_of;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 TEST(Errors, AddShapeMismatch) {
@@ -106,6 +107,22 @@ TEST(Errors, SizesAndScalarsBeyondInt64) {
   EXPECT_THAT(error_of([] { zeros({2}, DType::Int32) + 3e9; }), HasSubstr("does not fit in int32"));
   EXPECT_THAT(error_of([] { arange(0, 1e20); }), HasSubstr("fewer than 2^62 values"));
   EXPECT_THAT(error_of([] { arange(0, std::numeric_limits<double>::infinity()); }), HasSubstr("fewer than 2^62 values"));
+}
+
+// A scalar takes the tensor's dtype: a fractional one cannot, with an integer or bool tensor
+// (PyTorch would promote to float; loom does not promote), so it is an error, not a scalar
+// truncated to 0 (x * 0.5 was all zeros). Whole numbers are fine.
+TEST(Errors, AFractionalScalarWithAnIntegerTensor) {
+  auto i = from_vector<int64_t>({2, 4}, {2});
+  EXPECT_THAT(error_of([&] { i * 0.5; }),
+              AllOf(HasSubstr("mul: the scalar 0.5 is not a whole number"), HasSubstr("int64"),
+                    HasSubstr("convert the tensor first")));
+  EXPECT_THAT(error_of([&] { 0.25 + i.to(DType::Int32); }), HasSubstr("add: the scalar 0.25 is not a whole number"));
+  EXPECT_THAT(error_of([&] { i / 2.5; }), HasSubstr("div: the scalar 2.5"));
+  EXPECT_THAT(error_of([&] { eq(i, i) - 0.5; }), HasSubstr("sub: the scalar 0.5 is not a whole number"));
+  EXPECT_THAT(error_of([&] { i * std::nan(""); }), HasSubstr("the scalar nan is not a whole number"));
+  EXPECT_EQ((i * 3.0 - 1.0).to_vector<int64_t>(), (std::vector<int64_t>{5, 11}));
+  EXPECT_EQ((from_vector<float>({2, 4}, {2}) * 0.5).to_vector<float>(), (std::vector<float>{1, 2}));
 }
 
 // A 0-d tensor has no dimension to read a size of: the ops that would are errors, as in
