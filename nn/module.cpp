@@ -4,6 +4,7 @@
 
 #include <map>
 #include <set>
+#include <unordered_set>
 
 namespace loom::nn {
 namespace {
@@ -42,6 +43,7 @@ Tensor Module::register_buffer(const std::string& name, Tensor value) {
   check_name(name, "register_buffer");
   for (auto& [n, t] : buffers_)
     if (n == name) throw Error("register_buffer: '" + name + "' is already registered");
+  if (!value.defined()) throw Error("register_buffer: '" + name + "' is an undefined tensor");
   buffers_.emplace_back(name, value);
   return value;
 }
@@ -62,10 +64,24 @@ void Module::collect(const std::string& prefix, NamedTensors& out, bool params, 
   for (auto& [n, m] : children_) m->collect(prefix + n + ".", out, params, buffers);
 }
 
+namespace {
+
+// A tensor reached twice (a module registered under two names, tied weights) keeps its first
+// name only, as PyTorch's named_parameters() does: an optimizer given both would update it twice.
+NamedTensors first_names(NamedTensors all) {
+  std::unordered_set<const TensorImpl*> seen;
+  NamedTensors out;
+  for (auto& [n, t] : all)
+    if (seen.insert(t.impl().get()).second) out.emplace_back(std::move(n), std::move(t));
+  return out;
+}
+
+}  // namespace
+
 NamedTensors Module::named_parameters() const {
   NamedTensors out;
   collect("", out, true, false);
-  return out;
+  return first_names(std::move(out));
 }
 
 std::vector<Tensor> Module::parameters() const {
@@ -77,7 +93,7 @@ std::vector<Tensor> Module::parameters() const {
 NamedTensors Module::named_buffers() const {
   NamedTensors out;
   collect("", out, false, true);
-  return out;
+  return first_names(std::move(out));
 }
 
 std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_modules() const {

@@ -111,13 +111,27 @@ void Adam::load_state(const std::vector<std::pair<std::string, Tensor>>& state, 
     if (i >= params_.size() || (what != "exp_avg" && what != "exp_avg_sq" && what != "step"))
       throw Error(std::string(name_) + ": unexpected optimizer state '" + name + "'");
     if (what == "step") {
-      counts[i] = t.item<int64_t>();
+      if (t.numel() != 1) throw Error(std::string(name_) + ": state '" + name + "' is not one number");
+      counts[i] = t.to(DType::Int64).item<int64_t>();
+      if (counts[i] < 1)
+        throw Error(std::string(name_) + ": state '" + name + "' is " + std::to_string(counts[i]) +
+                    "; expected a step count >= 1");
       continue;
     }
     if (t.shape() != params_[i].shape())
       throw Error(std::string(name_) + ": state '" + name + "' expects shape " +
                   shape_str(params_[i].shape()) + ", got " + shape_str(t.shape()));
-    (what == "exp_avg" ? m : v)[i] = t.detach().to(params_[i].device());  // read to the host
+    // In the parameter's dtype, on its device (a checkpoint's state is read to the host).
+    (what == "exp_avg" ? m : v)[i] = t.detach().to(params_[i].dtype()).to(params_[i].device());
+  }
+  // A parameter's state is whole or absent: moments without a count would be bias-corrected
+  // as at step 1, a count without moments would start them from zero at a late step.
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const bool any = m[i].defined() || v[i].defined() || counts[i] > 0;
+    const char* missing = !m[i].defined() ? "exp_avg" : !v[i].defined() ? "exp_avg_sq" : counts[i] == 0 ? "step" : nullptr;
+    if (any && missing)
+      throw Error(std::string(name_) + ": the state of parameter " + std::to_string(i) + " has no " + missing +
+                  " (a parameter's state is exp_avg, exp_avg_sq and step)");
   }
   exp_avg_ = std::move(m);
   exp_avg_sq_ = std::move(v);

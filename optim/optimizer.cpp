@@ -4,8 +4,20 @@
 #include <loom/optim.h>
 
 #include <cmath>
+#include <optional>
 
 namespace loom::optim {
+
+namespace {
+
+// Where `t` is among ts[0, end), if it is there.
+std::optional<std::size_t> index_of(const std::vector<Tensor>& ts, const Tensor& t, std::size_t end) {
+  for (std::size_t j = 0; j < end; ++j)
+    if (ts[j].impl() == t.impl()) return j;
+  return std::nullopt;
+}
+
+}  // namespace
 
 Optimizer::Optimizer(std::vector<Tensor> params, double lr, const char* name)
     : params_(std::move(params)), name_(name) {
@@ -14,6 +26,10 @@ Optimizer::Optimizer(std::vector<Tensor> params, double lr, const char* name)
     if (!params_[i].defined() || !is_floating(params_[i].dtype()))
       throw Error(std::string(name) + ": parameter " + std::to_string(i) +
                   " is not a defined floating-point tensor");
+    // Given twice, a parameter would be updated twice a step.
+    if (auto j = index_of(params_, params_[i], i))
+      throw Error(std::string(name) + ": parameter " + std::to_string(i) + " is parameter " + std::to_string(*j) +
+                  " again");
   }
   set_lr(lr);
   // Here rather than in each training loop: every loop that owns an optimizer is then right
@@ -33,6 +49,12 @@ void Optimizer::add_param_group(std::vector<Tensor> params) {
     if (!params[i].defined() || !is_floating(params[i].dtype()))
       throw Error(std::string(name_) + ": add_param_group: parameter " + std::to_string(i) +
                   " is not a defined floating-point tensor");
+    if (auto j = index_of(params_, params[i], params_.size()))
+      throw Error(std::string(name_) + ": add_param_group: parameter " + std::to_string(i) +
+                  " is already optimized (parameter " + std::to_string(*j) + ")");
+    if (auto j = index_of(params, params[i], i))
+      throw Error(std::string(name_) + ": add_param_group: parameter " + std::to_string(i) + " is parameter " +
+                  std::to_string(*j) + " of the group again");
   }
   if (dist::is_distributed()) dist::broadcast_parameters(params, 0);
   params_.insert(params_.end(), params.begin(), params.end());

@@ -31,7 +31,7 @@ void SGD::step() {
     if (o_.momentum != 0) {
       auto& buf = momentum_[i];
       if (buf.defined()) buf.assign(buf * o_.momentum + d * (1 - o_.dampening));
-      else buf = d;
+      else buf = d.detach();  // a value of its own: assign() on it must not change the gradient
       d = o_.nesterov ? d + buf * o_.momentum : buf;
     }
     p.assign(p - d * lr_.tensor(d.dtype(), d.device()));
@@ -63,7 +63,7 @@ void SGD::load_state(const std::vector<std::pair<std::string, Tensor>>& state, i
     if (t.shape() != params_[i].shape())
       throw Error("SGD: state '" + name + "' expects shape " + shape_str(params_[i].shape()) +
                   ", got " + shape_str(t.shape()));
-    loaded[i] = t.detach().to(params_[i].device());  // a checkpoint's state is read to the host
+    loaded[i] = t.detach().to(params_[i].dtype()).to(params_[i].device());  // a checkpoint's is on the host
   }
   momentum_ = std::move(loaded);
   steps_ = steps;

@@ -33,7 +33,8 @@ class Optimizer {
   // rank 0's parameter values (loom::dist::broadcast_parameters): ranks that initialise
   // differently still start identical. Constructing an optimizer is then a collective that
   // every rank makes. Buffers (batch-norm statistics) are not parameters; the Trainer keeps
-  // them in step.
+  // them in step. A parameter given twice (here or by add_param_group) is a loom::Error: it
+  // would be updated twice a step (Module::parameters() lists a shared one once).
   Optimizer(std::vector<Tensor> params, double lr, const char* name);
   virtual ~Optimizer() = default;
 
@@ -51,7 +52,8 @@ class Optimizer {
   virtual void add_param_group(std::vector<Tensor> params);
 
   // The optimizer's state as named tensors ("<param index>.<name>") plus the step count, for
-  // checkpoints. load_state() checks names and shapes.
+  // checkpoints. load_state() checks names and shapes (and Adam's, that a parameter's state
+  // is whole), and converts the state to each parameter's dtype and device.
   virtual std::vector<std::pair<std::string, Tensor>> state() const = 0;
   virtual void load_state(const std::vector<std::pair<std::string, Tensor>>& state, int64_t steps) = 0;
 

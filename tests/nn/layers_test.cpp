@@ -357,6 +357,25 @@ TEST(Module, TheDefaultDtypeIsFloat32OrFloat64) {
   EXPECT_EQ(nn::default_dtype(), DType::Float32);  // unchanged by the refusals
 }
 
+// A module or tensor reached twice (a block reused, tied weights) is one parameter: listed
+// once by parameters() and counted once (an optimizer would update it twice a step), while
+// state_dict() keeps every name, as in PyTorch.
+TEST(Module, ASharedModuleIsOneSetOfParameters) {
+  auto fc = std::make_shared<nn::Linear>(3, 4);
+  nn::Sequential seq{fc, std::make_shared<nn::ReLU>(), fc};
+  EXPECT_EQ(seq.parameters().size(), 2u);
+  EXPECT_EQ(seq.num_parameters(), 16);
+  std::vector<std::string> names;
+  for (const auto& [n, t] : seq.named_parameters()) names.push_back(n);
+  EXPECT_EQ(names, (std::vector<std::string>{"0.weight", "0.bias"}));
+  EXPECT_EQ(seq.state_dict().size(), 4u);
+  seq.load_state_dict(seq.state_dict());
+  struct Empty : nn::Module {
+    Empty() { register_buffer("stats", Tensor()); }
+  };
+  EXPECT_EQ(test::error_of([] { Empty(); }), "register_buffer: 'stats' is an undefined tensor");
+}
+
 TEST(Module, TrainEvalReachesChildren) {
   nn::Sequential seq{std::make_shared<nn::BatchNorm2d>(2), std::make_shared<nn::Dropout>(0.5)};
   seq.eval();

@@ -236,5 +236,64 @@ TEST(Optimizers, LoadStateChecksNamesAndShapes) {
     EXPECT_EQ(test::error_of([&] { adam.load_state(state, 1); }), want);
 }
 
+
+// SGD's momentum buffer is a value of its own (torch clones the first gradient): two
+// parameters whose gradients are one tensor (autograd's rule for a + b gives both the same
+// gradient) keep two buffers, and a step does not change the gradient it read.
+TEST(Optimizers, SgdMomentumBuffersAreTheirOwnValues) {
+  auto a = zeros({2}).requires_grad_(), b = zeros({2}).requires_grad_();
+  auto c = from_vector<float>({1, 2}, {2});
+  optim::SGD opt({a, b}, {.lr = 0.1, .momentum = 0.9});
+  for (int step = 0; step < 3; ++step) {
+    opt.zero_grad();
+    sum((a + b) * c).backward();
+    opt.step();
+    mark_step();
+  }
+  // buffers g, 1.9g, 2.71g: each parameter moved by 0.1·(1 + 1.9 + 2.71)·c
+  for (const auto* p : {&a, &b}) {
+    auto v = p->to_vector<float>();
+    EXPECT_NEAR(v[0], -0.561f, 1e-6f);
+    EXPECT_NEAR(v[1], -1.122f, 1e-6f);
+  }
+  // Steps without a new backward read the same gradient again.
+  opt.step();
+  opt.step();
+  EXPECT_EQ(a.grad().to_vector<float>(), (std::vector<float>{1, 2}));
+}
+
+// A parameter given twice would be updated twice a step: an error, in one group or across
+// groups (torch.optim: add_param_group raises on it).
+TEST(Optimizers, AParameterGivenTwiceIsAClearError) {
+  auto a = zeros({2}).requires_grad_(), b = zeros({3}).requires_grad_();
+  EXPECT_EQ(test::error_of([&] { optim::SGD({a, b, a}, {}); }), "SGD: parameter 2 is parameter 0 again");
+  optim::Adam adam({a}, {});
+  EXPECT_EQ(test::error_of([&] { adam.add_param_group({b, a}); }),
+            "Adam: add_param_group: parameter 1 is already optimized (parameter 0)");
+  EXPECT_EQ(adam.params().size(), 1u);  // nothing added
+}
+
+// Adam's state for a parameter is its two moments and its step count, all or none, in the
+// parameter's dtype (a checkpoint read as float32 into float64 parameters is converted).
+TEST(Optimizers, AdamLoadStateNeedsTheWholeStateOfAParameter) {
+  auto a = zeros({2}, DType::Float64).requires_grad_();
+  optim::Adam adam({a}, {});
+  auto step = [](int64_t n) { return scalar_tensor(static_cast<double>(n), DType::Int64); };
+  EXPECT_EQ(test::error_of([&] { adam.load_state({{"0.exp_avg", ones({2})}, {"0.step", step(3)}}, 3); }),
+            "Adam: the state of parameter 0 has no exp_avg_sq (a parameter's state is exp_avg, exp_avg_sq and step)");
+  EXPECT_EQ(test::error_of([&] { adam.load_state({{"0.exp_avg", ones({2})}, {"0.exp_avg_sq", ones({2})}}, 3); }),
+            "Adam: the state of parameter 0 has no step (a parameter's state is exp_avg, exp_avg_sq and step)");
+  EXPECT_EQ(test::error_of([&] {
+              adam.load_state({{"0.exp_avg", ones({2})}, {"0.exp_avg_sq", ones({2})}, {"0.step", step(0)}}, 3);
+            }),
+            "Adam: state '0.step' is 0; expected a step count >= 1");
+  adam.load_state({{"0.exp_avg", ones({2})}, {"0.exp_avg_sq", ones({2})}, {"0.step", step(3)}}, 3);
+  ASSERT_EQ(adam.state().size(), 3u);
+  EXPECT_EQ(adam.state()[0].second.dtype(), DType::Float64);
+  sum(a * a).backward();
+  adam.step();  // float64 state: the step runs
+  EXPECT_TRUE(std::isfinite(a.to_vector<double>()[0]));
+}
+
 }  // namespace
 }  // namespace loom

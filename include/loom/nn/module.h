@@ -41,6 +41,8 @@ class Module {
   // Single-input modules override this (Sequential calls it).
   virtual Tensor forward(const Tensor& input);
 
+  // A tensor reached under two names (a module registered twice, tied weights) is listed
+  // once, under its first name, as in PyTorch; state_dict() keeps every name.
   NamedTensors named_parameters() const;
   std::vector<Tensor> parameters() const;
   NamedTensors named_buffers() const;
@@ -67,6 +69,8 @@ class Module {
  protected:
   // Registers `value` as a parameter (it gets requires_grad) and returns the stored handle.
   Tensor register_parameter(const std::string& name, Tensor value);
+  // A buffer is saved in state_dict() but not trained (running statistics); `value` must be a
+  // defined tensor.
   Tensor register_buffer(const std::string& name, Tensor value);
   template <class M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
