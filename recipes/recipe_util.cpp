@@ -111,6 +111,10 @@ TrainerOptions run_options(const po::variables_map& vm, int argc, char** argv) {
   t.eval_every = vm["eval-every"].as<int64_t>();
   t.checkpoint = vm["checkpoint"].as<std::string>();
   t.checkpoint_every = vm["checkpoint-every"].as<int64_t>();
+  if (t.checkpoint_every > 0 && t.checkpoint.empty() && !vm["checkpoint-every"].defaulted())
+    throw Error("--checkpoint-every: needs --checkpoint FILE to write the checkpoints to");
+  if (vm["synthetic"].as<bool>() && !vm["data"].defaulted())
+    throw Error("--synthetic trains on generated data and reads no --data; give one of the two");
   t.resume = vm["resume"].as<bool>();
   t.profile = vm["profile"].as<std::string>();
   t.seed = vm["seed"].as<int64_t>();

@@ -184,6 +184,7 @@ int run(int argc, char** argv) {
     val_set = std::make_shared<data::SyntheticDataset>(vm["eval-windows"].as<int64_t>(), f, seed + 1);
   } else {
     auto path = vm["data"].as<std::string>();
+    to.inputs = {path};  // no checkpoint or profile may overwrite it
     if (!std::filesystem::exists(path))
       throw Error("--data: no such file '" + path + "'; create it with: prepare_data --text /usr/share/games/fortunes --output " + path);
     auto train_tokens = data::read_hdf5(path, "train/tokens");

@@ -100,6 +100,7 @@ int train(int argc, char** argv) {
     test_set = std::make_shared<data::SyntheticDataset>(1000, f, seed + 1);
   } else {
     auto path = vm["data"].as<std::string>();
+    to.inputs = {path};  // no checkpoint or profile may overwrite it
     if (!std::filesystem::exists(path))
       throw Error("--data: no such file '" + path + "'; create it with: prepare_data --fashion-mnist --output " + path);
     // Both splits' labels are read and checked here, before any training step.

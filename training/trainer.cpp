@@ -91,6 +91,20 @@ void check_writable(const std::string& option, const std::string& path) {
   ::unlink(probe.c_str());
 }
 
+// Whether two paths name one file: the same file if both exist (links included), else the
+// same path once made absolute and normal. An empty path is no file.
+bool same_file(const std::string& a, const std::string& b) {
+  namespace fs = std::filesystem;
+  if (a.empty() || b.empty()) return false;
+  std::error_code ec;
+  if (fs::equivalent(a, b, ec)) return true;
+  const auto ca = fs::weakly_canonical(a, ec);
+  if (ec) return a == b;
+  const auto cb = fs::weakly_canonical(b, ec);
+  if (ec) return a == b;
+  return ca == cb;
+}
+
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -477,6 +491,20 @@ void Trainer::save() {
 }
 
 void Trainer::check_destinations() const {
+  // No output may replace an input or another output: the file would be lost, or the run
+  // would fail at its end (a checkpoint overwritten by the profile).
+  const std::string temp = options_.checkpoint.empty() ? "" : checkpoint_temp_path(options_.checkpoint);
+  for (const auto& input : options_.inputs) {
+    const std::string what = "is a file the run reads; it would be overwritten";
+    if (same_file(options_.checkpoint, input)) throw Error("--checkpoint '" + options_.checkpoint + "' " + what);
+    if (same_file(temp, input))
+      throw Error("--checkpoint '" + options_.checkpoint + "': its temporary file '" + temp + "' " + what);
+    if (same_file(options_.profile, input)) throw Error("--profile '" + options_.profile + "' " + what);
+  }
+  if (same_file(options_.profile, options_.checkpoint))
+    throw Error("--profile '" + options_.profile + "' is the checkpoint; give them two files");
+  if (same_file(options_.profile, temp))
+    throw Error("--profile '" + options_.profile + "' is the checkpoint's temporary file; give another name");
   if (!options_.profile.empty()) check_writable("--profile", options_.profile);
   if (options_.checkpoint.empty() || dist::rank() != 0) return;
   check_writable("--checkpoint", options_.checkpoint);

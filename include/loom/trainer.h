@@ -84,6 +84,9 @@ struct TrainerOptions {
   double clip_grad_norm = 0;      // clip gradients to this global norm (0: off)
   std::string profile;            // write a Chrome trace of the run here ("" : off); under
                                   // mpirun rank N > 0 writes <stem>.rankN<extension> beside it
+  std::vector<std::string> inputs;  // files the run reads (its data): fit() refuses a
+                                  // checkpoint or profile path that is one of them, and a
+                                  // profile that is the checkpoint (or its "<path>.tmp")
   std::string model_name;         // stored in checkpoints; a resume must match it
   std::string run_options;        // stored in checkpoints (the command line, say)
   int64_t seed = 0;               // stored in checkpoints; a resume that trains must match it

@@ -48,6 +48,8 @@ TEST(TrainResnet, BadOptionsEndWithOneClearErrorLine) {
            {"--bogus", "unrecognised option '--bogus'"},
            {"--device tpu --synthetic", "--device: unknown kind 'tpu' in 'tpu'"},
            {"--device cpu:3 --synthetic", "--device: no device cpu:3"},
+           {"--synthetic --checkpoint-every 2", "--checkpoint-every: needs --checkpoint FILE"},
+           {"--synthetic --data x.h5", "--synthetic trains on generated data and reads no --data"},
        }) {
     auto r = run_cli(bin + " " + c.args);
     EXPECT_EQ(r.status, 1) << c.args << "\n" << r.output;

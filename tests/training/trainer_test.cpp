@@ -15,6 +15,9 @@
 #include <csignal>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <unistd.h>
 
 namespace loom {
 namespace {
@@ -303,6 +306,36 @@ TEST(Trainer, DestinationsAreCheckedBeforeTheFirstStep) {
         << msg;
     EXPECT_TRUE(t.losses().empty());
   }
+}
+
+// The checkpoint, its temporary file and the profile are three files, none of them a file
+// the run reads (TrainerOptions::inputs): a run told otherwise refuses to start, and the
+// file it would have replaced is left as it was.
+TEST(Trainer, OutputsThatAreOneFileOrAnInputAreRefused) {
+  auto dir = std::filesystem::temp_directory_path() / ("loom_outputs_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string data = (dir / "data.h5").string(), ck = (dir / "run.ckpt.h5").string();
+  { std::ofstream(data) << "the data"; }
+  const std::pair<TrainerOptions, std::string> cases[] = {
+      {{.checkpoint = ck, .profile = ck}, "--profile '" + ck + "' is the checkpoint"},
+      {{.checkpoint = ck, .profile = ck + ".tmp"}, "--profile '" + ck + ".tmp' is the checkpoint's temporary file"},
+      {{.checkpoint = data, .inputs = {data}}, "--checkpoint '" + data + "' is a file the run reads"},
+      {{.checkpoint = (dir / "." / "data.h5").string(), .inputs = {data}}, "is a file the run reads"},
+      {{.checkpoint = (dir / "saved").string(), .inputs = {(dir / "saved.tmp").string()}},
+       "its temporary file '" + (dir / "saved.tmp").string() + "' is a file the run reads"},
+      {{.profile = data, .inputs = {data}}, "--profile '" + data + "' is a file the run reads"},
+  };
+  for (const auto& [o, want] : cases) {
+    auto train = loader();
+    BlobTrainer t(fresh_model(), quiet(o));
+    auto msg = test::error_of([&] { t.fit(train); });
+    EXPECT_NE(msg.find(want), std::string::npos) << msg;
+    EXPECT_TRUE(t.losses().empty());
+    std::ifstream in(data);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(text, "the data");
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Trainer, SigtermStopsLikeSigint) {
