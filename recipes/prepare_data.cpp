@@ -202,12 +202,33 @@ void convert_fashion_mnist(const fs::path& dir, const std::string& tmp, const Se
 
 // ---- text → byte tokens ----
 
-std::vector<fs::path> text_files(const std::vector<std::string>& inputs) {
+// Whether `p` starts with HDF5's signature (a file this program, or another, wrote).
+bool is_hdf5(const fs::path& p) {
+  static constexpr char kSignature[8] = {'\x89', 'H', 'D', 'F', '\r', '\n', '\x1a', '\n'};
+  char head[8] = {};
+  std::ifstream in(p, std::ios::binary);
+  return in.read(head, sizeof head) && std::equal(head, head + 8, kSignature);
+}
+
+// The text files to read. `outputs` (the output and its temporary file) are never among them:
+// an input that is one is an error, and a directory's entry that is one is left out, as is
+// any HDF5 file there (the output of an earlier run into the corpus directory).
+std::vector<fs::path> text_files(const std::vector<std::string>& inputs, const std::vector<fs::path>& outputs) {
   std::vector<fs::path> files;
   std::set<fs::path> seen;
   auto add = [&](const fs::path& p, bool explicit_file) {
+    for (const auto& out : outputs) {
+      std::error_code ec;
+      if (!fs::equivalent(p, out, ec)) continue;
+      if (explicit_file) throw Error("--text: '" + p.string() + "' is the --output file; it would be overwritten");
+      return;
+    }
     if (p.extension() == ".dat") {
       if (explicit_file) spdlog::warn("{}: skipped (a binary strfile index, not text)", p.string());
+      return;
+    }
+    if (is_hdf5(p)) {
+      spdlog::warn("{}: skipped (an HDF5 file, not text)", p.string());
       return;
     }
     const fs::path canonical = fs::canonical(p);
@@ -251,7 +272,7 @@ void write_tokens(loom::data::HDF5Writer& out, const std::string& path, const st
 }
 
 void convert_text(const std::vector<std::string>& inputs, const std::string& tmp, const Settings& s) {
-  const auto files = text_files(inputs);
+  const auto files = text_files(inputs, {fs::path(s.output), fs::path(tmp)});
   std::vector<unsigned char> bytes;
   for (const auto& f : files) {
     std::ifstream in(f, std::ios::binary);
@@ -291,8 +312,8 @@ int run(int argc, char** argv) {
      "(default /usr/share/datasets/fashion-mnist, as Debian's dataset-fashion-mnist ships them) "
      "into train/images uint8 [N,1,28,28], train/labels int64 [N], test/images, test/labels")
     ("text", po::value<std::vector<std::string>>()->multitoken()->value_name("FILE|DIR..."),
-     "convert plain text files (directories: every file in them, skipping .dat indexes and "
-     "duplicate symlinks) into byte-level tokens train/tokens and val/tokens, vocab_size 256")
+     "convert plain text files (directories: every file in them, skipping .dat indexes, HDF5 "
+     "files and duplicate symlinks) into byte-level tokens train/tokens and val/tokens, vocab_size 256")
     ("output,o", po::value<std::string>(&s.output)->value_name("FILE"),
      "the HDF5 file to write (required); written as FILE.tmp, renamed when complete")
     ("force,f", po::bool_switch(&s.force), "overwrite FILE if it exists")
@@ -336,6 +357,10 @@ int run(int argc, char** argv) {
   if (s.compression < 0 || s.compression > 9) return usage("--compression must be in 0-9");
 
   const fs::path output(s.output);
+  if (fs::is_directory(output)) {
+    spdlog::error("{}: is a directory, expected a file name", s.output);
+    return 1;
+  }
   if (fs::exists(output) && !s.force) {
     spdlog::error("{}: exists; pass --force to overwrite it", s.output);
     return 1;

@@ -170,6 +170,32 @@ TEST(PrepareData, TextToByteTokens) {
   EXPECT_EQ(read_hdf5(dir.file("t64.h5"), "train/tokens").str(), "int64[700]");
 }
 
+// The output never replaces or joins the input: an input that is the output is refused with
+// the input untouched, an output written into the corpus directory (or any HDF5 file there)
+// is not read back as text by the next run, and a directory as the output is refused before
+// any work.
+TEST(PrepareData, TheOutputIsNeverAnInput) {
+  TempDir dir;
+  std::filesystem::create_directory(dir.path() / "corpus");
+  const std::string text = (dir.path() / "corpus" / "a").string();
+  std::ofstream(text) << std::string(700, 'a');
+  auto r = run_prepare_data("--text " + text + " --output " + text + " --force", dir);
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--text: '" + text + "' is the --output file"));
+  EXPECT_EQ(std::filesystem::file_size(text), 700u);
+
+  const std::string inside = (dir.path() / "corpus" / "tok.h5").string();
+  for (int run = 0; run < 2; ++run) {
+    r = run_prepare_data("--text " + (dir.path() / "corpus").string() + " --output " + inside + " --force", dir);
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("700 bytes from 1 files")) << "run " << run;
+  }
+
+  r = run_prepare_data("--text " + text + " --output " + dir.path().string() + " --force", dir);
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(dir.path().string() + ": is a directory, expected a file name"));
+}
+
 TEST(PrepareData, RealFashionMnistThroughTheLoader) {
   const std::string source = "/usr/share/datasets/fashion-mnist";
   if (!std::filesystem::exists(source + "/train-images-idx3-ubyte.gz"))
