@@ -175,12 +175,18 @@ int run(int argc, char** argv) {
 
   int64_t seq = cfg.max_seq_len, batch = vm["batch-size"].as<int64_t>();
   int64_t world = dist::world_size();
+  // An epoch is a fixed number of random windows, whatever --steps says, so that a run resumed
+  // with a larger --steps continues where it stopped (its epochs are the first run's).
+  constexpr int64_t kWindowsPerEpoch = int64_t{1} << 18;
+  if (batch > kWindowsPerEpoch / world)
+    throw Error("--batch-size: at most " + std::to_string(kWindowsPerEpoch / world) + " windows per step and process");
+  const int64_t windows = kWindowsPerEpoch / (batch * world) * batch * world;
   std::shared_ptr<data::Dataset> train_set, val_set;
   if (vm["synthetic"].as<bool>()) {
     std::map<std::string, data::FieldSpec> f{
         {"input", {data::HostDType::Int64, {seq}, 0, static_cast<double>(cfg.vocab_size)}},
         {"target", {data::HostDType::Int64, {seq}, 0, static_cast<double>(cfg.vocab_size)}}};
-    train_set = std::make_shared<data::SyntheticDataset>(100000, f, seed);
+    train_set = std::make_shared<data::SyntheticDataset>(windows, f, seed);
     val_set = std::make_shared<data::SyntheticDataset>(vm["eval-windows"].as<int64_t>(), f, seed + 1);
   } else {
     auto path = vm["data"].as<std::string>();
@@ -196,7 +202,7 @@ int run(int argc, char** argv) {
     const data::ValueRange vocab{0, cfg.vocab_size, "a token (--vocab)"};
     train_set = std::make_shared<data::TokenWindowDataset>(
         std::move(train_tokens), seq,
-        data::TokenWindowOptions{.windows = vm["steps"].as<int64_t>() * batch * world, .random = true,
+        data::TokenWindowOptions{.windows = windows, .random = true,
                                  .seed = static_cast<uint64_t>(seed), .range = vocab},
         path + " train/tokens");
     int64_t fit = (val_tokens.numel() - 1) / seq;
@@ -218,8 +224,8 @@ int run(int argc, char** argv) {
   auto opt = std::make_shared<optim::AdamW>(net->parameters(),
                                             optim::AdamOptions{.lr = vm["lr"].as<double>(), .beta1 = 0.9, .beta2 = 0.95,
                                                                .weight_decay = vm["weight-decay"].as<double>()});
-  int64_t steps = std::min(vm["steps"].as<int64_t>(), train_loader.batches_per_epoch());
-  to.epochs = 1;
+  const int64_t steps = vm["steps"].as<int64_t>(), per_epoch = train_loader.batches_per_epoch();
+  to.epochs = steps / per_epoch + (steps % per_epoch != 0);
   to.max_steps = steps;
   to.clip_grad_norm = vm["clip"].as<double>();
   to.model_name = model_name(cfg);
@@ -233,12 +239,16 @@ int run(int argc, char** argv) {
   trainer.fit(train_loader, &val_loader);
   if (trainer.interrupted()) return 130;
   auto losses = trainer.losses();
+  double val = trainer.last_eval().count("loss") ? trainer.last_eval().at("loss") : NAN;
+  if (losses.empty()) {  // a resume of a finished run: it only evaluated
+    spdlog::info("validation loss {:.4f} = {:.3f} bits per byte", val, val / std::numbers::ln2);
+    return 0;
+  }
   int64_t tail = std::min<int64_t>(50, static_cast<int64_t>(losses.size()));
   double train_loss = 0;
   for (int64_t i = static_cast<int64_t>(losses.size()) - tail; i < static_cast<int64_t>(losses.size()); ++i) train_loss += losses[i];
   train_loss /= std::max<int64_t>(tail, 1);
   train_loss = dist::all_reduce(train_loss, dist::ReduceOp::Mean);  // each rank saw its own windows
-  double val = trainer.last_eval().count("loss") ? trainer.last_eval().at("loss") : NAN;
   spdlog::info("training loss {:.4f} (last {} steps), validation loss {:.4f} = {:.3f} bits per byte", train_loss, tail,
                val, val / std::numbers::ln2);
   return 0;

@@ -16,6 +16,7 @@
 
 #include <array>
 #include <filesystem>
+#include <limits>
 
 namespace {
 
@@ -153,6 +154,9 @@ int train(int argc, char** argv) {
   auto opt = std::make_shared<optim::SGD>(
       net->parameters(), optim::SGDOptions{.lr = vm["lr"].as<double>(), .momentum = vm["momentum"].as<double>(),
                                            .weight_decay = vm["weight-decay"].as<double>()});
+  if (vm["epochs"].as<int64_t>() > std::numeric_limits<int64_t>::max() / train_loader.batches_per_epoch())
+    throw Error("--epochs: " + std::to_string(vm["epochs"].as<int64_t>()) + " epochs of " +
+                std::to_string(train_loader.batches_per_epoch()) + " steps are more steps than an int64 counts");
   int64_t steps = vm["epochs"].as<int64_t>() * train_loader.batches_per_epoch();
   if (vm["max-steps"].as<int64_t>() > 0) steps = std::min(steps, vm["max-steps"].as<int64_t>());
 

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
+#include <limits>
 #include <unistd.h>
 
 namespace loom {
@@ -360,14 +361,17 @@ void Trainer::fit(data::DeviceLoader& train, data::DeviceLoader* eval) {
   saved_at_ = found ? step_ : -1;
   int64_t per_epoch = train.batches_per_epoch();
   batches_per_epoch_ = per_epoch;
+  if (per_epoch > 0 && options_.epochs > std::numeric_limits<int64_t>::max() / per_epoch)
+    throw Error("Trainer: " + std::to_string(options_.epochs) + " epochs of " + std::to_string(per_epoch) +
+                " batches are more steps than an int64 counts");
   total_steps_ = options_.epochs * per_epoch;
   if (options_.max_steps > 0) total_steps_ = std::min(total_steps_, options_.max_steps);
   // Only where it trains on: evaluating a checkpoint needs no particular batches.
   if (found && step_ < total_steps_) check_resumable(per_epoch);
   if (step_ >= total_steps_ && logs())
-    spdlog::info("nothing left to train: the run is at step {} of its {} ({} epochs of {} batches{}); raise the "
+    spdlog::info("nothing left to train: the run is at step {} of its {} ({} epoch{} of {} batches{}); raise the "
                  "epochs or the max steps to train on",
-                 step_, total_steps_, options_.epochs, per_epoch,
+                 step_, total_steps_, options_.epochs, options_.epochs == 1 ? "" : "s", per_epoch,
                  options_.max_steps > 0 ? fmt::format(", at most {} steps", options_.max_steps) : std::string());
   const int64_t first_step = step_;
   if (!options_.profile.empty()) profiler::start();

@@ -64,5 +64,27 @@ TEST(TrainDecoder, GenerateNeedsACheckpointOfTheSameModel) {
   EXPECT_THAT(r.output, HasSubstr("--generate: needs --checkpoint FILE"));
 }
 
+// A decoder run resumed with a larger --steps trains on from its checkpoint (its epochs do
+// not depend on --steps); resumed with the same --steps, it only evaluates and says so.
+TEST(TrainDecoder, AResumeWithMoreStepsTrainsOn) {
+  const auto ck = std::filesystem::temp_directory_path() / ("loom_dec_" + std::to_string(::getpid()) + ".ckpt.h5");
+  const std::string run = std::string(LOOM_TRAIN_DECODER) +
+                          " --synthetic --hidden 32 --layers 1 --heads 2 --kv-heads 1 --intermediate 64 --seq-len 16"
+                          " --batch-size 4 --eval-windows 8 --log-every 1 --checkpoint " + ck.string();
+  auto r = run_cli(run + " --steps 3");
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run_cli(run + " --steps 5 --resume");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("at step 3"));
+  EXPECT_THAT(r.output, HasSubstr("step 5/5"));
+  EXPECT_THAT(r.output, HasSubstr("trained 2 steps"));
+  r = run_cli(run + " --steps 5 --resume");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("nothing left to train: the run is at step 5 of its 5"));
+  EXPECT_THAT(r.output, HasSubstr("validation loss"));
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("training loss")));
+  std::filesystem::remove(ck);
+}
+
 }  // namespace
 }  // namespace loom
