@@ -67,7 +67,8 @@ std::shared_ptr<optim::Schedule> make_schedule(const std::string& name, optim::O
                                   .total_steps = std::max<int64_t>(total_steps, 1)});
   if (name == "step")
     return std::make_shared<optim::StepSchedule>(
-        opt, optim::StepOptions{.base_lr = lr, .step_size = std::max<int64_t>(total_steps / 3, 1), .gamma = 0.1});
+        opt, optim::StepOptions{.base_lr = lr, .step_size = std::max<int64_t>(total_steps / 3, 1), .gamma = 0.1,
+                                .warmup_steps = std::min(warmup, total_steps)});
   if (name == "constant")
     return std::make_shared<optim::WarmupSchedule>(
         opt, optim::WarmupOptions{.base_lr = lr, .warmup_steps = std::max<int64_t>(warmup, 1)});

@@ -63,8 +63,8 @@ int train(int argc, char** argv) {
     ("momentum", po::value<double>()->default_value(0.9, "0.9"), "SGD momentum")
     ("weight-decay", po::value<double>()->default_value(5e-4, "5e-4"), "SGD weight decay")
     ("label-smoothing", po::value<double>()->default_value(0.0, "0"), "cross-entropy label smoothing")
-    ("schedule", po::value<std::string>()->default_value("cosine"), "learning-rate schedule: cosine, step or constant")
-    ("warmup", po::value<int64_t>()->default_value(200), "linear warm-up steps")
+    ("schedule", po::value<std::string>()->default_value("cosine"), "learning-rate schedule: cosine (to 0 at the last step), step (x0.1 at each third of the steps) or constant, each after --warmup")
+    ("warmup", po::value<int64_t>()->default_value(200), "linear warm-up steps (for every --schedule)")
     ("augment", po::value<bool>()->default_value(true), "random crop (padding 2) and horizontal flip of training images")
     ("eval-batch-size", po::value<int64_t>()->default_value(500), "test images per evaluation batch");
   // clang-format on

@@ -168,8 +168,9 @@ class Schedule {
 
 struct StepOptions {
   double base_lr = 0.1;
-  int64_t step_size = 30;  // steps between decays
-  double gamma = 0.1;
+  int64_t step_size = 30;  // steps between decays (counted from step 0)
+  double gamma = 0.1;      // the decay, in (0, 1]
+  int64_t warmup_steps = 0;  // linear from base_lr/warmup_steps over the first steps
 };
 class StepSchedule final : public Schedule {
  public:
@@ -184,7 +185,7 @@ struct CosineOptions {
   double base_lr = 0.1;
   int64_t warmup_steps = 0;  // linear from base_lr/warmup_steps to base_lr
   int64_t total_steps = 1;   // cosine decay to min_lr at total_steps
-  double min_lr = 0;
+  double min_lr = 0;         // in [0, base_lr]
 };
 class CosineSchedule final : public Schedule {
  public:

@@ -2,6 +2,8 @@
 // compile behaviour of optimizer_step, schedules and gradient clipping.
 #include "test_util.h"
 
+#include <gmock/gmock.h>
+
 #include <loom/autograd.h>
 #include <loom/optim.h>
 
@@ -171,6 +173,20 @@ TEST(Schedules, LearningRates) {
   warm.step();
   EXPECT_DOUBLE_EQ(opt.lr(), 1);
   EXPECT_DOUBLE_EQ(warm.lr_at(10), 2);
+  // A step schedule warms up too: linearly over its first steps, decaying as without.
+  optim::StepSchedule warm_step(opt, {.base_lr = 1, .step_size = 4, .gamma = 0.5, .warmup_steps = 2});
+  EXPECT_DOUBLE_EQ(warm_step.lr_at(0), 0.5);
+  EXPECT_DOUBLE_EQ(warm_step.lr_at(1), 1);
+  EXPECT_DOUBLE_EQ(warm_step.lr_at(4), 0.5);
+  // Options that would make a negative or growing LR later in the run fail now.
+  EXPECT_THAT(test::error_of([&] { optim::StepSchedule(opt, {.gamma = -0.5}); }),
+              ::testing::HasSubstr("StepSchedule: expected gamma in (0, 1], got -0.5"));
+  EXPECT_THAT(test::error_of([&] { optim::StepSchedule(opt, {.warmup_steps = -1}); }),
+              ::testing::HasSubstr("StepSchedule: expected warmup_steps >= 0, got -1"));
+  EXPECT_THAT(test::error_of([&] { optim::CosineSchedule(opt, {.base_lr = 1, .total_steps = 5, .min_lr = -1}); }),
+              ::testing::HasSubstr("CosineSchedule: expected 0 <= min_lr <= base_lr, got -1 and 1"));
+  EXPECT_THAT(test::error_of([&] { optim::CosineSchedule(opt, {.base_lr = 1, .total_steps = 5, .min_lr = 2}); }),
+              ::testing::HasSubstr("CosineSchedule: expected 0 <= min_lr <= base_lr, got 2 and 1"));
 }
 
 TEST(ClipGradNorm, ScalesToTheMaxNorm) {
