@@ -12,10 +12,15 @@
 namespace loom::nn {
 namespace {
 
-void check_input(const char* layer, const Tensor& x) {
+// `weight`: the layer's weight (undefined for a LayerNorm without one), whose dtype the input
+// must have.
+void check_input(const char* layer, const Tensor& x, const Tensor& weight) {
   if (!x.defined()) throw Error(std::string(layer) + ": expected a defined input, got an empty handle");
   if (!is_floating(x.dtype()))
     throw Error(std::string(layer) + ": expected a floating-point input, got " + dtype_name(x.dtype()));
+  if (weight.defined() && x.dtype() != weight.dtype())
+    throw Error(std::string(layer) + ": expected a " + dtype_name(weight.dtype()) + " input (the layer's dtype), got " +
+                dtype_name(x.dtype()) + "; convert the input (x.to(...)) or the layer");
 }
 
 }  // namespace
@@ -35,7 +40,7 @@ BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum)
 }
 
 Tensor BatchNorm2d::forward(const Tensor& x) {
-  check_input("BatchNorm2d", x);
+  check_input("BatchNorm2d", x, weight);
   if (x.dim() != 4 || x.size(1) != num_features)
     throw Error("BatchNorm2d: expected a 4-D input [N," + std::to_string(num_features) + ",H,W], got " +
                 shape_str(x.shape()));
@@ -90,7 +95,7 @@ LayerNorm::LayerNorm(Shape normalized_shape, double eps, bool elementwise_affine
 }
 
 Tensor LayerNorm::forward(const Tensor& x) {
-  check_input("LayerNorm", x);
+  check_input("LayerNorm", x, weight);
   const auto k = static_cast<int64_t>(normalized_shape.size());
   if (x.dim() < k || !std::equal(normalized_shape.begin(), normalized_shape.end(), x.shape().end() - k))
     throw Error("LayerNorm: expected an input [..., " + shape_str(normalized_shape).substr(1) + ", got " +
@@ -112,7 +117,7 @@ RMSNorm::RMSNorm(int64_t dim, double eps) : dim(dim), eps(eps) {
 }
 
 Tensor RMSNorm::forward(const Tensor& x) {
-  check_input("RMSNorm", x);
+  check_input("RMSNorm", x, weight);
   if (x.dim() == 0 || x.size(-1) != dim)
     throw Error("RMSNorm: expected an input [..., " + std::to_string(dim) + "], got " + shape_str(x.shape()));
   return x * rsqrt((x * x).mean({-1}, true) + eps) * weight;

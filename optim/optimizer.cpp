@@ -80,11 +80,16 @@ void optimizer_step(Optimizer& opt, bool barrier) {
 Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   if (!(max_norm > 0)) throw Error("clip_grad_norm: expected max_norm > 0, got " + std::to_string(max_norm));
   NoGradGuard no_grad;
+  // Summed in float64 if any gradient is float64, else in float32 (bfloat16 gradients too).
+  DType acc = DType::Float32;
+  for (const auto& p : params)
+    if (p.grad().defined() && p.grad().dtype() == DType::Float64) acc = DType::Float64;
   Tensor total;
   for (const auto& p : params) {
     auto g = p.grad();
     if (!g.defined()) continue;
     auto sq = sum(g * g);
+    if (sq.dtype() != acc) sq = sq.to(acc);
     total = total.defined() ? total + sq : sq;
   }
   if (!total.defined()) throw Error("clip_grad_norm: no parameter has a gradient");

@@ -262,6 +262,20 @@ void closure_error_leaves_no_step_without_its_result(bool capture) {
 TEST(Capture, AClosureErrorSurfacesBeforeAReplayedCallStepsNotAfter) { closure_error_leaves_no_step_without_its_result(true); }
 TEST(Capture, AClosureErrorSurfacesBeforeATracedCallStepsNotAfter) { closure_error_leaves_no_step_without_its_result(false); }
 
+// Dropout's p is read into the captured step: a change traces again (p = 0 passes the input
+// through, as the traced call does).
+TEST(Capture, DropoutsPIsAGuard) {
+  fresh();
+  nn::Dropout drop(0.5, 7);
+  auto x = ones({64});
+  auto step = compile([&](const Tensor& x) { return drop.forward(x).sum(); });
+  for (int call = 0; call < 3; ++call) step(x);
+  ASSERT_TRUE(step.captured());
+  drop.p = 0;
+  EXPECT_EQ(step(x).item<float>(), 64.0f);
+  EXPECT_NE(causes().find("Dropout's p changed"), std::string::npos) << causes();
+}
+
 TEST(Capture, AScalarThatBecomesZeroOrOneFailsAGuard) {
   fresh();
   ToyStep captured, lazy;

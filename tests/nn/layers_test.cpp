@@ -376,6 +376,22 @@ TEST(Module, ASharedModuleIsOneSetOfParameters) {
   EXPECT_EQ(test::error_of([] { Empty(); }), "register_buffer: 'stats' is an undefined tensor");
 }
 
+// A normalisation layer names itself and both dtypes when its input has another dtype than its
+// parameters (the error came from an add inside it).
+TEST(Module, ANormalisationLayerNamesAnInputOfAnotherDtype) {
+  nn::BatchNorm2d bn(2);
+  auto x = zeros({2, 2, 3, 3}, DType::Float64);
+  for (bool training : {true, false}) {
+    bn.train(training);
+    EXPECT_EQ(test::error_of([&] { bn.forward(x); }),
+              "BatchNorm2d: expected a float32 input (the layer's dtype), got float64; convert the input (x.to(...)) or "
+              "the layer");
+  }
+  nn::RMSNorm rms(3);
+  EXPECT_NE(test::error_of([&] { rms.forward(zeros({2, 3}, DType::Float64)); }).find("RMSNorm: expected a float32 input"),
+            std::string::npos);
+}
+
 TEST(Module, TrainEvalReachesChildren) {
   nn::Sequential seq{std::make_shared<nn::BatchNorm2d>(2), std::make_shared<nn::Dropout>(0.5)};
   seq.eval();

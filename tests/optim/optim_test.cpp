@@ -203,6 +203,14 @@ TEST(ClipGradNorm, ScalesToTheMaxNorm) {
   // Below the max norm: unchanged.
   optim::clip_grad_norm({a, b}, 10.0);
   EXPECT_NEAR(a.grad().to_vector<double>()[0], 3 / (5 + 1e-6), 1e-12);
+  // Gradients of two dtypes: one norm over both, each gradient scaled in its own dtype.
+  auto c = from_vector<float>({0, 12}, {2}).requires_grad_();
+  sum(c * c / 2.0).backward();
+  a.set_grad(from_vector<double>({5, 0}, {2}));
+  auto mixed = optim::clip_grad_norm({a, c}, 1.0);
+  EXPECT_NEAR(mixed.item<double>(), 13.0, 1e-9);
+  EXPECT_EQ(c.grad().dtype(), DType::Float32);
+  EXPECT_NEAR(c.grad().to_vector<float>()[1], 12 / 13.0, 1e-6);
 }
 
 TEST(Optimizers, BadOptionsAreClearErrors) {
