@@ -69,9 +69,10 @@ void write_file(const std::string& tmp, const Checkpoint& ck) {
   w.write("meta/options", bytes_of(ck.options));
   // [format version, step, epoch, batch_in_epoch, seed, optimizer_steps, batches_per_epoch,
   //  processes]
-  w.write("meta/counters", HostArray::from_vector<int64_t>({2, ck.step, ck.epoch, ck.batch_in_epoch, ck.seed,
+  w.write("meta/counters", HostArray::from_vector<int64_t>({3, ck.step, ck.epoch, ck.batch_in_epoch, ck.seed,
                                                             ck.optimizer_steps, ck.batches_per_epoch, ck.processes},
                                                            {8}));
+  w.write("meta/lr", HostArray::from_vector<double>({ck.lr.value_or(std::nan(""))}, {1}));
   w.close();
 }
 
@@ -110,11 +111,17 @@ Checkpoint load_checkpoint(const std::string& path) {
   auto c = reinterpret_cast<const int64_t*>(counters.bytes.data());
   // Version 1 had no batches_per_epoch and processes (read as 0: unknown).
   const int64_t version = counters.dtype == HostDType::Int64 && counters.numel() > 0 ? c[0] : 0;
-  if (!((version == 1 && counters.numel() == 6) || (version == 2 && counters.numel() == 8)))
+  if (!((version == 1 && counters.numel() == 6) || ((version == 2 || version == 3) && counters.numel() == 8)))
     throw Error("load_checkpoint: '" + path + "' is not a loom checkpoint (meta/counters)");
-  if (version == 2) {
+  if (version >= 2) {
     ck.batches_per_epoch = c[6];
     ck.processes = c[7];
+  }
+  if (version >= 3) {
+    auto lr = data::read_hdf5(path, "meta/lr");
+    if (lr.dtype != HostDType::Float64 || lr.numel() != 1)
+      throw Error("load_checkpoint: '" + path + "' meta/lr is not one float64");
+    if (const double v = *reinterpret_cast<const double*>(lr.bytes.data()); !std::isnan(v)) ck.lr = v;
   }
   ck.step = c[1];
   ck.epoch = c[2];

@@ -184,6 +184,7 @@ void Trainer::save_checkpoint(const std::string& path) const {
   ck.batches_per_epoch = batches_per_epoch_;
   ck.processes = dist::world_size();
   ck.seed = options_.seed;
+  ck.lr = optimizer_->lr();
   ck.model_name = options_.model_name;
   ck.options = options_.run_options;
   loom::save_checkpoint(path, ck);
@@ -231,7 +232,9 @@ void Trainer::load_checkpoint(const std::string& path) {
   loaded_seed_ = ck.seed;
   loaded_per_epoch_ = ck.batches_per_epoch;
   loaded_processes_ = ck.processes;
+  // The schedule gives the LR of the step; without one, the LR the run had (set by hand).
   if (schedule_) schedule_->set_step(step_);
+  else if (ck.lr) optimizer_->set_lr(*ck.lr);
   mark_step();
 }
 
@@ -452,7 +455,14 @@ void Trainer::fit(data::DeviceLoader& train, data::DeviceLoader* eval) {
     batch_in_epoch_ = 0;
     save();
     if (eval && options_.eval_every == 0 && !interrupted_) run_eval(finished);  // a signal: stop now
+    const double lr = optimizer_->lr();
     on_epoch_end(finished);
+    // The hook set the LR the next epoch trains with (a decay on a plateau): saved again, so
+    // that a resume from this epoch's end trains with it.
+    if (optimizer_->lr() != lr && saved_at_ == step_) {
+      saved_at_ = -1;
+      save();
+    }
     if (interrupted_) break;
   }
   // A signal during the last evaluation or after the last step still means "stop now".

@@ -12,15 +12,16 @@
 //
 // Layout: every tensor is an HDF5 dataset (`model/<key>`, `optimizer/<key>`); `meta/counters`
 // holds [format version, step, epoch, batch_in_epoch, seed, optimizer_steps,
-// batches_per_epoch, processes] as int64 (version 2; version 1, without the last two, still
-// loads) and
-// `meta/index`, `meta/model_name`, `meta/options` are text stored as uint8; `h5dump` shows
-// it all.
+// batches_per_epoch, processes] as int64 (version 3; version 2 and version 1, without the
+// last two, still load), `meta/lr` the optimizer's learning rate as float64[1] (version 3),
+// and `meta/index`, `meta/model_name`, `meta/options` are text stored as uint8; `h5dump`
+// shows it all.
 #pragma once
 
 #include <loom/tensor.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,6 +38,7 @@ struct Checkpoint {
   int64_t batches_per_epoch = 0;  // the run's epoch length (0: unknown, a version 1 file)
   int64_t processes = 0;          // the run's MPI world size (0: unknown, a version 1 file)
   int64_t seed = 0;
+  std::optional<double> lr;    // the optimizer's learning rate (none: a version 1 or 2 file)
   std::string model_name;      // e.g. "resnet20": a resume checks it
   std::string options;         // the run's options, as text
 };

@@ -133,6 +133,8 @@ class Trainer {
   // Per-batch sums of metrics over the batch's real rows (batch.valid of batch.size()), e.g.
   // {"loss": sum of losses, "accuracy": number correct}. The default returns none.
   virtual std::map<std::string, Tensor> eval_step(const data::Batch& batch);
+  // After each epoch's checkpoint and evaluation (last_eval() holds it). An LR set here
+  // (optimizer().set_lr, without a schedule) is saved in the checkpoint and restored by a resume.
   virtual void on_epoch_end(int64_t /*epoch*/) {}
   // 1 for the batch's real rows, 0 for the padding of a last batch ([batch.size()] of
   // `dtype`); the count of real rows is device data, so the last batch does not recompile.

@@ -92,7 +92,7 @@ TEST(Checkpoint, AForeignFileIsAnErrorNamingIt) {
   }
   {
     data::HDF5Writer w(dir / "version.h5");  // the layout, from a format version to come
-    w.write("meta/counters", data::HostArray::from_vector<int64_t>({3, 0, 0, 0, 0, 0, 0, 0}, {8}));
+    w.write("meta/counters", data::HostArray::from_vector<int64_t>({4, 0, 0, 0, 0, 0, 0, 0}, {8}));
     w.close();
   }
   for (const char* name : {"notes.h5", "data.h5", "version.h5"}) {

@@ -163,6 +163,44 @@ TEST(Trainer, ResumingInCompiledModeContinuesExactlyWithACapturedStep) {
   EXPECT_EQ(metrics::counter("GuardFailArgument"), 2);
 }
 
+// A learning rate set by hand (no schedule) is part of the checkpoint: a run that halves it at
+// each epoch's end resumes with the halved one, so the resumed losses are the uninterrupted ones.
+TEST(Trainer, AHandSetLearningRateSurvivesAResume) {
+  struct Halving : BlobTrainer {
+    using BlobTrainer::BlobTrainer;
+    void on_epoch_end(int64_t) override { optimizer().set_lr(optimizer().lr() / 2); }
+  };
+  auto ck = temp_checkpoint("loom_halving_");
+  std::vector<double> whole;
+  {
+    auto train = loader();
+    Halving t(fresh_model(), quiet({.epochs = 3}));
+    t.fit(train);
+    whole = t.losses();
+  }
+  for (int64_t stop_at : {8, 11}) {  // at the first epoch's end (8 batches an epoch), inside the second
+    std::vector<double> a, b;
+    {
+      auto train = loader();
+      Halving t(fresh_model(), quiet({.epochs = 3, .max_steps = stop_at, .checkpoint = ck}));
+      t.fit(train);
+      a = t.losses();
+    }
+    EXPECT_EQ(load_checkpoint(ck).lr, 0.1) << "stopped at " << stop_at;  // halved once
+    {
+      auto train = loader();
+      Halving t(fresh_model(), quiet({.epochs = 3, .checkpoint = ck, .resume = true}));
+      t.fit(train);
+      b = t.losses();
+    }
+    a.insert(a.end(), b.begin(), b.end());
+    ASSERT_EQ(a.size(), whole.size());
+    for (std::size_t i = 0; i < whole.size(); ++i) EXPECT_EQ(a[i], whole[i]) << "step " << i + 1 << ", stopped at " << stop_at;
+    EXPECT_EQ(load_checkpoint(ck).lr, 0.025);  // halved at the three epochs' ends
+  }
+  std::filesystem::remove(ck);
+}
+
 TEST(Trainer, ACheckpointOfAnotherModelIsAClearError) {
   auto ck = temp_checkpoint("loom_other_");
   {
