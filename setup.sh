@@ -28,7 +28,7 @@ while [ $# -gt 0 ]; do
     --no-install) install=0 ;;
     --jobs|-j) jobs=${2:?--jobs needs a number}; shift ;;
     --no-data) data=0 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift

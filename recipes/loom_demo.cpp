@@ -7,16 +7,39 @@
 #include <loom/openmp.h>
 #include <loom/tensor.h>
 
+#include <charconv>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <string>
 
+namespace {
+
+// A positive integer that is the whole of `text`, or a loom::Error naming `what`.
+int64_t positive(const char* text, const char* what) {
+  int64_t v = 0;
+  const char* end = text + std::strlen(text);
+  auto [at, ec] = std::from_chars(text, end, v);
+  if (ec != std::errc() || at != end || v <= 0)
+    throw loom::Error(std::string(what) + ": expected a positive integer, got '" + text + "'");
+  return v;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   loom::openmp_passive_or_reexec(argc, argv);
+  if (argc > 1 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
+    std::cout << "usage: loom_demo [STEPS] [SIZE]\n"
+                 "Runs STEPS (default 100) steps of z += x + y over vectors of SIZE (default 65536) floats,\n"
+                 "marking a step after each, and prints the mean of z (about STEPS/2) and loom's metrics:\n"
+                 "one compile, then cache hits.\n";
+    return 0;
+  }
   try {
-    int64_t steps = argc > 1 ? std::stoll(argv[1]) : 100;
-    int64_t size = argc > 2 ? std::stoll(argv[2]) : 1 << 16;
-    if (steps <= 0 || size <= 0) throw loom::Error("loom_demo: expected positive steps and size");
+    if (argc > 3) throw loom::Error(std::string("unexpected argument '") + argv[3] + "' (see --help)");
+    int64_t steps = argc > 1 ? positive(argv[1], "STEPS") : 100;
+    int64_t size = argc > 2 ? positive(argv[2], "SIZE") : 1 << 16;
     std::cout << "loom_demo: " << steps << " steps of z += x + y over " << size << " floats\n";
 
     auto z = loom::zeros({size});

@@ -7,6 +7,7 @@
 #include <loom/checkpoint.h>
 #include <loom/data/hdf5.h>
 #include <loom/data/loader.h>
+#include <loom/debug.h>
 #include <loom/dist.h>
 #include <loom/lazy.h>
 #include <loom/models/decoder.h>
@@ -63,7 +64,14 @@ models::DecoderConfig config_of(const po::variables_map& vm) {
   c.num_kv_heads = vm["kv-heads"].as<int64_t>();
   c.intermediate_size = vm["intermediate"].as<int64_t>();
   c.max_seq_len = vm["seq-len"].as<int64_t>();
-  c.validate();
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    // The config's names are the options': say which options they are.
+    throw Error(std::string(e.what()) + " (the options --vocab, --hidden, --layers, --heads, --kv-heads, "
+                "--intermediate, --seq-len set vocab_size, hidden_size, num_layers, num_heads, num_kv_heads, "
+                "intermediate_size, max_seq_len)");
+  }
   return c;
 }
 
@@ -92,6 +100,7 @@ int generate(const std::shared_ptr<models::Decoder>& net, const std::string& pro
     return embedding(reshape(net->forward(window), {t_max, vocab}), position).reshape({vocab}).to(DType::Float64);
   });
   std::cout << prompt << std::flush;
+  debug::ExpectedReads sampling;  // each token is read to pick the next: no warning about it
   for (int64_t i = 0; i < count; ++i) {
     int64_t start = std::max<int64_t>(0, static_cast<int64_t>(text.size()) - t_max);
     std::vector<int64_t> window(text.begin() + start, text.end());
@@ -217,7 +226,9 @@ int run(int argc, char** argv) {
   data::DeviceLoader train_loader(train_set, {.batch_size = batch, .shuffle = false, .seed = static_cast<uint64_t>(seed),
                                               .threads = vm["loader-threads"].as<int>(), .prefetch = vm["prefetch"].as<int>(),
                                               .rank = dist::rank(), .world_size = world, .device = device});
-  data::DeviceLoader val_loader(val_set, {.batch_size = batch, .last_batch = data::LastBatch::Pad,
+  // At most the validation windows (this process's part of them): a last batch is padded to the full size.
+  const int64_t val_batch = std::min(batch, std::max<int64_t>(1, (val_set->size() + world - 1) / world));
+  data::DeviceLoader val_loader(val_set, {.batch_size = val_batch, .last_batch = data::LastBatch::Pad,
                                           .threads = vm["loader-threads"].as<int>(), .prefetch = vm["prefetch"].as<int>(),
                                           .device = device, .sampler = recipes::eval_shard(val_set->size())});
 

@@ -66,7 +66,7 @@ int train(int argc, char** argv) {
     ("schedule", po::value<std::string>()->default_value("cosine"), "learning-rate schedule: cosine (to 0 at the last step), step (x0.1 at each third of the steps) or constant, each after --warmup")
     ("warmup", po::value<int64_t>()->default_value(200), "linear warm-up steps (for every --schedule)")
     ("augment", po::value<bool>()->default_value(true), "random crop (padding 2) and horizontal flip of training images")
-    ("eval-batch-size", po::value<int64_t>()->default_value(500), "test images per evaluation batch");
+    ("eval-batch-size", po::value<int64_t>()->default_value(500), "test images per evaluation batch (at most the test set)");
   // clang-format on
   recipes::add_run_options(o, {.loader_threads = 2, .eval_every = 0, .checkpoint_every = 0});
   po::variables_map vm;
@@ -142,8 +142,11 @@ int train(int argc, char** argv) {
                                    .prefetch = vm["prefetch"].as<int>(), .rank = dist::rank(),
                                    .world_size = dist::world_size(), .device = device},
                                   train_tf);
+  // At most the test set (this process's part of it): a last batch is padded to the full size.
+  const int64_t eval_batch = std::min(vm["eval-batch-size"].as<int64_t>(),
+                                      std::max<int64_t>(1, (test_set->size() + dist::world_size() - 1) / dist::world_size()));
   data::DeviceLoader test_loader(test_set,
-                                 {.batch_size = vm["eval-batch-size"].as<int64_t>(), .last_batch = data::LastBatch::Pad,
+                                 {.batch_size = eval_batch, .last_batch = data::LastBatch::Pad,
                                   .threads = vm["loader-threads"].as<int>(), .prefetch = vm["prefetch"].as<int>(),
                                   .device = device, .sampler = recipes::eval_shard(test_set->size())},
                                  {data::to_float(), data::normalize(mean, stddev)});

@@ -36,6 +36,7 @@ State& state() {
 }
 
 thread_local bool closure_running = false;
+thread_local int reads_expected = 0;  // ExpectedReads alive on this thread
 
 }  // namespace
 
@@ -155,8 +156,11 @@ void warn_once(const std::string& key, const std::string& message) {
   warn(s, key, message);
 }
 
+ExpectedReads::ExpectedReads() { ++reads_expected; }
+ExpectedReads::~ExpectedReads() { --reads_expected; }
+
 void note_transfer(const std::string& site) {
-  if (closure_running) return;
+  if (closure_running || reads_expected > 0) return;
   auto& s = state();
   std::lock_guard lock(s.mutex);
   ++s.steps.back().transfers[site];

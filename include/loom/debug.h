@@ -11,7 +11,8 @@
 // Per-step analysis (always on): after a warm-up of 3 steps, loom warns (on stderr and in
 // warnings()) when compiles or reads from the device happen in more than half of the last 10
 // steps: compiles once, naming the last cause and its call site, reads once per call site.
-// Reads made inside step closures do not count: that is what closures are for.
+// Reads made inside step closures do not count: that is what closures are for; nor do those
+// made under an ExpectedReads.
 #pragma once
 
 #include <string>
@@ -29,5 +30,16 @@ struct RecompileCause {
 std::vector<RecompileCause> recompile_causes();
 std::vector<std::string> warnings();
 void reset();
+
+// While one lives (on this thread), reads from the device are the loop's purpose, not a
+// stall to warn about: the per-step analysis does not count them (sampling a token each step
+// to feed it back, as train_decoder --generate does).
+class ExpectedReads {
+ public:
+  ExpectedReads();
+  ~ExpectedReads();
+  ExpectedReads(const ExpectedReads&) = delete;
+  ExpectedReads& operator=(const ExpectedReads&) = delete;
+};
 
 }  // namespace loom::debug

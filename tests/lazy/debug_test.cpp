@@ -89,6 +89,19 @@ TEST(StepAnalysis, AnItemEveryStepIsReportedWithItsCallSite) {
   EXPECT_THAT(warnings[0], HasSubstr("debug_test.cpp:" + std::to_string(item_line)));
 }
 
+// A loop that must read every step (sampling) says so, and is not warned about.
+TEST(StepAnalysis, ExpectedReadsAreNotWarnedAbout) {
+  fresh();
+  auto w = from_vector<float>({1, 2, 3}, {3});
+  debug::ExpectedReads sampling;
+  for (int step = 0; step < 14; ++step) {
+    w = w * 0.5 + 1.0;
+    mark_step();
+    EXPECT_GT(sum(w).item<float>(), 0);
+  }
+  EXPECT_TRUE(debug::warnings().empty());
+}
+
 // The first 3 steps are warm-up: the window of 10 steps the analysis looks at starts after
 // them, so what compiles there is not held against the steps that follow.
 TEST(StepAnalysis, CompilesDuringTheWarmUpDoNotCount) {
