@@ -118,9 +118,20 @@ void Module::load_state_dict(const NamedTensors& state) {
   }
   auto mine = state_dict();
   std::set<std::string> known;
+  // PyTorch's BatchNorm state dicts from before it counted batches lack the count: as
+  // PyTorch does, such a count starts from 0.
+  auto batch_count = [](const std::string& n) {
+    const std::string key = "num_batches_tracked";
+    return n.size() >= key.size() && n.compare(n.size() - key.size(), key.size(), key) == 0 &&
+           (n.size() == key.size() || n[n.size() - key.size() - 1] == '.');
+  };
   for (auto& [n, t] : mine) {
     known.insert(n);
     auto it = given.find(n);
+    if (it == given.end() && batch_count(n) && t.numel() == 1) {
+      given.emplace(n, zeros(t.shape(), t.dtype()));
+      continue;
+    }
     if (it == given.end()) throw Error("load_state_dict: missing key '" + n + "' (expected shape " + shape_str(t.shape()) + ")");
     if (!it->second.defined()) throw Error("load_state_dict: key '" + n + "' holds an undefined tensor");
     if (it->second.shape() != t.shape())

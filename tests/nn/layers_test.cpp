@@ -400,6 +400,23 @@ TEST(Module, TrainEvalReachesChildren) {
   for (auto& m : seq) EXPECT_TRUE(m->is_training());
 }
 
+// A state dict from before BatchNorm counted its batches (PyTorch < 0.4.1) loads, the count
+// starting from 0, as in PyTorch; any other missing key is an error.
+TEST(LoadStateDict, ABatchNormWithoutItsBatchCountLoads) {
+  nn::Sequential seq{std::make_shared<nn::BatchNorm2d>(2)};
+  auto sd = seq.state_dict();
+  std::erase_if(sd, [](const auto& kv) { return kv.first == "0.num_batches_tracked"; });
+  ASSERT_EQ(sd.size(), 4u);
+  for (auto& [n, t] : sd)
+    if (n == "0.running_mean") t = from_vector<float>({3, 4}, {2});
+  seq.load_state_dict(sd);
+  auto bn = std::dynamic_pointer_cast<nn::BatchNorm2d>(seq[0]);
+  EXPECT_EQ(values(bn->running_mean), (std::vector<double>{3, 4}));
+  EXPECT_EQ(bn->num_batches_tracked.item<int64_t>(), 0);
+  std::erase_if(sd, [](const auto& kv) { return kv.first == "0.running_var"; });
+  EXPECT_NE(test::error_of([&] { seq.load_state_dict(sd); }).find("missing key '0.running_var'"), std::string::npos);
+}
+
 TEST(LoadStateDict, ErrorsNameTheKeyAndShapes) {
   nn::Sequential seq{std::make_shared<nn::Linear>(3, 4), std::make_shared<nn::BatchNorm2d>(4)};
   auto sd = seq.state_dict();
