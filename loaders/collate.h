@@ -6,6 +6,7 @@
 #include <loom/data/dataset.h>
 
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -18,7 +19,9 @@ using PlaceField = std::function<unsigned char*(const std::string& name, HostDTy
 
 // Asks `place` for every field of examples[0], in name order, then writes sample i's bytes
 // at row i of each field: every byte of what `place` gave is written. Throws collate()'s
-// errors (no examples; a sample whose fields, dtypes or shapes differ from sample 0's).
-void collate_into(const std::vector<Example>& examples, const PlaceField& place);
+// errors (no examples; a sample whose fields, dtypes or shapes differ from sample 0's), which
+// name each sample by `ids[i]` when given (the dataset's indices), else by its position i.
+void collate_into(const std::vector<Example>& examples, const PlaceField& place,
+                  std::span<const int64_t> ids = {});
 
 }  // namespace loom::data::detail

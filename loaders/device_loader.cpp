@@ -186,7 +186,7 @@ struct DeviceLoader::Iterator::State {
 
 void DeviceLoader::Iterator::State::start_run() {
   end_run();
-  const int64_t epoch = next_epoch++;
+  const int64_t epoch = next_epoch;
   dataset->set_epoch(epoch);
   auto order = sampler->indices(epoch);
   // A custom sampler's indices are checked here, once an epoch, so that no dataset's get() is
@@ -200,6 +200,7 @@ void DeviceLoader::Iterator::State::start_run() {
   const auto n = static_cast<int64_t>(order.size());
   const int64_t rem = n % options.batch_size;
   const int64_t valid_last = rem == 0 || options.last_batch != LastBatch::Pad ? -1 : rem;
+  ++next_epoch;  // only once the epoch can start: a sampler's error leaves it to retry
   run = std::make_unique<Run>(epoch, next_run++, std::move(batches), valid_last, options.prefetch);
   run->first = static_cast<std::size_t>(std::min<int64_t>(std::exchange(next_first_batch, 0),
                                                           static_cast<int64_t>(run->batches.size())));
@@ -308,7 +309,7 @@ void DeviceLoader::Iterator::State::prepare(Run& r, Work& w) const {
       auto* data = static_cast<unsigned char*>(memory.get());
       w.fields.push_back(HostField{name, dtype, shape, std::move(memory)});
       return data;
-    });
+    }, w.indices);
     for (const auto& f : w.fields)
       if (!device_dtype(f.dtype))
         throw Error("field '" + f.name + "' is " + f.str() +
@@ -381,14 +382,16 @@ std::unique_ptr<Batch> DeviceLoader::Iterator::State::next(uint64_t id) {
   return batch;
 }
 
-DeviceLoader::Iterator::Iterator(State* state, uint64_t run) : state_(state), run_(run) {}
+DeviceLoader::Iterator::Iterator(State* state, uint64_t run, std::source_location site)
+    : state_(state), run_(run), site_(site) {}
 
 DeviceLoader::Iterator::~Iterator() {
   if (state_ && state_->run && state_->run->id == run_) state_->end_run();
 }
 
 DeviceLoader::Iterator::Iterator(Iterator&& other) noexcept
-    : state_(std::exchange(other.state_, nullptr)), run_(other.run_), batch_(std::move(other.batch_)) {}
+    : state_(std::exchange(other.state_, nullptr)), run_(other.run_), batch_(std::move(other.batch_)),
+      site_(other.site_) {}
 
 DeviceLoader::Iterator& DeviceLoader::Iterator::operator=(Iterator&& other) noexcept {
   if (this != &other) {
@@ -396,13 +399,14 @@ DeviceLoader::Iterator& DeviceLoader::Iterator::operator=(Iterator&& other) noex
     state_ = std::exchange(other.state_, nullptr);
     run_ = other.run_;
     batch_ = std::move(other.batch_);
+    site_ = other.site_;
   }
   return *this;
 }
 
 DeviceLoader::Iterator& DeviceLoader::Iterator::operator++() {
   if (!batch_ || !state_) return *this;
-  if (state_->options.mark_step) mark_step();
+  if (state_->options.mark_step) mark_step(site_);
   batch_.reset();
   batch_ = state_->next(run_);
   return *this;
@@ -419,6 +423,9 @@ DeviceLoader::DeviceLoader(std::shared_ptr<Dataset> dataset, DeviceLoaderOptions
   if (options.prefetch < 1) throw Error(who + ": expected prefetch >= 1, got " + std::to_string(options.prefetch));
   for (const auto& t : transforms)
     if (!t) throw Error(who + ": got an empty transform");
+  if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size)
+    throw Error(who + ": expected 0 <= rank < world_size, got rank " + std::to_string(options.rank) +
+                " of world_size " + std::to_string(options.world_size));
   st.sampler = options.sampler;
   if (!st.sampler) {
     const int64_t n = dataset->size();
@@ -447,9 +454,9 @@ DeviceLoader::~DeviceLoader() = default;
 DeviceLoader::DeviceLoader(DeviceLoader&&) noexcept = default;
 DeviceLoader& DeviceLoader::operator=(DeviceLoader&&) noexcept = default;
 
-DeviceLoader::Iterator DeviceLoader::begin() {
+DeviceLoader::Iterator DeviceLoader::begin(std::source_location site) {
   state_->start_run();
-  Iterator it(state_.get(), state_->run->id);
+  Iterator it(state_.get(), state_->run->id, site);
   it.batch_ = state_->next(it.run_);
   return it;
 }
@@ -490,10 +497,8 @@ LoaderStats DeviceLoader::stats() const {
 
 void DeviceLoader::reset_stats() {
   state_->stats = {};
-  if (state_->run) {
-    state_->run->start = Clock::now();
-    state_->run->accounted = false;
-  }
+  // A pass in progress counts from now; a finished one (accounted) no longer counts at all.
+  if (state_->run && !state_->run->accounted) state_->run->start = Clock::now();
 }
 
 }  // namespace loom::data

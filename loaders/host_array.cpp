@@ -112,8 +112,10 @@ std::vector<std::string> Example::names() const {
   return out;
 }
 
-void detail::collate_into(const std::vector<Example>& examples, const PlaceField& place) {
+void detail::collate_into(const std::vector<Example>& examples, const PlaceField& place,
+                          std::span<const int64_t> ids) {
   if (examples.empty()) throw Error("collate: expected at least one example, got none");
+  auto id = [&](int64_t i) { return std::to_string(ids.size() == examples.size() ? ids[static_cast<std::size_t>(i)] : i); };
   const Example& first = examples.front();
   const auto n = static_cast<int64_t>(examples.size());
   std::map<std::string, unsigned char*> out;
@@ -125,13 +127,13 @@ void detail::collate_into(const std::vector<Example>& examples, const PlaceField
   for (int64_t i = 0; i < n; ++i) {
     const Example& e = examples[static_cast<std::size_t>(i)];
     if (e.size() != first.size() || e.names() != first.names())
-      throw Error("collate: sample " + std::to_string(i) + " has fields (" + field_list(e) +
-                  "), expected (" + field_list(first) + ") as sample 0");
+      throw Error("collate: sample " + id(i) + " has fields (" + field_list(e) + "), expected (" +
+                  field_list(first) + ") as sample " + id(0));
     for (const auto& [name, a] : e) {
       const HostArray& ref = first.at(name);
       if (a.dtype != ref.dtype || a.shape != ref.shape)
-        throw Error("collate: sample " + std::to_string(i) + " field '" + name + "' is " +
-                    a.str() + ", expected " + ref.str() + " as sample 0");
+        throw Error("collate: sample " + id(i) + " field '" + name + "' is " + a.str() + ", expected " + ref.str() +
+                    " as sample " + id(0));
       assert(a.bytes.size() == ref.bytes.size());
       if (!a.bytes.empty())
         std::memcpy(out.at(name) + static_cast<std::size_t>(i) * a.bytes.size(), a.bytes.data(),

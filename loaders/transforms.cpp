@@ -210,6 +210,16 @@ Transform random_crop(std::array<int64_t, 2> size, int64_t padding, std::string 
     unsigned char fill_bytes[8] = {};
     visit_typed(a.dtype, [&](auto tag) {
       using T = decltype(tag);
+      if constexpr (!std::is_floating_point_v<T>) {
+        // An integer image holds the fill exactly, or it is no fill for it.
+        constexpr double lo = static_cast<double>(std::numeric_limits<T>::lowest());
+        constexpr double hi = static_cast<double>(std::numeric_limits<T>::max()) + 1.0;
+        const bool fits = a.dtype == HostDType::Bool ? (fill == 0 || fill == 1)
+                                                     : fill >= lo && fill < hi && fill == std::trunc(fill);
+        if (!fits)
+          throw Error("random_crop: fill " + std::to_string(fill) + " is not a value of field '" + field + "' (" +
+                      a.str() + ")");
+      }
       const T v = static_cast<T>(fill);
       std::memcpy(fill_bytes, &v, sizeof v);
     });

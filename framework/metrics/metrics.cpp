@@ -130,10 +130,10 @@ std::string report() {
   auto& r = registry();
   std::lock_guard lock(r.mutex);
   std::string out = "Counters:\n";
-  char line[256];
+  // The name padded to 28 columns (a longer one whole), as "%-28s" would.
+  auto name = [](const std::string& k) { return "  " + k + std::string(k.size() < 28 ? 28 - k.size() : 0, ' ') + " "; };
   for (auto& [k, v] : r.counters) {
-    std::snprintf(line, sizeof line, "  %-28s %lld", k.c_str(), static_cast<long long>(v));
-    out += line;
+    out += name(k) + std::to_string(v);
     // The shares, where a device other than cpu:0 counted.
     std::string shares;
     bool other = false;
@@ -145,13 +145,10 @@ std::string report() {
     out += (other ? "  (" + shares + ")" : std::string()) + "\n";
   }
   out += "Stats:\n";
-  for (auto& [k, s] : r.stats) {
-    std::snprintf(line, sizeof line, "  %-28s count=%lld total=%s mean=%s min=%s max=%s\n",
-                  k.c_str(), static_cast<long long>(s.count), format_value(k, s.total).c_str(),
-                  format_value(k, s.total / std::max<int64_t>(s.count, 1)).c_str(),
-                  format_value(k, s.min).c_str(), format_value(k, s.max).c_str());
-    out += line;
-  }
+  for (auto& [k, s] : r.stats)
+    out += name(k) + "count=" + std::to_string(s.count) + " total=" + format_value(k, s.total) +
+           " mean=" + format_value(k, s.total / std::max<int64_t>(s.count, 1)) + " min=" + format_value(k, s.min) +
+           " max=" + format_value(k, s.max) + "\n";
   return out;
 }
 

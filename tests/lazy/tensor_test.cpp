@@ -71,6 +71,16 @@ TEST(Metrics, ReportCountersStatsAndReset) {
   metrics::reset();
   EXPECT_EQ(metrics::counter("TransferToDevice"), 0);
   EXPECT_EQ(metrics::stat("CompileTime").count, 0);
+  // A long name keeps its line whole (a fixed buffer cut it, and the next line joined it).
+  const std::string long_name(300, 'x');
+  metrics::record(long_name + "Time", 2e6);
+  metrics::increment(long_name);
+  report = metrics::report();
+  EXPECT_NE(report.find(long_name + " 1\n"), std::string::npos) << report;
+  EXPECT_NE(report.find(long_name + "Time count=1 total=2.000ms mean=2.000ms min=2.000ms max=2.000ms\n"),
+            std::string::npos)
+      << report;
+  metrics::reset();
 }
 
 TEST(Allocator, ASteadyStepAllocatesNothingFromTheSystem) {

@@ -5,6 +5,7 @@
 
 #include <loom/data/hdf5.h>
 #include <loom/data/loader.h>
+#include <loom/debug.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -162,6 +163,63 @@ TEST(DeviceLoader, SetEpochFromABatchStartsThereWithoutReadingTheOnesBefore) {
   EXPECT_THAT(test::error_of([&] { loader.set_epoch(3, 9); }),
               HasSubstr("DeviceLoader::set_epoch: batch 9 is past the epoch's 8 batches"));
   EXPECT_THAT(test::error_of([&] { loader.set_epoch(3, -1); }), HasSubstr("expected a first batch >= 0, got -1"));
+}
+
+// The steps a loop over a loader marks are named after the loop's line in loom::debug's
+// causes (they were all the loader's own line, so two loops were compared with each other).
+TEST(DeviceLoader, ItsStepsAreNamedAfterTheLoop) {
+  debug::reset();
+  auto ds = std::make_shared<SyntheticDataset>(
+      12, std::map<std::string, FieldSpec>{{"input", {HostDType::Float32, {3}, 0, 1}}}, 3);
+  DeviceLoader loader(ds, {.batch_size = 4});
+  Tensor kept;
+  const int line = __LINE__ + 1;
+  for (auto& b : loader) kept = (b["input"] * 2.0).sum();
+  bool named = false;
+  for (const auto& c : debug::recompile_causes())
+    named |= c.site == "device_loader_test.cpp:" + std::to_string(line);
+  EXPECT_TRUE(named);
+}
+
+// A pass that finished is not timed after it (reset_stats() made it count again); a world
+// size or rank that makes no sense is an error; an epoch that cannot start leaves epoch() as
+// it was.
+TEST(DeviceLoader, StatsRanksAndEpochsStayTrue) {
+  auto ds = std::make_shared<SyntheticDataset>(
+      12, std::map<std::string, FieldSpec>{{"input", {HostDType::Float32, {3}, 0, 1}}}, 3);
+  DeviceLoader loader(ds, {.batch_size = 4, .mark_step = false});
+  auto it = loader.begin();
+  while (it != loader.end()) ++it;
+  loader.reset_stats();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_LT(loader.stats().iterate_seconds, 0.1);
+  for (auto [rank, world] : {std::pair<int64_t, int64_t>{0, 0}, {0, -3}, {2, 2}, {-1, 2}})
+    EXPECT_THAT(test::error_of([&] { DeviceLoader(ds, {.rank = rank, .world_size = world}); }),
+                HasSubstr("expected 0 <= rank < world_size"));
+  struct Past final : Sampler {
+    std::vector<int64_t> indices(int64_t) const override { return {0, 99}; }
+    int64_t size() const override { return 2; }
+  };
+  DeviceLoader bad(ds, {.batch_size = 2, .sampler = std::make_shared<Past>()});
+  EXPECT_THROW(bad.begin(), Error);
+  EXPECT_EQ(bad.epoch(), 0);
+}
+
+// A sample that does not collate with the others is named by its index in the dataset.
+TEST(DeviceLoader, ASampleThatDoesNotCollateIsNamedByItsIndex) {
+  struct Odd final : Dataset {
+    int64_t size() const override { return 8; }
+    Example get(int64_t index) const override {
+      Example e;
+      e["x"] = HostArray::from_vector<float>(std::vector<float>(index == 5 ? 3 : 2, 1.f), {index == 5 ? 3 : 2});
+      return e;
+    }
+  };
+  DeviceLoader loader(std::make_shared<Odd>(), {.batch_size = 4, .mark_step = false});
+  const std::string msg = test::error_of([&] {
+    for (auto& b : loader) (void)b;
+  });
+  EXPECT_THAT(msg, HasSubstr("collate: sample 5 field 'x' is float32[3], expected float32[2] as sample 4")) << msg;
 }
 
 // A custom sampler's index outside the dataset is an error when its epoch starts, before any

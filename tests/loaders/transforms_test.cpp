@@ -83,6 +83,12 @@ TEST(Transforms, RandomCropWithPaddingMatchesAManualCrop) {
   EXPECT_GT(shifted, 20);
   Example e = image(1, 3, 3);
   EXPECT_THAT(test::error_of([&] { random_crop({8, 8}, 1)(e, {}); }), HasSubstr("larger than field 'input'"));
+  // A fill the image's dtype cannot hold is an error (300 became 255 in uint8, -1 undefined).
+  for (double fill : {300.0, -1.0, 0.5})
+    EXPECT_THAT(test::error_of([&] { random_crop({3, 3}, 1, "input", fill)(e, {}); }),
+                HasSubstr("is not a value of field 'input' (uint8"))
+        << fill;
+  random_crop({3, 3}, 1, "input", 255)(e, {});
 }
 
 TEST(Transforms, FlipIsDeterministicPerSampleAndReversesRows) {

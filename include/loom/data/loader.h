@@ -55,6 +55,7 @@
 #include <iterator>
 #include <map>
 #include <memory>
+#include <source_location>
 #include <string>
 #include <vector>
 
@@ -144,16 +145,18 @@ class DeviceLoader {
    private:
     friend class DeviceLoader;
     struct State;
-    Iterator(State* state, uint64_t run);
+    Iterator(State* state, uint64_t run, std::source_location site);
     State* state_ = nullptr;
     uint64_t run_ = 0;
     std::unique_ptr<Batch> batch_;
+    std::source_location site_;  // the loop's line, named by its mark_step()s
   };
 
   // Starts epoch epoch() (cancelling an unfinished one), waits for its first batch, and moves
   // epoch() on by one. Only one iteration at a time: an older iterator ends when a new one
-  // starts. Iterators must not outlive the loader.
-  Iterator begin();
+  // starts. Iterators must not outlive the loader. `site` (by default where begin() is called:
+  // the range-for's line) names the iterator's mark_step()s in loom::debug's causes.
+  Iterator begin(std::source_location site = std::source_location::current());
   std::default_sentinel_t end() { return {}; }
 
   // The epoch the next begin() runs.
