@@ -130,12 +130,14 @@ void Tensor::assign(const Tensor& value) const {
 
 std::vector<Tensor> grad(const Tensor& output, const std::vector<Tensor>& inputs, const Tensor& grad_output) {
   NoGradGuard no_grad;
+  // Checked before the tape runs (and is freed): a call with a wrong input can be made again.
+  for (const auto& x : inputs)
+    if (!x.defined() || !x.impl()->requires_grad() || x.impl()->grad_fn())
+      lazy::fail("grad", "expected leaf tensors that require grad as inputs");
   auto g = autograd::seed_gradient(output, grad_output, "grad");
   auto leaves = autograd::run(output, g);
   std::vector<Tensor> out;
   for (const auto& x : inputs) {
-    if (!x.defined() || !x.impl()->requires_grad() || x.impl()->grad_fn())
-      lazy::fail("grad", "expected leaf tensors that require grad as inputs");
     auto it = leaves.find(x.impl().get());
     out.push_back(it != leaves.end() ? it->second : zeros(x.shape(), x.dtype(), x.device()));
   }

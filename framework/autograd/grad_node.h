@@ -29,6 +29,13 @@ struct GradNode {
   // PyTorch frees saved tensors, so a step's tape no longer holds the parameters' old
   // buffers (which the next program can then take over; compiler/memory_plan.h).
   bool released = false;
+
+  GradNode() = default;
+  GradNode(const GradNode&) = delete;
+  GradNode& operator=(const GradNode&) = delete;
+  // Frees the nodes it alone holds from a loop, not by recursion: a tape recorded without a
+  // barrier (eager mode, a long unrolled loop) can be hundreds of thousands of nodes deep.
+  ~GradNode();
 };
 
 // Called by lazy::apply for every op: links `out` to its operands when grad mode is on and

@@ -131,8 +131,9 @@ std::vector<Tensor> grad_rule(const GradNode& node, const Tensor& g) {
     case Op::Sqrt: return {g / (out() * 2.0)};
     case Op::Rsqrt: { auto y = out(); return {g * y * y * y * -0.5}; }
     case Op::Abs: { auto x = in(0); return {g * (as(gt(x, zeros_like(x)), x) - as(lt(x, zeros_like(x)), x))}; }
-    // From the output (y > 0 exactly where x > 0, NaN included), as PyTorch does: the backward
-    // then keeps no pre-activation, which can fuse into the ReLU (BatchNorm's shift + ReLU).
+    // From the output (y > 0 exactly where x > 0), as PyTorch does: the backward then keeps no
+    // pre-activation, which can fuse into the ReLU (BatchNorm's shift + ReLU). A NaN input gets
+    // no gradient here (PyTorch's passes it through; the step is NaN either way).
     case Op::Relu: { auto y = out(); return {g * as(gt(y, zeros_like(y)), y)}; }
     case Op::Sigmoid: { auto y = out(); return {g * y * (1.0 - y)}; }
     case Op::Tanh: { auto y = out(); return {g * (1.0 - y * y)}; }
@@ -176,13 +177,23 @@ std::vector<Tensor> grad_rule(const GradNode& node, const Tensor& g) {
       return {needs(0) ? g / b : Tensor(), needs(1) ? -(g * out() / b) : Tensor()};
     }
     case Op::Pow: {
+      // As PyTorch: no gradient to the base where the exponent is 0 (b·a^(b-1) is 0·inf at
+      // a = 0), none to the exponent where the base is 0 and the exponent >= 0 (a^b·log a is
+      // 0·-inf or 1·-inf there).
       auto a = in(0), b = in(1);
-      return {needs(0) ? g * b * pow(a, b - 1.0) : Tensor(),
-              needs(1) ? g * out() * log(a) : Tensor()};
+      auto z = zeros_like(g);
+      Tensor ga, gb;
+      if (needs(0)) ga = where(eq(b, zeros_like(b)), z, g * b * pow(a, b - 1.0));
+      if (needs(1)) {
+        auto base_zero = as(eq(a, zeros_like(a)), a) * as(ge(b, zeros_like(b)), a);
+        gb = where(gt(base_zero, zeros_like(base_zero)), z, g * out() * log(a));
+      }
+      return {ga, gb};
     }
     case Op::Maximum:
     case Op::Minimum: {
-      // Ties split the gradient evenly, as PyTorch does.
+      // Ties split the gradient evenly, as PyTorch does. Where an operand is NaN neither gets
+      // a gradient (PyTorch gives both the whole of it).
       auto a = in(0), b = in(1);
       auto win = node.op == Op::Maximum ? gt(a, b) : lt(a, b);
       auto lose = node.op == Op::Maximum ? lt(a, b) : gt(a, b);

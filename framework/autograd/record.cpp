@@ -13,6 +13,23 @@ void set_grad_enabled(bool on) { grad_enabled = on; }
 
 namespace autograd {
 
+GradNode::~GradNode() {
+  // As ir::Node's destructor: the nodes this one frees queue up here, and the outermost
+  // destructor on the thread frees them one by one.
+  thread_local std::vector<std::shared_ptr<GradNode>> dying;
+  thread_local bool draining = false;
+  for (auto& e : next)
+    if (e.fn) dying.push_back(std::move(e.fn));
+  if (draining) return;
+  draining = true;
+  while (!dying.empty()) {
+    auto last = std::move(dying.back());
+    dying.pop_back();
+    last.reset();  // may queue its own inputs' nodes
+  }
+  draining = false;
+}
+
 void record(ir::Op op, const ir::Attr& attr, const std::vector<Tensor>& operands,
             const std::vector<ir::NodePtr>& operand_nodes, const Tensor& out) {
   if (!grad_enabled || !ir::op_info(op).differentiable || !is_floating(out.dtype())) return;

@@ -4,6 +4,7 @@
 #include <loom/autograd.h>
 
 #include <cmath>
+#include <pthread.h>
 #include <functional>
 #include <random>
 
@@ -185,6 +186,55 @@ TEST(Autograd, ASecondBackwardThroughAFreedGraphIsAnError) {
   EXPECT_NE(msg.find("already run by an earlier backward"), std::string::npos) << msg;
   sum(w * w).backward();  // a new forward has its own tape
   EXPECT_EQ(w.grad().to_vector<double>(), (std::vector<double>{4, 8}));
+}
+
+// pow's gradients where PyTorch defines them by convention: none to the base where the
+// exponent is 0, none to the exponent where the base is 0 and the exponent >= 0 (values from
+// torch 1.13: a = [0, 0, -2, 3], b = [0, 2, 0, 0.5]).
+TEST(Autograd, PowAtAZeroBaseOrExponent) {
+  auto a = from_vector<double>({0, 0, -2, 3}, {4}).requires_grad_();
+  auto b = from_vector<double>({0, 2, 0, 0.5}, {4}).requires_grad_();
+  sum(pow(a, b)).backward();
+  const auto ga = a.grad().to_vector<double>(), gb = b.grad().to_vector<double>();
+  EXPECT_EQ(ga[0], 0);
+  EXPECT_EQ(ga[1], 0);  // 2·0^1
+  EXPECT_EQ(ga[2], 0);
+  EXPECT_NEAR(ga[3], 0.5 / std::sqrt(3.0), 1e-15);
+  EXPECT_EQ(gb[0], 0);
+  EXPECT_EQ(gb[1], 0);
+  EXPECT_TRUE(std::isnan(gb[2]));  // log of a negative base, as in PyTorch
+  EXPECT_NEAR(gb[3], std::sqrt(3.0) * std::log(3.0), 1e-15);
+}
+
+// loom::grad() checks its inputs before it runs (and frees) the tape: a call with a wrong
+// input can be made again with the right one.
+TEST(Autograd, GradChecksItsInputsBeforeRunningTheTape) {
+  auto x = from_vector<double>({1, 2}, {2}).requires_grad_();
+  auto y = sum(x * x);
+  EXPECT_NE(test::error_of([&] { grad(y, {x * 2.0}); }).find("expected leaf tensors"), std::string::npos);
+  EXPECT_EQ(grad(y, {x})[0].to_vector<double>(), (std::vector<double>{2, 4}));
+}
+
+// A tape tens of thousands of ops deep is freed without recursing once per op (on a thread
+// with a 512 KiB stack, which that recursion overflows).
+TEST(Autograd, ADeepTapeIsFreedWithoutDeepRecursion) {
+  static bool done = false;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 512 * 1024);
+  pthread_t thread;
+  auto body = [](void*) -> void* {
+    auto x = from_vector<float>({1, 2}, {2}).requires_grad_();
+    Tensor y = x;
+    for (int i = 0; i < 50000; ++i) y = -y;
+    y = Tensor();  // the tape (and the graph) go here
+    done = true;
+    return nullptr;
+  };
+  ASSERT_EQ(pthread_create(&thread, &attr, body, nullptr), 0);
+  pthread_join(thread, nullptr);
+  pthread_attr_destroy(&attr);
+  EXPECT_TRUE(done);
 }
 
 TEST(Autograd, BackwardJoinsTheStepGraph) {
