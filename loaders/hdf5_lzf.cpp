@@ -61,13 +61,22 @@ std::size_t filter(unsigned flags, std::size_t cd_nelmts, const unsigned cd_valu
     *buf_size = nbytes;
     return n;
   }
-  std::size_t size = cd_nelmts >= 3 && cd_values[2] != 0 ? cd_values[2] : std::max(*buf_size, nbytes);
+  const bool size_known = cd_nelmts >= 3 && cd_values[2] != 0;
+  std::size_t size = size_known ? cd_values[2] : std::max(*buf_size, nbytes);
   if (size >= kMaxChunkBytes) return 0;
   for (;;) {
     void* out = H5allocate_memory(size, false);
     if (!out) return 0;
     errno = 0;
     const unsigned n = lzf_decompress(*buf, in_len, out, static_cast<unsigned>(size));
+    // A chunk whose size is on record decompresses to exactly that: fewer bytes would leave
+    // the rest of the chunk's buffer unwritten (and read as data).
+    if (n != 0 && size_known && n != size) {
+      H5free_memory(out);
+      H5Epush2(H5E_DEFAULT, __FILE__, "lzf_filter", __LINE__, H5E_ERR_CLS, H5E_PLINE, H5E_READERROR,
+               "LZF: a chunk of %zu compressed bytes decompresses to %u bytes, not its %zu", nbytes, n, size);
+      return 0;
+    }
     if (n != 0) {
       H5free_memory(*buf);
       *buf = out;

@@ -4,7 +4,9 @@
 
 #include <loom/data/hdf5.h>
 
+#include <cstdint>
 #include <filesystem>
+#include <new>
 
 namespace loom::data {
 
@@ -51,6 +53,29 @@ Layout inspect(hid_t dset, const std::string& context) {
   if (rank < 1) throw Error(context + ": expected an array with a sample dimension, got rank 0");
   std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
   check(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr), context, "cannot read the shape");
+  // Sizes are int64 from here on, and byte counts 64-bit: a shape past them is refused here,
+  // not wrapped into a smaller array than the file's.
+  uint64_t bytes = host_dtype_size(*dtype);
+  for (auto d : dims)
+    if (d > static_cast<hsize_t>(INT64_MAX) || __builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes) ||
+        bytes > static_cast<uint64_t>(INT64_MAX)) {
+      std::string msg = context;
+      msg += ": its shape [";
+      for (std::size_t i = 0; i < dims.size(); ++i) {
+        if (i) msg += ',';
+        msg += std::to_string(dims[i]);
+      }
+      msg += "] is more bytes than a 64-bit size counts";
+      throw Error(msg);
+    }
+  // Storage that lives elsewhere reads as fill values where it is missing, silently.
+  Handle dcpl(check(H5Dget_create_plist(dset), context, "cannot read the creation list"));
+  if (H5Pget_layout(dcpl.get()) == H5D_VIRTUAL)
+    throw Error(context + ": is a virtual dataset, which loom does not read (its missing sources would read as "
+                "fill values); copy it into a plain one (h5repack)");
+  if (H5Pget_external_count(dcpl.get()) > 0)
+    throw Error(context + ": keeps its data in external raw files, which loom does not read (a short file "
+                "would read as fill values); copy it into the HDF5 file (h5repack)");
   return {*dtype, dims};
 }
 
@@ -62,7 +87,13 @@ HostArray read_hdf5(const std::string& file, const std::string& path) {
   Handle f = detail::open_file(file, context);
   Handle dset = detail::open_dataset(f.get(), path, H5P_DEFAULT, context);
   detail::Layout layout = detail::inspect(dset.get(), context);
-  HostArray out(layout.dtype, Shape(layout.dims.begin(), layout.dims.end()));
+  HostArray out;
+  try {
+    out = HostArray(layout.dtype, Shape(layout.dims.begin(), layout.dims.end()));
+  } catch (const std::bad_alloc&) {
+    throw Error(context + ": its " + std::to_string(shape_numel(Shape(layout.dims.begin(), layout.dims.end()))) +
+                " values do not fit in memory");
+  }
   if (!out.bytes.empty())
     check(H5Dread(dset.get(), detail::native_h5_type(layout.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT,
                   out.bytes.data()),

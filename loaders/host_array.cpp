@@ -61,7 +61,11 @@ HostDType host_dtype(DType t) {
 HostArray::HostArray(HostDType dtype, Shape shape) : dtype(dtype), shape(std::move(shape)) {
   for (auto d : this->shape)
     if (d < 0) throw Error("HostArray: expected non-negative sizes, got " + shape_str(this->shape));
-  bytes.assign(static_cast<std::size_t>(numel()) * host_dtype_size(dtype), 0);
+  std::size_t n = 0;
+  if (__builtin_mul_overflow(static_cast<std::size_t>(numel()), host_dtype_size(dtype), &n))
+    throw Error("HostArray: " + std::string(host_dtype_name(dtype)) + shape_str(this->shape) +
+                " is more bytes than a 64-bit size counts");
+  bytes.assign(n, 0);
 }
 
 void HostArray::check_type(HostDType requested) const {

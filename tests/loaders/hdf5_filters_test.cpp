@@ -73,6 +73,28 @@ TEST(HDF5Lzf, CorruptLzfChunkNamesItsRows) {
             "chunk of " + std::to_string(chunk_bytes) + " compressed bytes");
 }
 
+// A chunk that decompresses to fewer bytes than its recorded size is corrupt: the rest of the
+// chunk would be read from memory nothing wrote.
+TEST(HDF5Lzf, AShortChunkIsCorruptNotPartlyUninitialised) {
+  TempDir dir;
+  const std::string file = dir.file("short.h5");
+  std::filesystem::copy_file(kFixture, file);
+  {
+    std::lock_guard lock(hdf5_mutex());
+    hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t ds = H5Dopen2(f, "train/images", H5P_DEFAULT);
+    std::vector<unsigned char> chunk(33, 7);
+    chunk[0] = 31;  // an LZF literal run of 32 bytes
+    const std::vector<hsize_t> offset{8, 0, 0, 0};
+    ASSERT_GE(H5Dwrite_chunk(ds, H5P_DEFAULT, 0, offset.data(), chunk.size(), chunk.data()), 0);
+    H5Dclose(ds);
+    H5Fclose(f);
+  }
+  HDF5Dataset ds(file, {{"train/images", "input"}, {"train/labels", "target"}}, {.block_cache = false});
+  EXPECT_THAT(test::error_of([&] { ds.get_batch(std::vector<int64_t>{9}); }),
+              HasSubstr("LZF: a chunk of 33 compressed bytes decompresses to 32 bytes, not its "));
+}
+
 TEST(HDF5Lzf, HDF5WriterWritesLzfAsH5pyDoes) {
   TempDir dir;
   const std::string file = dir.file("w.h5");

@@ -199,6 +199,40 @@ TEST(HDF5Errors, UnsupportedDtypeAndRank) {
               AllOf(HasSubstr(file), HasSubstr("x/scalar"), HasSubstr("sample dimension")));
 }
 
+// A shape whose bytes a 64-bit size cannot count (a sparse chunked dataset is a few bytes on
+// disk), and data kept in external raw files, are refused naming the file and the dataset.
+TEST(HDF5Errors, HugeShapesAndExternalStorage) {
+  TempDir dir;
+  const std::string file = dir.file("odd.h5");
+  {
+    std::lock_guard lock(hdf5_mutex());
+    hid_t f = H5Fcreate(file.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    const hsize_t huge[1] = {hsize_t{1} << 61}, chunk[1] = {1024};
+    hid_t space = H5Screate_simple(1, huge, nullptr);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(dcpl, 1, chunk);
+    H5Dclose(H5Dcreate2(f, "huge", H5T_STD_I64LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT));
+    H5Pclose(dcpl);
+    H5Sclose(space);
+    const hsize_t ten[1] = {10};
+    space = H5Screate_simple(1, ten, nullptr);
+    dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_external(dcpl, (dir.path() / "raw.bin").c_str(), 0, 40);
+    H5Dclose(H5Dcreate2(f, "external", H5T_STD_I32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT));
+    H5Pclose(dcpl);
+    H5Sclose(space);
+    H5Fclose(f);
+  }
+  EXPECT_THAT(test::error_of([&] { read_hdf5(file, "huge"); }),
+              AllOf(HasSubstr(file), HasSubstr("'huge'"), HasSubstr("more bytes than a 64-bit size counts")));
+  EXPECT_THAT(test::error_of([&] { HDF5Dataset(file, {{"huge", "input"}}); }),
+              AllOf(HasSubstr(file), HasSubstr("more bytes than a 64-bit size counts")));
+  EXPECT_THAT(test::error_of([&] { read_hdf5(file, "external"); }),
+              AllOf(HasSubstr(file), HasSubstr("'external'"), HasSubstr("external raw files")));
+  EXPECT_THAT(test::error_of([] { HostArray(HostDType::Int64, {int64_t{1} << 61}); }),
+              HasSubstr("more bytes than a 64-bit size counts"));
+}
+
 TEST(HDF5Errors, TruncatedFile) {
   TempDir dir;
   const std::string file = dir.file("trunc.h5");
