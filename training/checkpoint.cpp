@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 #include <sstream>
 
 namespace loom {
@@ -29,22 +30,32 @@ std::string string_of(const HostArray& a) {
   return s;
 }
 
-// The first element of `h` that is NaN or infinite, or -1.
-int64_t first_non_finite(const HostTensor& h) {
-  auto scan = [&](const auto* v) -> int64_t {
-    for (int64_t i = 0; i < h.numel(); ++i)
-      if (!std::isfinite(v[i])) return i;
-    return -1;
-  };
-  if (h.dtype == DType::Float32) return scan(h.data<float>());
-  if (h.dtype == DType::Float64) return scan(h.data<double>());
+// The first of the n values that is NaN or infinite, or -1.
+template <class T>
+int64_t first_non_finite(const T* v, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(v[i])) return i;
   return -1;
 }
 
-// HDF5 paths cannot hold '/' inside a name; state_dict keys use '.', so keep them as they are.
+int64_t first_non_finite(const HostTensor& h) {
+  if (h.dtype == DType::Float32) return first_non_finite(h.data<float>(), h.numel());
+  if (h.dtype == DType::Float64) return first_non_finite(h.data<double>(), h.numel());
+  return -1;
+}
+
+// A key the index can hold (it is space- and line-separated) and HDF5 can name (no '/').
+void check_key(const std::string& group, const std::string& name) {
+  if (name.empty()) throw Error(group + ": a tensor has an empty name");
+  for (unsigned char c : name)
+    if (c <= ' ' || c == '/' || c == 0x7f)
+      throw Error(group + ": the name '" + name + "' holds a space, a control character or '/'");
+}
+
 void write_group(data::HDF5Writer& w, const std::string& group,
                  const std::vector<std::pair<std::string, Tensor>>& tensors, std::ostringstream& index) {
   for (const auto& [name, t] : tensors) {
+    check_key(group, name);
     auto h = t.to_host();
     // A run that diverged must not replace a good checkpoint with NaN weights.
     if (auto i = first_non_finite(h); i >= 0)
@@ -128,19 +139,42 @@ Checkpoint load_checkpoint(const std::string& path) {
   ck.batch_in_epoch = c[3];
   ck.seed = c[4];
   ck.optimizer_steps = c[5];
-  ck.model_name = string_of(data::read_hdf5(path, "meta/model_name"));
-  ck.options = string_of(data::read_hdf5(path, "meta/options"));
-  std::istringstream index(string_of(data::read_hdf5(path, "meta/index")));
-  std::string group, name;
-  std::size_t rank;
-  while (index >> group >> name >> rank) {
-    Shape shape(rank);
-    for (auto& d : shape) index >> d;
+  auto text = [&](const char* name) {
+    auto a = data::read_hdf5(path, name);
+    if (a.dtype != HostDType::UInt8) throw Error("load_checkpoint: '" + path + "' " + name + " is not text");
+    return string_of(a);
+  };
+  ck.model_name = text("meta/model_name");
+  ck.options = text("meta/options");
+  // The index: a line "<group> <name> <rank> <dims...>" per tensor, read to its end.
+  std::istringstream index(text("meta/index"));
+  std::set<std::string> seen;
+  std::string line;
+  int64_t line_number = 0;
+  while (std::getline(index, line)) {
+    ++line_number;
+    const std::string bad = "load_checkpoint: '" + path + "' meta/index line " + std::to_string(line_number);
+    std::istringstream fields(line);
+    std::string group, name, extra;
+    int64_t rank = -1;
+    if (!(fields >> group >> name >> rank) || (group != "model" && group != "optimizer") || rank < 0 || rank > 16)
+      throw Error(bad + " is not '<model|optimizer> <name> <rank> <sizes>': '" + line + "'");
+    Shape shape(static_cast<std::size_t>(rank));
+    for (auto& d : shape)
+      if (!(fields >> d) || d < 1) throw Error(bad + " has no positive size for each of its " + std::to_string(rank) + " dimensions");
+    if (fields >> extra) throw Error(bad + " has more than " + std::to_string(rank) + " sizes");
+    const std::string where = "'" + path + "' " + group + "/" + name;
+    if (!seen.insert(group + "/" + name).second) throw Error("load_checkpoint: " + where + " is in the index twice");
     auto a = data::read_hdf5(path, group + "/" + name);
-    auto where = "'" + path + "' " + group + "/" + name;
-    if (a.numel() != shape_numel(shape))
-      throw Error("load_checkpoint: " + where + " holds " + std::to_string(a.numel()) +
-                  " values, the index says " + shape_str(shape));
+    // Stored as written: a 0-d tensor as [1].
+    if (a.shape != (shape.empty() ? Shape{1} : shape))
+      throw Error("load_checkpoint: " + where + " is " + a.str() + ", the index says " + shape_str(shape));
+    // As save_checkpoint refuses to write them.
+    int64_t bad_at = -1;
+    if (a.dtype == HostDType::Float32) bad_at = first_non_finite(a.data<float>(), a.numel());
+    if (a.dtype == HostDType::Float64) bad_at = first_non_finite(a.data<double>(), a.numel());
+    if (bad_at >= 0)
+      throw Error("load_checkpoint: " + where + " holds a non-finite value at element " + std::to_string(bad_at));
     auto t = from_host(a.bytes.data(), loom_dtype(a.dtype, where), shape);
     (group == "model" ? ck.model : ck.optimizer).emplace_back(name, t);
   }

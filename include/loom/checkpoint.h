@@ -44,11 +44,13 @@ struct Checkpoint {
 };
 
 // Throws loom::Error, keeping the file already at `path` and removing the partial one, when
-// a tensor holds NaN or Inf (a diverged run) or the file cannot be written (a full disk).
+// a tensor holds NaN or Inf (a diverged run), a name is empty or holds a space, a control
+// character or '/', or the file cannot be written (a full disk).
 void save_checkpoint(const std::string& path, const Checkpoint& checkpoint);
 // Where save_checkpoint writes before the rename ("<path>.tmp").
 std::string checkpoint_temp_path(const std::string& path);
-// Throws loom::Error naming the file for a missing, truncated or foreign file.
+// Throws loom::Error naming the file for a missing, truncated or foreign file, an index that
+// does not describe its tensors (shape, duplicates) and a NaN or infinite value in one.
 Checkpoint load_checkpoint(const std::string& path);
 
 }  // namespace loom

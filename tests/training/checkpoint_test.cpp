@@ -8,7 +8,9 @@
 #include <loom/checkpoint.h>
 #include <loom/data/hdf5.h>
 
+#include <cmath>
 #include <filesystem>
+#include <hdf5.h>
 #include <fstream>
 #include <string>
 #include <unistd.h>
@@ -59,6 +61,68 @@ TEST(Checkpoint, EveryFieldComesBack) {
   EXPECT_EQ(back.optimizer[0].first, "0.momentum_buffer");
   EXPECT_EQ(back.optimizer[0].second.to_vector<float>(), (std::vector<float>{-1, 0, 1, 2, 3, 4}));
   EXPECT_FALSE(fs::exists(checkpoint_temp_path(dir / "a.h5")));
+}
+
+// Replaces dataset `path` of `file` with `bytes` as uint8 (a checkpoint's text), or overwrites
+// a float32 dataset's values with `values`.
+void replace_text(const std::string& file, const std::string& path, const std::string& bytes) {
+  std::lock_guard lock(data::hdf5_mutex());
+  hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  H5Ldelete(f, path.c_str(), H5P_DEFAULT);
+  const hsize_t n[1] = {bytes.size()};
+  hid_t space = H5Screate_simple(1, n, nullptr);
+  hid_t ds = H5Dcreate2(f, path.c_str(), H5T_STD_U8LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  H5Dwrite(ds, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data());
+  H5Dclose(ds);
+  H5Sclose(space);
+  H5Fclose(f);
+}
+
+void overwrite_floats(const std::string& file, const std::string& path, const std::vector<float>& values) {
+  std::lock_guard lock(data::hdf5_mutex());
+  hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  hid_t ds = H5Dopen2(f, path.c_str(), H5P_DEFAULT);
+  H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data());
+  H5Dclose(ds);
+  H5Fclose(f);
+}
+
+// A key the index cannot hold is refused when saving (the previous file kept); an index that
+// does not describe the file's tensors exactly, or a non-finite value, is refused when loading,
+// naming the file (a tensor could load in another shape, or be dropped, silently).
+TEST(Checkpoint, TheIndexAndTheValuesAreChecked) {
+  TempDir dir("index");
+  const std::string file = dir / "c.h5";
+  save_checkpoint(file, sample(1));
+  for (const char* key : {"a b", "a\nmodel x 1", ""}) {
+    Checkpoint bad = sample(2);
+    bad.model.emplace_back(key, zeros({2}));
+    EXPECT_NE(test::error_of([&] { save_checkpoint(file, bad); }).find("the previous checkpoint is kept"),
+              std::string::npos);
+  }
+  EXPECT_EQ(load_checkpoint(file).step, 1);
+  const std::string good = "model fc.weight 2 2 3\nmodel fc.bias 1 2\nmodel bn.num_batches_tracked 0\n"
+                           "optimizer 0.momentum_buffer 2 2 3\n";
+  const std::pair<std::string, std::string> cases[] = {
+      {"model fc.weight 2 3 2\n", "model/fc.weight is float32[2,3], the index says [3,2]"},
+      {"model fc.weight 2 2 3\nmodel fc.weight 2 2 3\n", "model/fc.weight is in the index twice"},
+      {"meta counters 1 8\n", "meta/index line 1 is not '<model|optimizer> <name> <rank> <sizes>'"},
+      {"model fc.weight 2 2 -3\n", "meta/index line 1 has no positive size for each of its 2 dimensions"},
+      {"model fc.weight 2 2 3 4\n", "meta/index line 1 has more than 2 sizes"},
+      {"model fc.weight 99999999999 2 3\n", "is not '<model|optimizer> <name> <rank> <sizes>'"},
+  };
+  for (const auto& [index, want] : cases) {
+    replace_text(file, "meta/index", index);
+    const std::string msg = test::error_of([&] { load_checkpoint(file); });
+    EXPECT_NE(msg.find(want), std::string::npos) << msg;
+    EXPECT_NE(msg.find(file), std::string::npos) << msg;
+  }
+  replace_text(file, "meta/index", good);
+  EXPECT_EQ(load_checkpoint(file).model.size(), 3u);
+  overwrite_floats(file, "model/fc.weight", {1, 2, std::nanf(""), 4, 5, 6});
+  EXPECT_NE(test::error_of([&] { load_checkpoint(file); }).find("model/fc.weight holds a non-finite value at element 2"),
+            std::string::npos);
 }
 
 TEST(Checkpoint, AMissingFileIsAnErrorNamingIt) {

@@ -137,7 +137,9 @@ class HDF5Writer {
   // and only close() writes it out (an existing file is replaced then; a writer destroyed
   // without close() writes nothing), with plain writes: a write that fails (a full disk) is then an
   // error naming the system's reason, and leaves HDF5 nothing half-written to flush at exit
-  // (checkpoints are written so).
+  // (checkpoints are written so). Either way the file is written in place: a failure leaves a
+  // partial file under its name, so write to a temporary name and rename it once closed (as
+  // save_checkpoint and prepare_data do) to keep the file that was there.
   explicit HDF5Writer(std::string file, bool in_memory = false);
   ~HDF5Writer();
   HDF5Writer(const HDF5Writer&) = delete;
