@@ -68,7 +68,9 @@ struct DeviceLoaderOptions {
   LastBatch last_batch = LastBatch::Drop;
   int threads = 0;          // worker threads; 0 (or more than the cores) = all cores
   int prefetch = 2;         // batches prepared ahead of the consumer (in flight or ready)
-  int64_t rank = 0;         // world_size > 1: DistributedSampler(rank, world_size)
+  int64_t rank = 0;         // world_size > 1: DistributedSampler(rank, world_size), which
+                            // repeats a few samples so the ranks' shares are equal (as
+                            // PyTorch's): evaluate exactly once with a custom sampler
   int64_t world_size = 1;
   bool mark_step = true;    // call loom::mark_step() on each iterator increment
   Device device = {};
@@ -81,7 +83,8 @@ struct DeviceLoaderOptions {
 struct Batch {
   std::map<std::string, Tensor> tensors;
   std::vector<int64_t> indices;  // dataset index of each row
-  int64_t valid = 0;             // rows 0..valid-1 are real; the rest pad (LastBatch::Pad)
+  int64_t valid = 0;             // rows 0..valid-1 are real; the rest pad (LastBatch::Pad);
+                                 // a DistributedSampler's repeats count as real
   int64_t index = 0;             // batch number within the epoch
   int64_t epoch = 0;
 
