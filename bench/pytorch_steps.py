@@ -162,10 +162,12 @@ class Attention(nn.Module):
                    for p in (self.q_proj, self.k_proj, self.v_proj))
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
-        # torch 1.13 has no F.scaled_dot_product_attention: matmul + masked softmax.
-        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim)
-        scores = scores.masked_fill(mask, float("-inf"))
-        o = torch.matmul(torch.softmax(scores, dim=-1), v)  # [B, H, T, head_dim]
+        if hasattr(F, "scaled_dot_product_attention"):  # PyTorch 2: its fused kernel, as loom fuses
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:  # torch 1.13 (Debian's) has none: matmul + masked softmax
+            scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim)
+            scores = scores.masked_fill(mask, float("-inf"))
+            o = torch.matmul(torch.softmax(scores, dim=-1), v)  # [B, H, T, head_dim]
         return self.o_proj(o.transpose(1, 2).reshape(b, t, -1))
 
 
@@ -401,8 +403,8 @@ def main():
                    help="also run each row's model through torch.jit.trace (a further row each; the "
                         "JIT optimises the graph after its second run, so keep --warmup >= 2)")
     p.add_argument("--bf16", action="store_true",
-                   help="also run every row under torch.autocast('cpu', torch.bfloat16) (a bf16 row "
-                        "after each fp32 row)")
+                   help="also run every row under torch.autocast(<the device's type>, torch.bfloat16) (a "
+                        "bf16 row after each fp32 row)")
     p.add_argument("--bf16-only", action="store_true", help="only the bf16 (autocast) rows")
     p.add_argument("--device", default="cpu",
                    help="cpu (default), cuda or cuda:N: where the models and the fake batches live; on CUDA "

@@ -19,9 +19,10 @@ Defaults per device:
         (--channels-last), 2 threads; run it with Debian's /usr/bin/python3 on an otherwise idle
         machine, a few minutes per repetition
   cuda  batches resnet20=1024, resnet18=256, decoder=64 (sequences of 256 tokens), loom lazy and
-        captured, PyTorch eager and torch.compile (NCHW: torch.compile chooses its conv layout
-        itself; --channels-last adds channels-last rows of both), TF32 off on both sides
-        unless --tf32 (LOOM_CUDA_TF32=1 for loom, --tf32 for PyTorch), all cores
+        captured, PyTorch eager and torch.compile, each in both layouts (loom's CUDA target runs
+        bf16 convs channels-last, so PyTorch gets its best layout too; --no-channels-last for
+        NCHW only), TF32 off on both sides unless --tf32 (LOOM_CUDA_TF32=1 for loom, --tf32 for
+        PyTorch), all cores
 
 The PyTorch side runs with --python (default: this interpreter), which must import torch.
 --save DIR writes each raw output and the table to files there. Exit status 1 if either side
@@ -145,8 +146,7 @@ def main():
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="torch.compile rows beside PyTorch eager (default: on a GPU only)")
     p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None,
-                   help="PyTorch's ResNets in channels_last too, the best layout counting (default: on the CPU "
-                        "only)")
+                   help="PyTorch's ResNets in channels_last too, the best layout counting (default: on)")
     p.add_argument("--host", action=argparse.BooleanOptionalAction, default=None,
                    help="loom_bench's host section too, for the host/step column (default: on a GPU only)")
     p.add_argument("--tf32", action="store_true",
@@ -180,7 +180,7 @@ def main():
     batches = parse_batches(batch_text, p.error)
     threads = a.threads or (os.cpu_count() if gpu else 2)
     compile_rows = a.compile if a.compile is not None else gpu
-    channels_last = a.channels_last if a.channels_last is not None else not gpu
+    channels_last = a.channels_last if a.channels_last is not None else True
     if a.tf32 and not gpu:
         p.error("--tf32 is a GPU setting: use it with --device cuda")
     if a.repeat < 1 or a.steps < 1 or threads < 1:

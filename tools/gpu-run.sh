@@ -221,11 +221,12 @@ profile() {
     *) echo "gpu-run.sh profile: precision '$precision': expected fp32 or bf16" >&2; return 2 ;; esac
   out=${OUT:-/tmp/loom-profile}/profile
   mkdir -p "$out"
-  echo "== loom: $model $precision batch $batch, 6 captured steps profiled"
+  echo "== loom: $model $precision batch $batch, 8 captured steps profiled (6 timed)"
   "$dir/bin/loom_bench" --device cuda --sections train --models "$model" --modes captured \
     --precision "$precision" --batch "$model=$batch" --steps 6 --profile "$out/loom.json" 2>/dev/null |
     grep '^train'
-  python3 "$root/recipes/profile_summary.py" "$out/loom.json" --steps 6 --by-op --top 40 |
+  # 8 steps traced: 2 chunks of 3 timed steps, each after an untimed one (bench/training_steps.cpp).
+  python3 "$root/recipes/profile_summary.py" "$out/loom.json" --steps 8 --by-op --top 40 |
     tee "$out/loom_ops.txt"
   echo "== PyTorch: $model $precision batch $batch, eager, 3 steps profiled"
   # shellcheck disable=SC2086  # $only is empty or one word
