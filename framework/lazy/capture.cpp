@@ -177,7 +177,7 @@ const std::any* try_replay(CaptureState& s, const CaptureArgs& args, std::vector
   lazy::queue_program(p.device, p.exe, std::move(inputs), std::move(outputs), std::move(ready));
   metrics::increment("CaptureReplay", p.device);
   metrics::record("ReplayHostTime", since_ns(start));
-  lazy::end_compiled_step(s.site);  // the step's closures and back-pressure
+  lazy::mark_step_deferring_errors(s.site);  // the step's closures and back-pressure
   return &p.shape;
 }
 
@@ -222,12 +222,12 @@ CaptureTrace::~CaptureTrace() = default;
 void CaptureTrace::finish(const CaptureArgs& results, std::any shape) {
   auto& s = impl_->state;
   if (!impl_->recording) {
-    lazy::end_compiled_step(s.site);
+    lazy::mark_step_deferring_errors(s.site);
     return;
   }
   auto& r = impl_->recorder;
   r.finishing = true;
-  lazy::end_compiled_step(s.site);
+  lazy::mark_step_deferring_errors(s.site);
   lazy::capture::active = impl_->outer;
   impl_->recording = false;
   if (s.lazy_forever) return;

@@ -342,7 +342,8 @@ void reset_traced_ops() { traced_ops = 0; }
 
 void note_traced_op() {
   static thread_local bool cutting = false;
-  if (cutting) return;
+  // An eager op has run already: it grows no graph.
+  if (cutting || is_eager_mode()) return;
   if (++traced_ops <= max_graph_nodes()) return;
   cutting = true;
   std::cerr << "loom: warning: " << traced_ops.load() << " ops were traced without a step barrier "
@@ -350,7 +351,8 @@ void note_traced_op() {
             << "Call loom::mark_step() in your loop.\n";
   metrics::increment("GraphCut");
   try {
-    mark_step();
+    // A closure's error waits for the user's next barrier: the op that cut is not lost to it.
+    mark_step_deferring_errors(debug::site_of(std::source_location::current()));
   } catch (...) {
     cutting = false;
     throw;
@@ -402,10 +404,10 @@ void mark_step(std::source_location site) { lazy::mark_step_at(debug::site_of(si
 
 void lazy::mark_step_at(const std::string& site) {
   lazy::rethrow_closure_error();
-  lazy::end_compiled_step(site);
+  lazy::mark_step_deferring_errors(site);
 }
 
-void lazy::end_compiled_step(const std::string& site) {
+void lazy::mark_step_deferring_errors(const std::string& site) {
   metrics::increment("MarkStep");
   lazy::reset_traced_ops();
   // One program per device that has pending tensors.

@@ -31,10 +31,10 @@ void queue_program(Device device, std::shared_ptr<const runtime::Executable> exe
                    runtime::BufferList outputs, std::shared_ptr<runtime::Completion> ready);
 // mark_step() with the site already named.
 void mark_step_at(const std::string& site);
-// The barrier at a compiled call's end: mark_step_at(), except that an error a step closure
-// raised meanwhile is left for the next barrier (the start of the next compiled call, which
-// rethrows it before it runs or queues anything), so that a call whose step ran returns.
-void end_compiled_step(const std::string& site);
+// mark_step_at(), except that an error a step closure raised is left for the next barrier
+// that rethrows (mark_step, wait_device_ops, the start of a compiled call): the barrier at a
+// compiled call's end (a call whose step ran returns) and a graph cut (the op that cut runs).
+void mark_step_deferring_errors(const std::string& site);
 // Rethrows the first error a step closure raised since the last rethrow, if any.
 void rethrow_closure_error();
 

@@ -45,4 +45,9 @@ std::shared_ptr<DeviceBuffer> ready_buffer(DType dtype, Shape shape, std::shared
   return std::make_shared<DeviceBuffer>(DeviceBuffer{dtype, std::move(shape), std::move(ready), std::move(storage)});
 }
 
+std::string input_failed(const std::string& error) {
+  static const std::string prefix = "an input of this step had failed: ";
+  return error.compare(0, prefix.size(), prefix) == 0 ? error : prefix + error;
+}
+
 }  // namespace loom::runtime

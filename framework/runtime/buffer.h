@@ -29,6 +29,10 @@ class Completion {
   std::string error_;
 };
 
+// The failure of a program one of whose inputs failed with `error`: said once however many
+// steps the failure passes through ("an input of this step had failed: <the first error>").
+std::string input_failed(const std::string& error);
+
 struct DeviceBuffer {
   DType dtype;
   Shape shape;

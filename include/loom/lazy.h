@@ -63,7 +63,9 @@ int compile_cache_size();
 void use_deterministic_algorithms(bool on);
 bool are_deterministic_algorithms_enabled();
 
-// In eager mode every op runs as soon as it is created (one-op graphs, same compile cache).
+// In eager mode every op runs as soon as it is created (one-op graphs, same compile cache):
+// it is queued on the device at once, so a failure in it (an index out of range) surfaces at
+// the read that needs its value, as in lazy mode, not at the op.
 void eager_mode(bool on);
 bool is_eager_mode();
 
@@ -82,7 +84,10 @@ class EagerModeGuard {
 // has run), on the device thread, without tracing a new graph. Not inside a compiled function
 // (it would not be captured): add it after the call, and it runs after that call's step.
 // An exception `fn` throws is rethrown by the next mark_step(), wait_device_ops() or
-// compiled call, at its start (before it runs anything).
+// compiled call, at its start (before it runs anything). Capture the tensors `fn` reads as
+// values: a handle to a tensor that a later step assigns (a parameter) would read that later
+// value, which the device thread running `fn` cannot wait for (it hangs); t.detach() taken
+// when adding the closure is this step's value.
 void add_step_closure(std::function<void()> fn);
 
 }  // namespace loom

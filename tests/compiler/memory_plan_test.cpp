@@ -202,6 +202,24 @@ TEST(MemoryPlan, AStepTakesOverTheBufferOfTheValueItOverwrites) {
     ASSERT_FLOAT_EQ(now[i], ((start[i] * 0.5f + 1.0f) * 0.5f + 1.0f) * 0.5f + 1.0f) << i;
 }
 
+// A step that failed holds none of its inputs afterwards: the value it read can still be
+// taken over by the next update (a failed run kept its references, and with them the memory,
+// until its program ran again).
+TEST(MemoryPlan, AFailedStepKeepsNoInputAlive) {
+  test::fresh_engine();
+  auto w = from_vector(ramp(4096, 0.1f), {4096});
+  mark_step();
+  {
+    auto bad = embedding(w.reshape({4096, 1}), from_vector<int64_t>({5000}, {1}));  // row 5000 of 4096
+    mark_step();
+    EXPECT_NE(test::error_of([&] { bad.to_vector<float>(); }).find("out of range"), std::string::npos);
+  }
+  w.assign(w * 0.5f + 1.0f);
+  mark_step();
+  wait_device_ops();
+  EXPECT_EQ(metrics::counter("DonatedBuffer"), 1);
+}
+
 TEST(MemoryPlan, ABufferSomethingElseHoldsIsNeverDonated) {
   test::fresh_engine();
   auto w = from_vector(ramp(4096, 0.1f), {4096});

@@ -12,12 +12,14 @@
 #include <gmock/gmock.h>
 
 #include <cctype>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 namespace loom {
 namespace {
@@ -157,6 +159,30 @@ TEST(StepAnalysis, BFloat16WidenedToFloat32IsSaidOnce) {
       EXPECT_THAT(w, HasSubstr("saves memory there, not time"));
     }
   EXPECT_EQ(said, widened ? 1 : 0);
+}
+
+// A cut is not the user's barrier: a step closure's error waits for theirs (the op that cut
+// threw it, and was lost), and eager ops, which grow no graph, never cut.
+TEST(GraphCap, ACutRethrowsNoClosureErrorAndEagerOpsDoNotCut) {
+  fresh();
+  add_step_closure([] { throw Error("the closure failed"); });
+  mark_step();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the closure has run
+  setenv("LOOM_MAX_GRAPH_NODES", "50", 1);
+  auto z = from_vector<double>({0, 0}, {2});
+  auto x = from_vector<double>({1, 2}, {2});
+  EXPECT_NO_THROW(for (int i = 0; i < 500; ++i) z = z + x);
+  EXPECT_GE(metrics::counter("GraphCut"), 9);
+  EXPECT_THAT(test::error_of([] { mark_step(); }), HasSubstr("the closure failed"));
+  EXPECT_EQ(z.to_vector<double>(), (std::vector<double>{500, 1000}));
+  const auto cuts = metrics::counter("GraphCut");
+  {
+    EagerModeGuard eager(true);
+    for (int i = 0; i < 200; ++i) z = z + x;
+  }
+  unsetenv("LOOM_MAX_GRAPH_NODES");
+  EXPECT_EQ(metrics::counter("GraphCut"), cuts);
+  EXPECT_EQ(z.to_vector<double>(), (std::vector<double>{700, 1400}));
 }
 
 TEST(GraphCap, ALoopWithoutABarrierIsCutAndStaysCorrect) {

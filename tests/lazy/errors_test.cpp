@@ -74,6 +74,14 @@ TEST(Errors, ReadingAfterTheDeviceBufferFailed) {
   auto later = after + 1.0;
   mark_step();
   EXPECT_THAT(error_of([&] { later.to_vector<float>(); }), HasSubstr("gather"));
+  // ... and says so once, however many steps the failure went through.
+  for (int step = 0; step < 3; ++step) {
+    later = later * 2.0;
+    mark_step();
+  }
+  const std::string through = error_of([&] { later.to_vector<float>(); });
+  const std::string said = "an input of this step had failed: ";
+  EXPECT_EQ(through.find(said), through.rfind(said)) << through;
   // The engine goes on working.
   EXPECT_EQ((x + x).to_vector<float>(), (std::vector<float>{2, 4, 6, 8}));
 }

@@ -153,12 +153,19 @@ int run_program(const CpuExecutable& exe, const BufferList& inputs, const Buffer
   if (p.arena_bytes > 0 && !exe.arena) exe.arena = allocate(p.arena_bytes);
   auto* arena = exe.arena ? static_cast<std::byte*>(exe.arena->data()) : nullptr;
   std::fill(exe.data.begin(), exe.data.end(), nullptr);
-  for (auto& o : exe.owned) o.reset();  // a failed run (an exception) left its references here
+  // This run's references are dropped when it ends, failed (an exception) or not: inputs and
+  // outputs belong to their tensors, and a failed run must not keep them (and their memory).
+  struct DropReferences {
+    const CpuExecutable& exe;
+    ~DropReferences() {
+      for (auto& o : exe.owned) o.reset();
+    }
+  } drop{exe};
   exe.donatable.resize(n_in);
   for (int i = 0; i < n_in; ++i) {
     // Programs run in queue order, so an input is already computed; it may have failed.
     auto error = inputs[i]->ready->wait();
-    if (!error.empty()) throw Error("an input of this step had failed: " + error);
+    if (!error.empty()) throw Error(input_failed(error));
     exe.donatable[i] = only_this_run_holds(inputs[i]);
     exe.owned[i] = inputs[i]->storage;
     exe.data[i] = inputs[i]->storage->data();
@@ -209,8 +216,6 @@ int run_program(const CpuExecutable& exe, const BufferList& inputs, const Buffer
     assert(exe.owned[slot] && "memory plan: a program output lives in the arena");
     outputs[k]->storage = exe.owned[slot];
   }
-  // Drop this run's references: inputs and outputs belong to their tensors.
-  for (auto& o : exe.owned) o.reset();
   return donated;
 }
 

@@ -567,7 +567,7 @@ class CudaBackend final : public Backend {
     for (const auto& r : input_ready)
       if (error.empty() && r)
         if (auto failed = r->wait(); !failed.empty())
-          error = "an input of this step had failed: " + failed;
+          error = input_failed(failed);
     {
       std::lock_guard lock(events_mutex_);
       events_.push_back(done);
