@@ -250,6 +250,12 @@ HostTensor read(const Tensor& t, const char* reader, const std::source_location&
                   "); a replay runs no host code. Read it after the call, or in a step closure");
   if (impl->pending()) run_graph({impl}, RunKind::Read, where);
   auto buf = impl->data();
+  // A step closure runs on the device thread once its step's work is done: a value not yet
+  // computed there is a later step's, queued behind the closure, which it would wait for
+  // for ever (a tensor assigned after the closure was added).
+  if (debug::in_closure() && !buf->ready->done())
+    throw Error(std::string(reader) + ": a step closure read a tensor whose value a later step computes (it was "
+                "assigned after the closure was added); capture the value when adding the closure (t.detach())");
   const runtime::Storage* storage;
   {
     profiler::Trace span("wait");

@@ -86,10 +86,10 @@ class EagerModeGuard {
 // An exception `fn` throws is rethrown by the next mark_step(), wait_device_ops() or
 // compiled call, at its start (before it runs anything). Capture the tensors `fn` reads as
 // values: a handle to a tensor that a later step assigns (a parameter) would read that later
-// value, which the device thread running `fn` cannot wait for (it hangs); t.detach() taken
-// when adding the closure is this step's value. A mark_step() inside `fn` runs every pending
-// tensor, the host's too: with the host tracing ahead it can wait for work queued behind `fn`
-// (a hang as well), so mark steps from the host.
+// value, which the device thread running `fn` cannot wait for, so the read is a loom::Error
+// once that step is queued; t.detach() taken when adding the closure is this step's value.
+// A mark_step() inside `fn` runs every pending tensor, the host's too: with the host tracing
+// ahead it can wait for work queued behind `fn` (a hang), so mark steps from the host.
 void add_step_closure(std::function<void()> fn);
 
 }  // namespace loom

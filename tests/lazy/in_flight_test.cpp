@@ -96,6 +96,32 @@ TEST(InFlight, AClosureThatMarksAStepDoesNotWaitForItself) {
   EXPECT_FLOAT_EQ(seen, 3.0f);
 }
 
+// A closure sees its step's values: one that reads a tensor a later step assigned (a handle
+// captured by reference) gets an error naming the way out, where it waited for ever for work
+// queued behind it; the value captured with t.detach() is its step's.
+TEST(InFlight, AClosureReadingALaterStepsValueIsAnErrorNotAHang) {
+  fresh_engine();
+  auto w = from_vector<float>({1, 2}, {2});
+  mark_step();
+  std::string error;
+  std::vector<float> snapshot_seen;
+  {
+    testing::DeviceQueueHold hold;  // both steps are queued before anything runs
+    w.assign(w + 1.0f);
+    add_step_closure([&, snapshot = w.detach()] {
+      snapshot_seen = snapshot.to_vector<float>();
+      error = error_of([&] { w.to_vector<float>(); });
+    });
+    mark_step();
+    w.assign(w * 10.0f);
+    mark_step();
+  }
+  wait_device_ops();
+  EXPECT_EQ(snapshot_seen, (std::vector<float>{2, 3}));
+  EXPECT_NE(error.find("a step closure read a tensor whose value a later step computes"), std::string::npos) << error;
+  EXPECT_EQ(w.to_vector<float>(), (std::vector<float>{20, 30}));
+}
+
 TEST(InFlight, TheBoundIsChecked) {
   EXPECT_NE(error_of([] { set_max_steps_in_flight(0); }).find("set_max_steps_in_flight: expected 1 to 1000"),
             std::string::npos);
