@@ -286,6 +286,14 @@ void run_graph(const std::vector<std::shared_ptr<TensorImpl>>& tensors, RunKind 
   inputs.reserve(g.inputs.size());
   for (auto i : g.inputs)
     inputs.push_back(std::static_pointer_cast<runtime::DeviceBuffer>(g.nodes[i]->payload()));
+  // In a step closure (on the device thread, its step's work done) an input not yet computed
+  // is a later step's, queued behind the closure: the program would wait for it for ever.
+  if (debug::in_closure())
+    for (const auto& b : inputs)
+      if (!b->ready->done())
+        throw Error("mark_step in a step closure: a pending tensor reads a value a later step computes (the host "
+                    "traced and queued that step meanwhile); mark steps from the host, and read values captured "
+                    "with t.detach() in the closure");
 
   auto ready = std::make_shared<runtime::Completion>();
   runtime::BufferList outputs;

@@ -88,8 +88,8 @@ class EagerModeGuard {
 // values: a handle to a tensor that a later step assigns (a parameter) would read that later
 // value, which the device thread running `fn` cannot wait for, so the read is a loom::Error
 // once that step is queued; t.detach() taken when adding the closure is this step's value.
-// A mark_step() inside `fn` runs every pending tensor, the host's too: with the host tracing
-// ahead it can wait for work queued behind `fn` (a hang), so mark steps from the host.
+// A mark_step() inside `fn` runs every pending tensor, the host's too: one that reads a later
+// step's value (the host traced ahead) makes it a loom::Error, so mark steps from the host.
 void add_step_closure(std::function<void()> fn);
 
 }  // namespace loom

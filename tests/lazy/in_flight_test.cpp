@@ -122,6 +122,29 @@ TEST(InFlight, AClosureReadingALaterStepsValueIsAnErrorNotAHang) {
   EXPECT_EQ(w.to_vector<float>(), (std::vector<float>{20, 30}));
 }
 
+// A closure's mark_step() runs every pending tensor, the host's too: one that reads a later
+// step's value would wait for work queued behind the closure. It is an error instead.
+TEST(InFlight, AClosureMarkingAStepOverALaterStepsValueIsAnErrorNotAHang) {
+  fresh_engine();
+  auto x = from_vector<float>({1, 2}, {2});
+  mark_step();
+  std::string error;
+  Tensor y, z;
+  {
+    testing::DeviceQueueHold hold;
+    add_step_closure([&] { error = error_of([] { mark_step(); }); });
+    mark_step();
+    y = x * 2.0f;
+    mark_step();   // queued behind the closure
+    z = y + 1.0f;  // pending when the closure runs
+  }
+  wait_device_ops();
+  EXPECT_NE(error.find("mark_step in a step closure: a pending tensor reads a value a later step computes"),
+            std::string::npos)
+      << error;
+  EXPECT_EQ(z.to_vector<float>(), (std::vector<float>{3, 5}));
+}
+
 TEST(InFlight, TheBoundIsChecked) {
   EXPECT_NE(error_of([] { set_max_steps_in_flight(0); }).find("set_max_steps_in_flight: expected 1 to 1000"),
             std::string::npos);
