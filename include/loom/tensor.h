@@ -7,9 +7,9 @@
 //
 // Binary ops broadcast like NumPy; both operands must have the same dtype (scalars take the
 // tensor's dtype, so a fractional scalar with an integer or bool tensor is an error: there
-// is no promotion to float as in PyTorch). Scalars 0 and 1 are baked into the graph as constants; any other scalar
-// becomes device data, so changing it does not recompile (LOOM_NO_SPECIAL_SCALARS=1 makes
-// 0 and 1 device data too).
+// is no promotion to float as in PyTorch). Scalars 0 and 1 are baked into the graph as
+// constants; any other scalar becomes device data, so changing it does not recompile
+// (LOOM_NO_SPECIAL_SCALARS=1 makes 0 and 1 device data too).
 #pragma once
 
 #include <loom/dtype.h>
