@@ -11,6 +11,7 @@
 
 #include <gmock/gmock.h>
 
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cstdlib>
@@ -165,9 +166,11 @@ TEST(StepAnalysis, BFloat16WidenedToFloat32IsSaidOnce) {
 // threw it, and was lost), and eager ops, which grow no graph, never cut.
 TEST(GraphCap, ACutRethrowsNoClosureErrorAndEagerOpsDoNotCut) {
   fresh();
+  std::atomic<bool> after{false};
   add_step_closure([] { throw Error("the closure failed"); });
+  add_step_closure([&] { after = true; });  // runs once the first one's error is kept
   mark_step();
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the closure has run
+  while (!after) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   setenv("LOOM_MAX_GRAPH_NODES", "50", 1);
   auto z = from_vector<double>({0, 0}, {2});
   auto x = from_vector<double>({1, 2}, {2});
