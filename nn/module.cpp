@@ -121,9 +121,7 @@ void Module::load_state_dict(const NamedTensors& state) {
   // PyTorch's BatchNorm state dicts from before it counted batches lack the count: as
   // PyTorch does, such a count starts from 0.
   auto batch_count = [](const std::string& n) {
-    const std::string key = "num_batches_tracked";
-    return n.size() >= key.size() && n.compare(n.size() - key.size(), key.size(), key) == 0 &&
-           (n.size() == key.size() || n[n.size() - key.size() - 1] == '.');
+    return n == "num_batches_tracked" || n.ends_with(".num_batches_tracked");
   };
   for (auto& [n, t] : mine) {
     known.insert(n);
