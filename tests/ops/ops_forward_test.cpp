@@ -15,6 +15,7 @@
 
 #include "ops/op_fixtures.h"
 
+#include <loom/lazy.h>
 #include <loom/tensor.h>
 
 #include <gtest/gtest.h>
@@ -27,6 +28,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <ostream>
 #include <set>
@@ -383,6 +385,61 @@ std::vector<double> values(const Tensor& t) {
   std::vector<double> out(static_cast<std::size_t>(h.numel()));
   for (int64_t i = 0; i < h.numel(); ++i) out[static_cast<std::size_t>(i)] = h.at(i);
   return out;
+}
+
+// exp where it underflows, against PyTorch 1.13's values (torch.exp, sigmoid, silu and softmax
+// of these inputs): exp(-Inf) and softmax's masked -Inf lanes are exactly 0 (Eigen's
+// vectorised exp clamps its argument and gave exp(-88.7), about 3e-39, there), sigmoid(-Inf)
+// is 0 and silu(-Inf) = -Inf * 0 is NaN; below the clamp, exp is within float32's smallest
+// normal number of PyTorch's subnormals. In both float types, traced (fused, and the x86 code
+// where it computes exp) and eagerly (one op alone).
+TEST(OpUnderflow, ExpOfMinusInfinityIsZeroAsInPyTorch) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> x{-inf, -1000.0, -100.0, -88.8, -88.0, 0.0};
+  const std::vector<double> exp_f32{0.0, 0.0, 3.783505853677006e-44, 2.7205004568187004e-39,
+                                    6.054601485195952e-39, 1.0};
+  const std::vector<double> sigmoid_f32{0.0, 0.0, 0.0, 0.0, 6.054601485195952e-39, 0.5};
+  const std::vector<double> exp_f64{0.0, 0.0, 3.720075976020836e-44, 2.720507997802789e-39,
+                                    6.054601895401186e-39, 1.0};
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    for (bool eager : {false, true}) {
+      const std::string what = std::string(loom::dtype_name(dtype)) + (eager ? " eager" : " traced");
+      loom::EagerModeGuard mode(eager);
+      const Tensor t = loom::from_vector<double>(x, {6}).to(dtype);
+      // Traced, x * 1 puts the op inside a fusion; eagerly each op runs alone.
+      const Tensor in = eager ? t : t * 1.0;
+      const std::vector<double> e = loom::exp(in).to(DType::Float64).to_vector<double>();
+      const std::vector<double> sg = loom::sigmoid(in).to(DType::Float64).to_vector<double>();
+      const std::vector<double> si = loom::silu(in).to(DType::Float64).to_vector<double>();
+      const auto& want = dtype == DType::Float32 ? exp_f32 : exp_f64;
+      // Float32's smallest normal number: PyTorch's subnormal results may flush to 0.
+      const double floor = dtype == DType::Float32 ? 1.2e-38 : 0.0;
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        SCOPED_TRACE(what + ", x = " + std::to_string(x[i]));
+        if (dtype == DType::Float64 && std::abs(x[i]) < 100) {  // far above double's clamp
+          EXPECT_NEAR(e[i], want[i], 1e-15 * want[i]);
+        } else {
+          EXPECT_NEAR(e[i], want[i], floor + 1e-6 * want[i]);
+        }
+        EXPECT_GE(e[i], 0.0);
+        if (dtype == DType::Float32) EXPECT_NEAR(sg[i], sigmoid_f32[i], floor + 1e-6 * sigmoid_f32[i]);
+      }
+      EXPECT_EQ(e[0], 0.0) << what << ": exp(-Inf)";
+      EXPECT_EQ(e[1], 0.0) << what << ": exp(-1000)";
+      EXPECT_EQ(sg[0], 0.0) << what << ": sigmoid(-Inf)";
+      EXPECT_TRUE(std::isnan(si[0])) << what << ": silu(-Inf) = -Inf * sigmoid(-Inf) is NaN, got " << si[0];
+      EXPECT_EQ(si[1], 0.0) << what << ": silu(-1000)";
+      EXPECT_TRUE(std::signbit(si[1])) << what << ": silu(-1000) is -0, as in PyTorch";
+      EXPECT_EQ(si[5], 0.0) << what << ": silu(0)";
+      // A causal mask's row: the masked lanes' weights are exactly 0.
+      const Tensor row = loom::from_vector<double>({-inf, 0.0, 1.0, -inf}, {4}).to(dtype);
+      const std::vector<double> p = loom::softmax(row, 0).to(DType::Float64).to_vector<double>();
+      EXPECT_EQ(p[0], 0.0) << what << ": a masked lane";
+      EXPECT_EQ(p[3], 0.0) << what << ": a masked lane";
+      EXPECT_NEAR(p[1], 0.2689414322376251, 1e-6) << what;
+      EXPECT_NEAR(p[2], 0.7310585975646973, 1e-6) << what;
+    }
+  }
 }
 
 double mean_of(const std::vector<double>& v) {

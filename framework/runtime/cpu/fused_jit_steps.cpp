@@ -196,7 +196,13 @@ void FusedCode::Generator::exp(const Xbyak::Xmm& d, const Xbyak::Xmm& x) {
     vpslld(m, m, 23);                      // 2^(e - 3b)
     vmulps(y, y, m);
   }
+  // The lanes of x below the clamp's lower bound are 0 (flush_below_exp_bound, fused_steps.h):
+  // compared before the max, which may write x's register.
+  if (wide_) vcmpps(k4, x, exp_constant(1), kLt);
+  else vcmpps(t0, x, generic_exp_constant(1), kLt);  // t0 (y2) is done with
   vmaxps(d, x, y);                         // pmax(y * 2^m, _x) = max_ps(_x, .)
+  if (wide_) vmovaps(d | k4, zero(d));
+  else vandnps(d, t0, d);
   for (int r : regs) free_[r] = true;
 }
 

@@ -62,6 +62,29 @@ void vector_map(const T* a, T* d, int64_t n, F f) {
   std::copy(out, out + n, d);
 }
 
+// Eigen's vectorised exp clamps its argument below at this bound, so that every x below it,
+// -Inf included, gives the one tiny value exp(bound) (about 3e-39 in float32) where PyTorch
+// gives 0 (softmax's masked -Inf lanes, sigmoid(-Inf)). exp and logistic flush those lanes to 0
+// (flush_below_exp_bound); the fused code compares with the same constant.
+template <class T>
+constexpr T exp_lower_bound() {
+  if constexpr (std::is_same_v<T, double>) return -709.784;  // pexp_double's cst_exp_lo
+#if defined(__AVX512F__)
+  return -88.3762626647949f;  // pexp<Packet16f>'s exp_lo
+#else
+  return -88.723f;            // the generic pexp_float's cst_exp_lo (Packet8f, Packet4f)
+#endif
+}
+
+// d[i] = a[i] * 0 where a[i] is below exp's bound (0, and NaN at -Inf for silu's x * 0, as in
+// PyTorch), after an exp or a logistic computed d from a.
+template <class T>
+void flush_below_exp_bound(const T* a, T* __restrict d, int64_t n, bool times_x) {
+  const T bound = exp_lower_bound<T>();
+  for (int64_t i = 0; i < n; ++i)
+    if (a[i] < bound) d[i] = times_x ? a[i] * T(0) : T(0);
+}
+
 // d = sqrt(a), correctly rounded (IEEE), as PyTorch computes it and as the fused code does
 // (vsqrtps): Eigen's fast float sqrt is an rsqrt estimate and a Newton step, a few ulps off,
 // and NaN at +Inf.
@@ -123,7 +146,10 @@ void unary_op(const FusedStep& s, const T* a, T* __restrict d, int64_t n) {
     // a < 0 (not a > 0) so that relu(NaN) is NaN, as in PyTorch.
     case Op::Relu: for (int64_t i = 0; i < n; ++i) d[i] = a[i] < zero ? zero : a[i]; return;
     case Op::Exp:
-      if constexpr (fp) return vector_map(a, d, n, [](const auto& x) { return x.exp(); });
+      if constexpr (fp) {
+        vector_map(a, d, n, [](const auto& x) { return x.exp(); });
+        return flush_below_exp_bound(a, d, n, false);
+      }
       break;
     case Op::Log:
       if constexpr (fp) return vector_map(a, d, n, [](const auto& x) { return x.log(); });
@@ -139,13 +165,19 @@ void unary_op(const FusedStep& s, const T* a, T* __restrict d, int64_t n) {
       }
       break;
     case Op::Sigmoid:
-      if constexpr (fp) return vector_map(a, d, n, [](const auto& x) { return x.logistic(); });
+      if constexpr (fp) {
+        vector_map(a, d, n, [](const auto& x) { return x.logistic(); });
+        return flush_below_exp_bound(a, d, n, false);
+      }
       break;
     case Op::Tanh:
       if constexpr (fp) return vector_map(a, d, n, [](const auto& x) { return x.tanh(); });
       break;
     case Op::Silu:
-      if constexpr (fp) return vector_map(a, d, n, [](const auto& x) { return x * x.logistic(); });
+      if constexpr (fp) {
+        vector_map(a, d, n, [](const auto& x) { return x * x.logistic(); });
+        return flush_below_exp_bound(a, d, n, true);
+      }
       break;
     case Op::Sin:
       if constexpr (fp) return vector_map(a, d, n, [](const auto& x) { return x.sin(); });
