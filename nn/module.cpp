@@ -98,10 +98,18 @@ NamedTensors Module::named_buffers() const {
 
 std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_modules() const {
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> out;
-  for (auto& [n, m] : children_) {
-    out.emplace_back(n, m);
-    for (auto& [cn, cm] : m->named_modules()) out.emplace_back(n + "." + cn, cm);
-  }
+  std::unordered_set<const Module*> seen;
+  // Depth first, each child before its own children; a module met again is skipped with
+  // everything under it (its first name already listed them).
+  auto walk = [&](auto&& self, const Module& m, const std::string& prefix) -> void {
+    for (const auto& [n, child] : m.children_) {
+      if (!seen.insert(child.get()).second) continue;
+      const std::string name = prefix.empty() ? n : prefix + "." + n;
+      out.emplace_back(name, child);
+      self(self, *child, name);
+    }
+  };
+  walk(walk, *this, "");
   return out;
 }
 

@@ -370,6 +370,12 @@ TEST(Module, ASharedModuleIsOneSetOfParameters) {
   EXPECT_EQ(names, (std::vector<std::string>{"0.weight", "0.bias"}));
   EXPECT_EQ(seq.state_dict().size(), 4u);
   seq.load_state_dict(seq.state_dict());
+  // named_modules() lists the shared block once too (a model's init loop over it would
+  // otherwise draw its weights twice), each child before its own children.
+  nn::Sequential outer{std::make_shared<nn::Sequential>(seq), fc};
+  std::vector<std::string> modules;
+  for (const auto& [n, m] : outer.named_modules()) modules.push_back(n);
+  EXPECT_EQ(modules, (std::vector<std::string>{"0", "0.0", "0.1"}));
   struct Empty : nn::Module {
     Empty() { register_buffer("stats", Tensor()); }
   };

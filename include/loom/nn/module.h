@@ -46,6 +46,9 @@ class Module {
   NamedTensors named_parameters() const;
   std::vector<Tensor> parameters() const;
   NamedTensors named_buffers() const;
+  // Every submodule with its dotted name, depth first (this module itself is not listed: it
+  // is not held by a shared_ptr here). A module registered under two names is listed once,
+  // under its first, as in PyTorch.
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_modules() const;
   // Parameters then buffers of every submodule, with dotted names (PyTorch's state_dict order
   // is per module: its parameters, its buffers, then its children).
