@@ -1,5 +1,6 @@
 #include "ir/program.h"
 
+#include <cstdio>
 #include <sstream>
 
 namespace loom::ir {
@@ -36,6 +37,24 @@ void write_fusion(std::ostream& os, const Fusion& f) {
 
 const char* kernel_name(const Instr& in) {
   return in.fusion && op_info(in.op).group != OpGroup::Reduce ? "fused" : op_name(in.op);
+}
+
+std::string allocation_str(const Instr* in, std::size_t bytes) {
+  char size[32];
+  const double b = static_cast<double>(bytes);
+  if (b >= 0x1p30) std::snprintf(size, sizeof size, "%.1f GiB", b / 0x1p30);
+  else if (b >= 0x1p20) std::snprintf(size, sizeof size, "%.1f MiB", b / 0x1p20);
+  else std::snprintf(size, sizeof size, "%zu bytes", bytes);
+  if (!in) return std::string("the program's ") + size + " of intermediates";
+  std::string s = "the result of ";
+  s += kernel_name(*in);
+  s += " (";
+  s += dtype_name(in->dtype);
+  s += shape_str(in->shape);
+  s += ", ";
+  s += size;
+  s += ")";
+  return s;
 }
 
 bool index_uniform_inner(const Program& p, int slot, std::size_t dim) {

@@ -115,4 +115,9 @@ bool index_uniform_inner(const Program& p, int slot, std::size_t dim);
 // reduction keeps the reduction's name).
 const char* kernel_name(const Instr& in);
 
+// What a backend was allocating when the allocation failed, for its error: "the result of
+// <kernel> (<dtype>[<shape>], <size>)" for an instruction's own buffer, or "the program's
+// <size> of intermediates" for its arena (in null).
+std::string allocation_str(const Instr* in, std::size_t bytes);
+
 }  // namespace loom::ir

@@ -86,6 +86,20 @@ TEST(Errors, ReadingAfterTheDeviceBufferFailed) {
   EXPECT_EQ((x + x).to_vector<float>(), (std::vector<float>{2, 4, 6, 8}));
 }
 
+// An allocation that fails names what it was for: the op, its result's dtype, shape and
+// size. (256 TiB: beyond x86-64's 128 TiB of user address space, so it fails whatever the
+// machine's overcommit policy.)
+TEST(Errors, OutOfMemoryNamesTheOpAndItsResult) {
+  const int64_t side = int64_t{1} << 23;
+  auto big = expand(reshape(ones({1}), {1, 1}), {side, side}) * 2.0f;
+  const std::string msg = error_of([&] { big.to_vector<float>(); });
+  EXPECT_THAT(msg, HasSubstr("the result of "));  // the op the compiler left: an expand here
+  EXPECT_THAT(msg, HasSubstr(" (float32[8388608,8388608], 262144.0 GiB): "));
+  EXPECT_THAT(msg, HasSubstr("out of memory"));
+  // The engine goes on working.
+  EXPECT_EQ((ones({2}) + 1.0f).to_vector<float>(), (std::vector<float>{2, 2}));
+}
+
 TEST(Errors, MiscellaneousBadInput) {
   EXPECT_THAT(error_of([] { zeros({2, 2}).item<float>(); }), HasSubstr("item: expected a tensor with one element"));
   EXPECT_THAT(error_of([] { zeros({2}).to(Device{DeviceType::CPU, 1}); }), HasSubstr("no device cpu:1 (registered: cpu:0"));
