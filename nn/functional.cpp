@@ -55,12 +55,22 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_sm
     auto smooth = -logp.sum({1});
     loss = nll * (1 - label_smoothing) + smooth * (label_smoothing / static_cast<double>(c));
   }
-  auto weight = valid.to(dt);
-  loss = loss * weight;
+  // A select, not a product with the mask: an ignored row's loss may be Inf (a -Inf logit in
+  // class 0 or in any class with smoothing), and Inf * 0 would make the sum NaN.
+  const Device dev = logits.device();
+  loss = where(valid, loss, zeros({}, dt, dev));
   switch (reduction) {
     case Reduction::None: return loss;
     case Reduction::Sum: return loss.sum();
-    case Reduction::Mean: return loss.sum() / weight.sum();
+    case Reduction::Mean: {
+      // Every target ignored: NaN, as in PyTorch, and a zero gradient (a division by the
+      // count of 0 would make every gradient NaN, and one all-padding batch would wreck the
+      // parameters through the optimizer).
+      auto count = valid.to(dt).sum();
+      auto mean = loss.sum() / maximum(count, scalar_tensor(1, dt, dev));
+      return where(gt(count, zeros({}, dt, dev)), mean,
+                   scalar_tensor(std::numeric_limits<double>::quiet_NaN(), dt, dev));
+    }
   }
   throw Error("cross_entropy: unknown reduction");
 }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace loom {
 namespace {
@@ -77,6 +78,29 @@ TEST(CrossEntropy, GradientIsSoftmaxMinusSmoothedTarget) {
 // The row maximum only shifts the exponentials (its gradient is zero): in the backward of the
 // loss and of softmax, the forward's maximum is read by the exponentials alone, not by a pass
 // that finds where each row's maximum is.
+// Ignored rows are left out, not multiplied by 0, and an all-ignored batch (all padding) has
+// the mean NaN but a zero gradient, as in PyTorch 1.13 (values from F.cross_entropy): the
+// gradient was NaN everywhere (0 / 0 in the mean's backward), and an ignored row with -Inf in
+// class 0 made the loss NaN (Inf * 0).
+TEST(CrossEntropy, IgnoredRowsNeverMakeTheLossOrItsGradientNaN) {
+  const double inf = std::numeric_limits<double>::infinity();
+  auto x = from_vector<double>({-inf, 2, 3, -inf, 0, 1}, {2, 3});
+  x.requires_grad_();
+  auto loss = F::cross_entropy(x, from_vector<int64_t>({-100, 2}, {2}));
+  loss.backward();
+  EXPECT_NEAR(loss.item<double>(), std::log1p(std::exp(-1.0)), 1e-12);  // PyTorch: 0.31326166 (float32)
+  expect_near(values(x.grad()), {0, 0, 0, 0, 0.2689414213699951, -0.2689414213699951}, 1e-12);
+
+  for (double smoothing : {0.0, 0.1}) {
+    auto y = from_vector<double>({1, 2, 3, 4, 5, 6}, {2, 3});
+    y.requires_grad_();
+    auto all_ignored = F::cross_entropy(y, from_vector<int64_t>({-100, -100}, {2}), smoothing);
+    all_ignored.backward();
+    EXPECT_TRUE(std::isnan(all_ignored.item<double>())) << "smoothing " << smoothing;
+    expect_near(values(y.grad()), {0, 0, 0, 0, 0, 0}, 0);
+  }
+}
+
 TEST(CrossEntropy, TheBackwardReadsTheRowMaximumOnlyForTheShift) {
   test::fresh_engine();
   auto logits = ce_logits();

@@ -27,7 +27,7 @@ enum class Reduction { None, Mean, Sum };
 // torch.nn.functional.cross_entropy for logits [N, C] and int64 class targets [N]:
 //   loss_i = (1 - ε)·(-log p_i[y_i]) + (ε / C)·Σ_c (-log p_i[c]),   ε = label_smoothing,
 // loss_i = 0 where y_i == ignore_index; Mean divides the sum by the number of targets that
-// are not ignored (NaN when all are, as in PyTorch); None returns [N].
+// are not ignored (NaN when all are, with a zero gradient, as in PyTorch); None returns [N].
 // Targets outside [0, C) other than ignore_index are not checked (that needs a device read).
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_smoothing = 0,
                      int64_t ignore_index = -100, Reduction reduction = Reduction::Mean);
