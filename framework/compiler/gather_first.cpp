@@ -61,16 +61,17 @@ class GatherFirst {
   }
 
   // Whether the value in `slot` can be picked through its elementwise producers; `budget`
-  // counts the instructions that would take.
-  bool can_pick(int slot, const Pick& k, int& budget) const {
+  // counts the instructions that would take, `gathers` is set when a leaf would be gathered.
+  bool can_pick(int slot, const Pick& k, int& budget, bool& gathers) const {
     if (--budget < 0) return false;
     const ir::Instr* src = producer(slot);
     if (src && src->op == Op::Expand) return spreads_over_pick(p_.slot_type(src->args[0]).shape, k);
     if (src && ir::is_elementwise(src->op)) {
       for (auto a : src->args)
-        if (!can_pick(a, k, budget)) return false;
+        if (!can_pick(a, k, budget, gathers)) return false;
       return true;
     }
+    gathers = true;
     return target_.runs(Op::Gather, p_.slot_type(slot).dtype);
   }
 
@@ -110,7 +111,10 @@ class GatherFirst {
     for (std::size_t d = 0; rows_match && d < k.to.size(); ++d)
       rows_match = d == k.dim || k.from[d] == k.to[d];
     int budget = kMaxPicked;
-    if (!src || !ir::is_elementwise(src->op) || !rows_match || !can_pick(value, k, budget))
+    bool gathers = false;
+    // With no leaf gathered, nothing would read the index: one out of range would pass unseen.
+    if (!src || !ir::is_elementwise(src->op) || !rows_match || !can_pick(value, k, budget, gathers) ||
+        !gathers)
       return emit(std::move(in));
     std::map<int, int> picked;
     return pick(value, k, picked);

@@ -16,8 +16,10 @@
 //
 // It applies only where the index has the gathered value's size in every dimension but the
 // gathered one (each picked element comes from its own row), where every leaf can be gathered
-// at its dtype on the target, and where no leaf is a broadcast along the gathered dimension (it
-// would have to be stored whole); otherwise the Gather is left as it was. The original
+// at its dtype on the target, where every broadcast leaf is one value along the gathered
+// dimension (any other would have to be stored whole to be gathered), and where some leaf is gathered (that Gather checks the
+// index; with every leaf broadcast, an index out of range would pass unseen); otherwise the
+// Gather is left as it was. The original
 // elementwise instructions stay for any other reader; dead_code.cpp removes them when none is
 // left. Assumes lowering's program: instructions in topological order, elementwise operands of
 // the result's shape.

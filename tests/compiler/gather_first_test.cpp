@@ -154,5 +154,24 @@ TEST(GatherFirst, PerRowBroadcastsAndConditionsArePicked) {
   EXPECT_EQ(y.to_vector<float>(), want);
 }
 
+// A value whose every leaf is a broadcast along the gathered dimension would be picked with no
+// Gather left to read the index: the Gather stays, and an index out of range fails the step
+// naming it (it gave the row's value, and cross_entropy a loss, without a word).
+TEST(GatherFirst, AnIndexOutOfRangeFailsWhenEveryLeafIsBroadcast) {
+  test::fresh_engine();
+  auto rows = from_vector(std::vector<float>{1, 2}, {2, 1});
+  auto spread = [&] { return rows + zeros({2, 3}); };
+  auto in_range = gather(spread(), 1, from_vector(std::vector<int64_t>{2, 0}, {2, 1}));
+  EXPECT_EQ(in_range.to_vector<float>(), (std::vector<float>{1, 2}));
+  for (int64_t bad : {int64_t{99}, int64_t{-5}}) {
+    auto picked = gather(spread(), 1, from_vector(std::vector<int64_t>{0, bad}, {2, 1}));
+    const std::string msg = test::error_of([&] { picked.to_vector<float>(); });
+    EXPECT_NE(msg.find("gather"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(std::to_string(bad)), std::string::npos) << msg;
+  }
+  auto loss = nn::functional::cross_entropy(ones({2, 3}), from_vector(std::vector<int64_t>{0, 7}, {2}));
+  EXPECT_NE(test::error_of([&] { loss.item<float>(); }).find("7"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace loom
