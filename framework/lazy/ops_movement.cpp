@@ -128,6 +128,7 @@ Tensor pad(const Tensor& x, std::vector<int64_t> pads, double value) {
   if (pads.size() % 2 != 0 || static_cast<int64_t>(pads.size()) > 2 * x.dim())
     fail("pad", "expected an even number of pad sizes, at most two per dimension, got " +
                     std::to_string(pads.size()));
+  lazy::check_fits("pad", value, x.dtype());
   ir::PadAttr a{std::vector<int64_t>(x.dim(), 0), std::vector<int64_t>(x.dim(), 0), value};
   bool any = false;
   for (std::size_t i = 0; i < pads.size() / 2; ++i) {

@@ -8,6 +8,7 @@
 #include <loom/bfloat16.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 namespace loom::lazy {
@@ -40,7 +41,9 @@ Tensor apply(ir::Op op, const std::vector<Tensor>& operands, ir::Attr attr) {
 }
 
 bool bakes_scalar(double value) {
-  if (value != 0 && value != 1) return false;
+  // -0.0 is data: its sign shows (1 / x, x * s), and a captured step's guard (class_of) tells
+  // the baked values apart as 0 or 1 only, so it would replay a baked +0 for it.
+  if ((value != 0 && value != 1) || std::signbit(value)) return false;
   // Read on every call (a getenv is cheap next to a transfer), so tests can flip it.
   const char* off = std::getenv("LOOM_NO_SPECIAL_SCALARS");
   return !(off && *off && std::string(off) != "0");
@@ -52,12 +55,16 @@ Tensor scalar(double value, DType dtype, Device device) {
   return scalar_data(value, dtype, device);
 }
 
-Tensor scalar_data(double value, DType dtype, Device device) {
-  // An integer scalar is the value truncated toward zero; NaN or a value outside the dtype's
+void check_fits(const char* op, double value, DType dtype) {
+  // An integer value is `value` truncated toward zero; NaN or a value outside the dtype's
   // range has none (its conversion would be undefined).
   const double limit = dtype == DType::Int64 ? 0x1p63 : 0x1p31;
   if ((dtype == DType::Int64 || dtype == DType::Int32) && !(value >= -limit && value < limit))
-    fail("scalar", "the value " + std::to_string(value) + " does not fit in " + dtype_name(dtype));
+    fail(op, "the value " + std::to_string(value) + " does not fit in " + dtype_name(dtype));
+}
+
+Tensor scalar_data(double value, DType dtype, Device device) {
+  check_fits("scalar", value, dtype);
   switch (dtype) {
     case DType::Float32: { float v = static_cast<float>(value); return make_device_tensor(&v, dtype, {}, device); }
     case DType::Float64: return make_device_tensor(&value, dtype, {}, device);

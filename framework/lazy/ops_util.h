@@ -12,10 +12,14 @@ namespace loom::lazy {
 ir::NodePtr node_of(const Tensor& t, const char* op);
 // Builds (and in eager mode runs) a node of `op` over `operands`, on `device`.
 Tensor apply(ir::Op op, const std::vector<Tensor>& operands, ir::Attr attr = {});
-// A 0-d scalar: a baked-in constant for 0 and 1 (unless LOOM_NO_SPECIAL_SCALARS=1),
+// A 0-d scalar: a baked-in constant for 0 and 1 (not -0; unless LOOM_NO_SPECIAL_SCALARS=1),
 // otherwise device data, so a new value never recompiles.
 Tensor scalar(double value, DType dtype, Device device);
-// Whether scalar() bakes `value` into the graph (0 and 1, unless LOOM_NO_SPECIAL_SCALARS=1).
+// Throws, naming `op`, when `value` has no integer value in `dtype` (an integer dtype): NaN,
+// or outside its range once truncated toward zero. Float dtypes take any value.
+void check_fits(const char* op, double value, DType dtype);
+// Whether scalar() bakes `value` into the graph (0 and 1, not -0; unless
+// LOOM_NO_SPECIAL_SCALARS=1).
 bool bakes_scalar(double value);
 // `value` as 0-d device data, never baked in.
 Tensor scalar_data(double value, DType dtype, Device device);

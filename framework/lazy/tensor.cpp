@@ -7,8 +7,10 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <iomanip>
+#include <limits>
 #include <ostream>
 #include <sstream>
 
@@ -66,9 +68,38 @@ T Tensor::item(std::source_location site) const {
   if (numel() != 1)
     throw Error("item: expected a tensor with one element, got shape " + shape_str(shape()));
   auto h = lazy::read(*this, "item", site);
-  double v = h.at(0);
-  if constexpr (std::is_same_v<T, bool>) return v != 0;
-  else return static_cast<T>(v);
+  if constexpr (std::is_same_v<T, bool>) {
+    return h.at(0) != 0;
+  } else if constexpr (std::is_integral_v<T>) {
+    // An integer element is read as it is stored (through a double, int64 past 2^53 would
+    // round); any value must fit in T (a fraction is cut toward zero, as a cast does).
+    auto out_of_range = [&](const std::string& value) {
+      return Error("item: the value " + value + " does not fit in " + dtype_name(dtype_of<T>()));
+    };
+    if (h.dtype == DType::Int64 || h.dtype == DType::Int32) {
+      int64_t v = 0;
+      if (h.dtype == DType::Int64) std::memcpy(&v, h.bytes.data(), sizeof v);
+      else {
+        int32_t w = 0;
+        std::memcpy(&w, h.bytes.data(), sizeof w);
+        v = w;
+      }
+      if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max())
+        throw out_of_range(std::to_string(v));
+      return static_cast<T>(v);
+    }
+    const double v = h.at(0);
+    // [-2^63, 2^63) for int64 (2^63 itself does not fit), [-2^31, 2^31) for int32.
+    const double bound = std::ldexp(1.0, std::numeric_limits<T>::digits);
+    if (!(std::trunc(v) >= -bound && std::trunc(v) < bound)) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.17g", v);
+      throw out_of_range(text);
+    }
+    return static_cast<T>(v);
+  } else {
+    return static_cast<T>(h.at(0));
+  }
 }
 
 #define LOOM_INSTANTIATE_READS(T)                        \
@@ -162,14 +193,40 @@ Tensor iota(const Shape& shape, int64_t dim, DType dtype, Device device) {
 }
 
 Tensor arange(double start, double end, double step, DType dtype, Device device) {
+  auto range = [&] {
+    return "start " + std::to_string(start) + ", end " + std::to_string(end) + ", step " + std::to_string(step);
+  };
+  if (dtype == DType::Bool) throw Error("arange: expected a numeric dtype, got bool");
+  if (!is_floating(dtype)) {
+    // As PyTorch: the bounds and step are truncated to integers first, and the values counted
+    // and computed in int64 (through doubles, values past 2^53 would round and repeat).
+    for (double v : {start, end, step})
+      if (!(v >= -0x1p63 && v < 0x1p63))
+        throw Error("arange: expected start, end and step that fit in int64, got " + range());
+    const auto s0 = static_cast<int64_t>(start), e0 = static_cast<int64_t>(end), st = static_cast<int64_t>(step);
+    if (st == 0) throw Error("arange: expected a step that is not 0 as an integer, got " + range());
+    // ceil((e0 - s0) / st) without overflow: the span and the step's size as unsigned.
+    const bool up = st > 0;
+    uint64_t count = 0;
+    if (up ? e0 > s0 : e0 < s0) {
+      const uint64_t span = up ? static_cast<uint64_t>(e0) - static_cast<uint64_t>(s0)
+                               : static_cast<uint64_t>(s0) - static_cast<uint64_t>(e0);
+      const uint64_t size = up ? static_cast<uint64_t>(st) : uint64_t{0} - static_cast<uint64_t>(st);
+      count = span / size + (span % size != 0 ? 1 : 0);
+    }
+    if (!(count >= 1 && count < (uint64_t{1} << 62)))
+      throw Error("arange: expected a non-empty range of fewer than 2^62 values, got " + range());
+    Tensor values = iota({static_cast<int64_t>(count)}, 0, DType::Int64, device);
+    if (st != 1) values = values * from_vector<int64_t>({st}, {}, device);
+    if (s0 != 0) values = values + from_vector<int64_t>({s0}, {}, device);
+    return values.to(dtype);
+  }
   if (step == 0) throw Error("arange: expected a non-zero step, got 0");
   double count = std::ceil((end - start) / step);
   if (!(count >= 1 && count < 0x1p62))  // NaN and infinite counts fail here too
-    throw Error("arange: expected a non-empty range of fewer than 2^62 values, got start " +
-                std::to_string(start) + ", end " + std::to_string(end) + ", step " + std::to_string(step));
-  auto n = static_cast<int64_t>(count);
-  auto idx = iota({n}, 0, is_floating(dtype) ? dtype : DType::Float64, device);
-  Tensor values = idx;
+    throw Error("arange: expected a non-empty range of fewer than 2^62 values, got " + range());
+  // In float64 and rounded once to the dtype, as PyTorch computes float ranges.
+  Tensor values = iota({static_cast<int64_t>(count)}, 0, DType::Float64, device);
   if (step != 1) values = values * step;
   if (start != 0) values = values + start;
   return values.to(dtype);

@@ -7,7 +7,7 @@
 //
 // Binary ops broadcast like NumPy; both operands must have the same dtype (scalars take the
 // tensor's dtype, so a fractional scalar with an integer or bool tensor is an error: there
-// is no promotion to float as in PyTorch). Scalars 0 and 1 are baked into the graph as
+// is no promotion to float as in PyTorch). Scalars 0 and 1 (not -0) are baked into the graph as
 // constants; any other scalar becomes device data, so changing it does not recompile
 // (LOOM_NO_SPECIAL_SCALARS=1 makes 0 and 1 device data too).
 #pragma once
@@ -198,6 +198,7 @@ Tensor& operator-=(Tensor& a, const Tensor& b);
 Tensor& operator*=(Tensor& a, const Tensor& b);
 
 // ---- reductions (empty axes = all axes; negative axes count from the end) ----
+// The sum of an int32 or bool tensor is int64, as in PyTorch; of other dtypes, the dtype's.
 Tensor sum(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false);
 Tensor mean(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false);
 Tensor amax(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false);

@@ -127,8 +127,18 @@ TEST(Errors, SizesAndScalarsBeyondInt64) {
   EXPECT_EQ(slice(arange(10), 0, 0, 10, kMax).shape(), (Shape{1}));
   EXPECT_THAT(error_of([] { full({2}, std::nan(""), DType::Int64); }), HasSubstr("scalar: the value nan does not fit in int64"));
   EXPECT_THAT(error_of([] { zeros({2}, DType::Int32) + 3e9; }), HasSubstr("does not fit in int32"));
-  EXPECT_THAT(error_of([] { arange(0, 1e20); }), HasSubstr("fewer than 2^62 values"));
-  EXPECT_THAT(error_of([] { arange(0, std::numeric_limits<double>::infinity()); }), HasSubstr("fewer than 2^62 values"));
+  // A pad value too (it filled with INT_MIN).
+  const auto ints = from_vector<int32_t>({1, 2}, {2});
+  EXPECT_THAT(error_of([&] { pad(ints, {1, 1}, std::nan("")); }), HasSubstr("pad: the value nan does not fit in int32"));
+  EXPECT_THAT(error_of([&] { pad(ints, {1, 1}, 3e9); }), HasSubstr("pad: the value 3000000000.000000 does not fit in int32"));
+  EXPECT_THAT(error_of([&] { pad(ints.to(DType::Int64), {1, 1}, 1e19); }), HasSubstr("does not fit in int64"));
+  EXPECT_EQ(pad(ints, {1, 0}, -2.5).to_vector<int32_t>(), (std::vector<int32_t>{-2, 1, 2}));
+  EXPECT_THAT(error_of([] { arange(0, 1e20); }), HasSubstr("expected start, end and step that fit in int64"));
+  EXPECT_THAT(error_of([] { arange(0, std::numeric_limits<double>::infinity()); }), HasSubstr("fit in int64"));
+  EXPECT_THAT(error_of([] { arange(-0x1p62, 0x1p62, 2); }), HasSubstr("fewer than 2^62 values"));
+  EXPECT_THAT(error_of([] { arange(0, 1e20, 1, DType::Float32); }), HasSubstr("fewer than 2^62 values"));
+  EXPECT_THAT(error_of([] { arange(0, std::numeric_limits<double>::infinity(), 1, DType::Float64); }),
+              HasSubstr("fewer than 2^62 values"));
 }
 
 // A scalar takes the tensor's dtype: a fractional one cannot, with an integer or bool tensor
@@ -145,6 +155,26 @@ TEST(Errors, AFractionalScalarWithAnIntegerTensor) {
   EXPECT_THAT(error_of([&] { i * std::nan(""); }), HasSubstr("the scalar nan is not a whole number"));
   EXPECT_EQ((i * 3.0 - 1.0).to_vector<int64_t>(), (std::vector<int64_t>{5, 11}));
   EXPECT_EQ((from_vector<float>({2, 4}, {2}) * 0.5).to_vector<float>(), (std::vector<float>{1, 2}));
+}
+
+// item<int64_t>() reads an integer element as it is stored (it went through a double:
+// 2^53 + 1 came back as 2^53, INT64_MAX as INT64_MIN), and a value that does not fit the asked
+// type is an error naming it, where the cast was undefined.
+TEST(Errors, ItemReadsIntegersExactlyAndRefusesWhatDoesNotFit) {
+  const int64_t odd = (int64_t{1} << 53) + 1, top = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(from_vector<int64_t>({odd}, {}).item<int64_t>(), odd);
+  EXPECT_EQ(from_vector<int64_t>({top}, {1}).item<int64_t>(), top);
+  EXPECT_EQ(from_vector<int32_t>({-7}, {}).item<int64_t>(), -7);
+  EXPECT_EQ(from_vector<int64_t>({-7}, {}).item<int32_t>(), -7);
+  EXPECT_EQ(full({}, -2.75).item<int64_t>(), -2);  // cut toward zero, as a cast
+  EXPECT_EQ(full({}, 2.5).item<float>(), 2.5f);
+  EXPECT_THAT(error_of([] { from_vector<int64_t>({int64_t{1} << 40}, {}).item<int32_t>(); }),
+              HasSubstr("item: the value 1099511627776 does not fit in int32"));
+  EXPECT_THAT(error_of([] { full({}, std::nan("")).item<int64_t>(); }),
+              HasSubstr("item: the value nan does not fit in int64"));
+  EXPECT_THAT(error_of([] { full({}, 1e19, DType::Float64).item<int64_t>(); }),
+              HasSubstr("does not fit in int64"));
+  EXPECT_THAT(error_of([] { full({}, 3e9).item<int32_t>(); }), HasSubstr("does not fit in int32"));
 }
 
 // A 0-d tensor has no dimension to read a size of: the ops that would are errors, as in
@@ -164,6 +194,7 @@ TEST(Errors, ZeroDimensionalTensors) {
   EXPECT_THAT(error_of([&] { flatten(x, 0, 5); }), HasSubstr("flatten: expected a dimension in [-1, 1), got 5"));
   EXPECT_EQ(flatten(x).shape(), (Shape{1}));
   EXPECT_EQ(sum(x, {0}).item<float>(), 3.0f);
+  EXPECT_THAT(error_of([&] { sum(x, {0, -1}); }), HasSubstr("sum: expected each axis once"));  // as PyTorch
   EXPECT_EQ(sum(x, {-1}).item<float>(), 3.0f);
   EXPECT_EQ(argmax(x, -1).item<int64_t>(), 0);
 }

@@ -24,6 +24,37 @@ TEST(Tensor, Creation) {
   EXPECT_EQ(zeros({2, 3}, DType::Int64).dtype(), DType::Int64);
 }
 
+// arange as PyTorch 1.13 computes it (torch.arange with these arguments): an integer range
+// truncates its bounds and step first and counts in int64 (through doubles it repeated values
+// and miscounted), and a float range is computed in float64 and rounded once.
+TEST(Tensor, ArangeTruncatesIntegerBoundsAndRoundsFloatsOnce) {
+  using V = std::vector<int64_t>;
+  EXPECT_EQ(arange(-2.5, 2, 1).to_vector<int64_t>(), (V{-2, -1, 0, 1}));
+  EXPECT_EQ(arange(0, 5, 1.5).to_vector<int64_t>(), (V{0, 1, 2, 3, 4}));
+  EXPECT_EQ(arange(5, -3, -2).to_vector<int64_t>(), (V{5, 3, 1, -1}));
+  EXPECT_EQ(arange(0, 10, 3).to_vector<int64_t>(), (V{0, 3, 6, 9}));
+  const int64_t two53 = int64_t{1} << 53;
+  EXPECT_EQ(arange(0x1p53, 0x1p53 + 4, 1).to_vector<int64_t>(), (V{two53, two53 + 1, two53 + 2, two53 + 3}));
+  EXPECT_EQ(arange(1, 4, 1, DType::Int32).to_vector<int32_t>(), (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_NE(test::error_of([] { arange(-1, 1, 0.5); }).find("arange: expected a step that is not 0 as an integer"),
+            std::string::npos);
+  EXPECT_NE(test::error_of([] { arange(0, 3, 1, DType::Bool); }).find("expected a numeric dtype"), std::string::npos);
+  EXPECT_EQ(arange(0, 1, 0.1, DType::Float32).to_vector<float>()[9], 0.8999999761581421f);
+}
+
+// An int32 or bool sum is int64, as in PyTorch: 100 x 10^8 in int32 wrapped to 1410065408, and
+// a bool sum (a count) was refused.
+TEST(Tensor, IntegerAndBoolSumsAreInt64) {
+  const auto big = full({100}, 1e8, DType::Int32);
+  EXPECT_EQ(big.sum().dtype(), DType::Int64);
+  EXPECT_EQ(big.sum().item<int64_t>(), 10000000000);
+  const auto flags = from_vector<bool>({true, false, true, true}, {2, 2});
+  EXPECT_EQ(flags.sum().item<int64_t>(), 3);
+  EXPECT_EQ(sum(flags, {1}).to_vector<int64_t>(), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(ones({3}, DType::Int64).sum().dtype(), DType::Int64);
+  EXPECT_EQ(ones({3}).sum().dtype(), DType::Float32);
+}
+
 TEST(Tensor, RandomIsCounterBasedAndSeedIsDeviceData) {
   fresh_engine();
   auto a = rand({1000}, 42).to_vector<float>();

@@ -422,7 +422,9 @@ TEST(OpUnderflow, ExpOfMinusInfinityIsZeroAsInPyTorch) {
           EXPECT_NEAR(e[i], want[i], floor + 1e-6 * want[i]);
         }
         EXPECT_GE(e[i], 0.0);
-        if (dtype == DType::Float32) EXPECT_NEAR(sg[i], sigmoid_f32[i], floor + 1e-6 * sigmoid_f32[i]);
+        if (dtype == DType::Float32) {
+          EXPECT_NEAR(sg[i], sigmoid_f32[i], floor + 1e-6 * sigmoid_f32[i]);
+        }
       }
       EXPECT_EQ(e[0], 0.0) << what << ": exp(-Inf)";
       EXPECT_EQ(e[1], 0.0) << what << ": exp(-1000)";
@@ -439,6 +441,96 @@ TEST(OpUnderflow, ExpOfMinusInfinityIsZeroAsInPyTorch) {
       EXPECT_NEAR(p[1], 0.2689414322376251, 1e-6) << what;
       EXPECT_NEAR(p[2], 0.7310585975646973, 1e-6) << what;
     }
+  }
+}
+
+// float32 sigmoid and silu are 1 / (1 + exp(-x)) and x / (1 + exp(-x)), as PyTorch's CPU
+// kernels compute them: within a few float32 ulps of the float64 value over [-80, 80]
+// (Eigen's logistic, a rational polynomial plus 0.5, cancelled for negative x: 4e-4 relative
+// error near -8). Traced (fused, and the x86 code where it computes exp) and eagerly.
+TEST(OpAccuracy, SigmoidAndSiluAreWithinAFewUlps) {
+  std::vector<double> x;
+  for (double v = -80; v <= 80; v += 0.0625) x.push_back(v);
+  const auto n = static_cast<int64_t>(x.size());
+  for (bool eager : {false, true}) {
+    loom::EagerModeGuard mode(eager);
+    const Tensor t = loom::from_vector<double>(x, {n}).to(DType::Float32);
+    const Tensor in = eager ? t : t * 1.0;
+    const auto sg = loom::sigmoid(in).to(DType::Float64).to_vector<double>();
+    const auto si = loom::silu(in).to(DType::Float64).to_vector<double>();
+    double worst_sg = 0, worst_si = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const double want = 1 / (1 + std::exp(-x[i]));
+      if (want < 1e-37) continue;  // float32's subnormals
+      worst_sg = std::max(worst_sg, std::abs(sg[i] - want) / want);
+      if (x[i] != 0) worst_si = std::max(worst_si, std::abs(si[i] - x[i] * want) / std::abs(x[i] * want));
+    }
+    EXPECT_LT(worst_sg, 4 * 0x1p-24) << (eager ? "eager" : "traced");
+    EXPECT_LT(worst_si, 4 * 0x1p-24) << (eager ? "eager" : "traced");
+  }
+}
+
+// logsumexp over rows with an infinite maximum, against PyTorch 1.13 (torch.logsumexp and
+// log_softmax of these rows, float64): -Inf for a row of -Inf, +Inf for a row holding +Inf
+// (the shift by the maximum gave Inf - Inf = NaN), and log_softmax NaN there, as in PyTorch.
+TEST(OpNonFinite, LogsumexpOfRowsWithAnInfiniteMaximum) {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+  const std::vector<double> rows{-inf, -inf, inf, 1, inf, inf, 1, 2, -inf, 0, inf, -inf};
+  const std::vector<double> lse{-inf, inf, inf, 2.313261687518223, 0.0, inf};
+  const std::vector<double> log_p{nan, nan, nan, nan, nan, nan, -1.3132616875182228,
+                                  -0.31326168751822286, -inf, 0.0, nan, nan};
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    for (bool eager : {false, true}) {
+      const std::string what = std::string(loom::dtype_name(dtype)) + (eager ? " eager" : " traced");
+      loom::EagerModeGuard mode(eager);
+      const Tensor x = loom::from_vector<double>(rows, {6, 2}).to(dtype);
+      const auto got = loom::logsumexp(x, {1}).to(DType::Float64).to_vector<double>();
+      const auto got_p = loom::log_softmax(x, 1).to(DType::Float64).to_vector<double>();
+      for (std::size_t i = 0; i < lse.size(); ++i) {
+        if (std::isinf(lse[i])) {
+          EXPECT_EQ(got[i], lse[i]) << what << ", row " << i;
+        } else {
+          EXPECT_NEAR(got[i], lse[i], 1e-6) << what << ", row " << i;
+        }
+      }
+      for (std::size_t i = 0; i < log_p.size(); ++i) {
+        if (std::isnan(log_p[i])) {
+          EXPECT_TRUE(std::isnan(got_p[i])) << what << ", element " << i << ": " << got_p[i];
+        } else if (std::isinf(log_p[i])) {
+          EXPECT_EQ(got_p[i], log_p[i]) << what << ", element " << i;
+        } else {
+          EXPECT_NEAR(got_p[i], log_p[i], 1e-6) << what << ", element " << i;
+        }
+      }
+    }
+  }
+}
+
+// A bfloat16 softmax, log_softmax and logsumexp are computed in float32 and rounded once, as
+// PyTorch 1.13's kernels (to within one bfloat16 step of its values, here checked against the
+// float64 value): built from bfloat16 ops, every step rounded, log_softmax([40, 39, 38])[0]
+// was -0.5 (the value is -0.4076; PyTorch gives -0.40625) and softmax weights were up to a few
+// percent off. Traced and eagerly.
+TEST(OpBFloat16, TheSoftmaxFamilyRoundsOnce) {
+  const std::vector<double> row{0, 0.5, 1, 1.5, 2, 2.5, 3, 3.5};
+  double total = 0;
+  for (double v : row) total += std::exp(v);
+  for (bool eager : {false, true}) {
+    loom::EagerModeGuard mode(eager);
+    const Tensor x = loom::from_vector<double>(row, {8}).to(DType::BFloat16);
+    const auto p = loom::softmax(x, 0).to(DType::Float64).to_vector<double>();
+    const auto lp = loom::log_softmax(x, 0).to(DType::Float64).to_vector<double>();
+    const double lse = loom::logsumexp(x, {0}).to(DType::Float64).item<double>();
+    for (std::size_t i = 0; i < row.size(); ++i) {
+      const double want = std::exp(row[i]) / total;
+      EXPECT_NEAR(p[i], want, want * 0x1p-8) << (eager ? "eager" : "traced") << ", softmax " << i;
+      const double want_log = row[i] - std::log(total);
+      EXPECT_NEAR(lp[i], want_log, std::abs(want_log) * 0x1p-8) << (eager ? "eager" : "traced") << ", log_softmax " << i;
+    }
+    EXPECT_NEAR(lse, std::log(total), std::log(total) * 0x1p-8) << (eager ? "eager" : "traced");
+    const Tensor z = loom::from_vector<double>({40, 39, 38}, {3}).to(DType::BFloat16);
+    EXPECT_NEAR(loom::log_softmax(z, 0).to(DType::Float64).to_vector<double>()[0], -0.40760596444438, 0x1p-9)
+        << (eager ? "eager" : "traced");
   }
 }
 

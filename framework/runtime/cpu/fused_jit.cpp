@@ -54,10 +54,11 @@ namespace loom::runtime {
 #if defined(__x86_64__)
 using namespace fused_jit;
 
-// The evaluator's exp and logistic are Eigen's float packets with FMA (fused_steps.h's
-// vector_map): pexp<Packet16f>'s own polynomial in a build for AVX-512, the generic pexp_float
-// over Packet8f in a build for AVX2 below it. The code computes the one of its instruction set
-// (Generator::exp, Generator::logistic), so it takes them where that is the build's.
+// The evaluator's exp (and sigmoid and silu, built on it) is Eigen's float packets with FMA
+// (fused_steps.h's vector_map): pexp<Packet16f>'s own polynomial in a build for AVX-512, the
+// generic pexp_float over Packet8f in a build for AVX2 below it. The code computes the one of
+// its instruction set (Generator::exp, Generator::logistic), so it takes them where that is
+// the build's.
 bool fused_code_takes_exp(FusedIsa isa) {
 #if defined(__AVX512F__) && defined(__FMA__)
   return is_avx512(isa);

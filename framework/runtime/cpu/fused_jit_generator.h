@@ -102,8 +102,8 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
   Xbyak::Address high_half() { return constant(5); }
   Xbyak::Address infinity_bits() { return constant(6); }
   Xbyak::Address quiet_bit() { return constant(7); }
-  // The constants of Eigen 3.4's pexp<Packet16f> (Eigen/src/Core/arch/AVX512/MathFunctions.h)
-  // and float logistic, after the table above.
+  // The constants of Eigen 3.4's pexp<Packet16f> (Eigen/src/Core/arch/AVX512/MathFunctions.h),
+  // after the table above.
   static constexpr float kPolynomialConstants[] = {
       88.3762626647950f,      // exp_hi
       -88.3762626647949f,     // exp_lo
@@ -113,13 +113,6 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
       1.9875691500E-4f,       // cephes_exp_p0 .. p5
       1.3981999507E-3f, 8.3334519073E-3f, 4.1665795894E-2f, 1.6666665459E-1f, 5.0000001201E-1f,
       127.0f,
-      // scalar_logistic_op<float> (Eigen/src/Core/functors/UnaryFunctors.h), with FMA:
-      15.7243833541870117f,   // cutoff_upper
-      -9.0f,                  // cutoff_lower
-      2.48287947061529e-01f, 8.51377133304701e-03f, 6.08574864600143e-05f,  // alpha_1, 3, 5
-      1.15627324459942e-07f, 4.37031012579801e-11f,                         // alpha_7, 9
-      9.93151921023180e-01f, 1.16817656904453e-01f, 1.70198817374094e-03f,  // beta_0, 2, 4
-      6.29106785017040e-06f, 5.76102136993427e-09f, 6.10247389755681e-13f,  // beta_6, 8, 10
       // Eigen 3.4's generic pexp_float (GenericPacketMathFunctions.h), which Packet8f runs,
       // where it differs from the above: its clamp, ln 2 in two parts, and pldexp_generic's
       // exponent bound and bias (the bias an integer).
@@ -139,8 +132,7 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
     return constant(9 + static_cast<int>(std::size(kPolynomialConstants)));
   }
   Xbyak::Address exp_constant(int index) { return constant(8 + index); }
-  Xbyak::Address logistic_constant(int index) { return constant(8 + 12 + index); }
-  Xbyak::Address generic_exp_constant(int index) { return constant(8 + 12 + 13 + index); }
+  Xbyak::Address generic_exp_constant(int index) { return constant(8 + 12 + index); }
 
   // d = exp(x) with the bits of the exp the evaluator's vector_map runs on every element:
   // Eigen's pexp<Packet16f> (AVX-512) or its generic pexp_float over Packet8f (AVX2), the same
@@ -150,10 +142,9 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
   // which the final max reads again; d may be x's register (the max writes it last).
   void exp(const Xbyak::Xmm& d, const Xbyak::Xmm& x);
 
-  // d = logistic(x), or x * logistic(x) (silu), with the bits of Eigen's float logistic: a
-  // rational polynomial over x clamped above, and exp(x) in the lanes below -9, which Eigen
-  // computes only when some lane of the vector is there (as here: a branch per vector, each
-  // lane's value the same either way).
+  // d = 1 / (1 + exp(-x)) (sigmoid), or x / (1 + exp(-x)) (silu, times_x), with the bits of
+  // the evaluator's logistic (fused_steps.h): exp above, one add, one division. d may be x's
+  // register.
   void logistic(const Xbyak::Xmm& d, const Xbyak::Xmm& x, bool times_x);
 
   int allocate();

@@ -1,7 +1,8 @@
 // FusedCode's generator (fused_jit_generator.h): the instructions of each step (compute), one
 // IEEE operation per arithmetic step, with the evaluator's NaN and signed-zero rules, the
-// rounding to bfloat16 (round_bits; convert_bf16 where the CPU has AVX512_BF16) and Eigen's
-// AVX-512 exp and logistic, instruction for instruction (fused_jit.h says why).
+// rounding to bfloat16 (round_bits; convert_bf16 where the CPU has AVX512_BF16), Eigen's AVX2 and
+// AVX-512 exp instruction for instruction, and sigmoid and silu built on it (fused_jit.h says
+// why).
 #if defined(__x86_64__)
 #include "runtime/cpu/fused_jit_generator.h"
 
@@ -96,7 +97,7 @@ Xbyak::Xmm FusedCode::Generator::compute(bool masked) {
       case Op::Sigmoid:
         logistic(d, a, false);
         break;
-      case Op::Silu:  // x * logistic(x)
+      case Op::Silu:  // x / (1 + exp(-x))
         logistic(d, a, true);
         break;
       case Op::Sqrt:  // correctly rounded, as the evaluator's sqrt_exact
@@ -196,59 +197,46 @@ void FusedCode::Generator::exp(const Xbyak::Xmm& d, const Xbyak::Xmm& x) {
     vpslld(m, m, 23);                      // 2^(e - 3b)
     vmulps(y, y, m);
   }
-  // The lanes of x below the clamp's lower bound are 0 (flush_below_exp_bound, fused_steps.h):
-  // compared before the max, which may write x's register.
-  if (wide_) vcmpps(k4, x, exp_constant(1), kLt);
-  else vcmpps(t0, x, generic_exp_constant(1), kLt);  // t0 (y2) is done with
+  // The lanes of x below the clamp's lower bound are 0, those above its upper one +Inf
+  // (exp_flushed, fused_steps.h): compared before the max, which may write x's register.
+  if (wide_) {
+    vcmpps(k4, x, exp_constant(1), kLt);
+    vcmpps(k5, x, exp_constant(0), kGt);
+  } else {  // t0 (y2) and r2 are done with
+    vcmpps(t0, x, generic_exp_constant(1), kLt);
+    vcmpps(r2, x, generic_exp_constant(0), kGt);
+  }
   vmaxps(d, x, y);                         // pmax(y * 2^m, _x) = max_ps(_x, .)
-  if (wide_) vmovaps(d | k4, zero(d));
-  else vandnps(d, t0, d);
+  if (wide_) {
+    vmovaps(d | k4, zero(d));
+    vmovups(d | k5, infinity_bits());
+  } else {
+    vandnps(d, t0, d);
+    vblendvps(d, d, infinity_bits(), r2);
+  }
   for (int r : regs) free_[r] = true;
 }
 
-// d = logistic(x), or x * logistic(x) (silu), with the bits of Eigen's float logistic: a
-// rational polynomial over x clamped above, and exp(x) in the lanes below -9, which Eigen
-// computes only when some lane of the vector is there (as here: a branch per vector, each
-// lane's value the same either way).
+// d = 1 / (1 + exp(-x)) (sigmoid), or x / (1 + exp(-x)) (silu), the evaluator's logistic
+// (fused_steps.h) step for step: -x exactly, this exp, one add, one division.
 void FusedCode::Generator::logistic(const Xbyak::Xmm& d, const Xbyak::Xmm& x, bool times_x) {
   const bool x_was_free = free_[static_cast<std::size_t>(x.getIdx())];
   free_[static_cast<std::size_t>(x.getIdx())] = false;
-  int regs[4];
-  for (int& r : regs) r = allocate();
-  const Xbyak::Xmm c = vec(regs[0]), x2 = vec(regs[1]), p = vec(regs[2]), q = vec(regs[3]);
-  vmovups(c, logistic_constant(0));
-  vminps(c, c, x);                              // pmin(_x, cutoff_upper) = min_ps(cutoff, _x)
-  vmulps(x2, c, c);
-  vmovups(p, logistic_constant(5));
-  vfmadd231ps(p, x2, logistic_constant(6));     // p = x2 * alpha_9 + alpha_7
-  for (int k : {4, 3, 2}) vfmadd213ps(p, x2, logistic_constant(k));  // alpha_5, 3, 1
-  vmulps(p, c, p);                              // p = x * p
-  vmovups(q, logistic_constant(11));
-  vfmadd231ps(q, x2, logistic_constant(12));    // q = x2 * beta_10 + beta_8
-  for (int k : {10, 9, 8, 7}) vfmadd213ps(q, x2, logistic_constant(k));  // beta_6 .. beta_0
-  vdivps(p, p, q);
-  vaddps(p, p, exp_constant(2));                // + 0.5
-  // c and x2 are done with: exp below takes their registers (AVX2 has few).
-  free_[static_cast<std::size_t>(regs[0])] = free_[static_cast<std::size_t>(regs[1])] = true;
-  Xbyak::Label no_small;
-  if (wide_) {
-    vcmpps(k3, x, logistic_constant(1), kLt);   // pcmp_lt(_x, cutoff_lower)
-    kortestw(k3, k3);
-    jz(no_small, T_NEAR);
-    exp(q, x);                                  // q is free again: the polynomial is done
-    vblendmps(p | k3, p, q);                    // pselect(lt, exp, logistic)
+  const int e_reg = allocate();
+  const Xbyak::Xmm e = vec(e_reg);
+  vxorps(e, x, sign_bit());                     // -x
+  exp(e, e);                                    // exp(-x), flushed
+  vaddps(e, e, one());                          // 1 + exp(-x)
+  if (times_x) {
+    vdivps(d, x, e);
   } else {
-    const Xbyak::Ymm lt(14);                    // scratch; exp uses value registers only
-    vcmpps(lt, x, logistic_constant(1), kLt);
-    vtestps(lt, lt);                            // predux_any: a sign bit set
-    jz(no_small, T_NEAR);
-    exp(q, x);
-    vblendvps(p, p, q, lt);
+    const int one_reg = allocate();
+    const Xbyak::Xmm u = vec(one_reg);
+    vmovups(u, one());
+    vdivps(d, u, e);
+    free_[static_cast<std::size_t>(one_reg)] = true;
   }
-  L(no_small);
-  if (times_x) vmulps(d, x, p);
-  else vmovaps(d, p);
-  for (int r : regs) free_[r] = true;
+  free_[static_cast<std::size_t>(e_reg)] = true;
   free_[static_cast<std::size_t>(x.getIdx())] = x_was_free;
 }
 

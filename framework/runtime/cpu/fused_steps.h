@@ -62,10 +62,11 @@ void vector_map(const T* a, T* d, int64_t n, F f) {
   std::copy(out, out + n, d);
 }
 
-// Eigen's vectorised exp clamps its argument below at this bound, so that every x below it,
-// -Inf included, gives the one tiny value exp(bound) (about 3e-39 in float32) where PyTorch
-// gives 0 (softmax's masked -Inf lanes, sigmoid(-Inf)). exp and logistic flush those lanes to 0
-// (flush_below_exp_bound); the fused code compares with the same constant.
+// Eigen's vectorised exp clamps its argument to [lower, upper] bounds, so that every x below
+// the lower one, -Inf included, gives the one tiny value exp(lower) (about 3e-39 in float32),
+// where PyTorch gives 0 (a softmax's masked -Inf lanes), and, for AVX-512's float exp, every x
+// above the upper one gives exp(upper) (about 2.4e38), not Inf. exp flushes those lanes to 0
+// and to +Inf (flush_outside_exp_bounds); the fused code compares with the same constants.
 template <class T>
 constexpr T exp_lower_bound() {
   if constexpr (std::is_same_v<T, double>) return -709.784;  // pexp_double's cst_exp_lo
@@ -75,14 +76,40 @@ constexpr T exp_lower_bound() {
   return -88.723f;            // the generic pexp_float's cst_exp_lo (Packet8f, Packet4f)
 #endif
 }
-
-// d[i] = a[i] * 0 where a[i] is below exp's bound (0, and NaN at -Inf for silu's x * 0, as in
-// PyTorch), after an exp or a logistic computed d from a.
 template <class T>
-void flush_below_exp_bound(const T* a, T* __restrict d, int64_t n, bool times_x) {
-  const T bound = exp_lower_bound<T>();
-  for (int64_t i = 0; i < n; ++i)
-    if (a[i] < bound) d[i] = times_x ? a[i] * T(0) : T(0);
+constexpr T exp_upper_bound() {
+  if constexpr (std::is_same_v<T, double>) return 709.784;  // pexp_double's cst_exp_hi
+#if defined(__AVX512F__)
+  return 88.3762626647950f;  // pexp<Packet16f>'s exp_hi
+#else
+  return 88.723f;            // the generic pexp_float's cst_exp_hi
+#endif
+}
+
+// d = exp(a): Eigen's, 0 below its lower bound and +Inf above its upper one.
+template <class T>
+void exp_flushed(const T* a, T* __restrict d, int64_t n) {
+  vector_map(a, d, n, [](const auto& x) { return x.exp(); });
+  const T lower = exp_lower_bound<T>(), upper = exp_upper_bound<T>();
+  for (int64_t i = 0; i < n; ++i) {
+    if (a[i] < lower) d[i] = T(0);
+    if (a[i] > upper) d[i] = std::numeric_limits<T>::infinity();
+  }
+}
+
+// d = sigmoid(a) = 1 / (1 + exp(-a)), or silu(a) = a / (1 + exp(-a)) (times_x), as PyTorch's
+// CPU kernels compute them, with exp_flushed (0 at +Inf, so 1; Inf at -Inf, so 0, and silu's
+// -Inf / Inf NaN, as in PyTorch). (Eigen's float logistic, a rational polynomial plus 0.5,
+// cancelled for negative x: 4e-4 relative error near -8, exp(x) below -9.)
+template <class T>
+void logistic(const T* a, T* __restrict d, int64_t n, bool times_x) {
+  alignas(64) T negated[kFusedBlock];
+  for (int64_t i = 0; i < n; ++i) negated[i] = -a[i];
+  exp_flushed(negated, d, n);
+  if (times_x)
+    for (int64_t i = 0; i < n; ++i) d[i] = a[i] / (T(1) + d[i]);
+  else
+    for (int64_t i = 0; i < n; ++i) d[i] = T(1) / (T(1) + d[i]);
 }
 
 // d = sqrt(a), correctly rounded (IEEE), as PyTorch computes it and as the fused code does
@@ -146,10 +173,7 @@ void unary_op(const FusedStep& s, const T* a, T* __restrict d, int64_t n) {
     // a < 0 (not a > 0) so that relu(NaN) is NaN, as in PyTorch.
     case Op::Relu: for (int64_t i = 0; i < n; ++i) d[i] = a[i] < zero ? zero : a[i]; return;
     case Op::Exp:
-      if constexpr (fp) {
-        vector_map(a, d, n, [](const auto& x) { return x.exp(); });
-        return flush_below_exp_bound(a, d, n, false);
-      }
+      if constexpr (fp) return exp_flushed(a, d, n);
       break;
     case Op::Log:
       if constexpr (fp) return vector_map(a, d, n, [](const auto& x) { return x.log(); });
@@ -165,19 +189,13 @@ void unary_op(const FusedStep& s, const T* a, T* __restrict d, int64_t n) {
       }
       break;
     case Op::Sigmoid:
-      if constexpr (fp) {
-        vector_map(a, d, n, [](const auto& x) { return x.logistic(); });
-        return flush_below_exp_bound(a, d, n, false);
-      }
+      if constexpr (fp) return logistic(a, d, n, false);
       break;
     case Op::Tanh:
       if constexpr (fp) return vector_map(a, d, n, [](const auto& x) { return x.tanh(); });
       break;
     case Op::Silu:
-      if constexpr (fp) {
-        vector_map(a, d, n, [](const auto& x) { return x * x.logistic(); });
-        return flush_below_exp_bound(a, d, n, true);
-      }
+      if constexpr (fp) return logistic(a, d, n, true);
       break;
     case Op::Sin:
       if constexpr (fp) return vector_map(a, d, n, [](const auto& x) { return x.sin(); });
