@@ -22,6 +22,15 @@ void check_defined(const char* layer, const Tensor& x) {
   if (!x.defined()) throw Error(std::string(layer) + ": expected a defined input, got an empty handle");
 }
 
+// A pooling layer's options for guard_settings.
+std::vector<double> pool_settings(const Pool2dOptions& o) {
+  std::vector<double> v;
+  for (const auto* pair : {&o.kernel, &o.stride, &o.padding})
+    for (int64_t e : *pair) v.push_back(static_cast<double>(e));
+  v.push_back(o.count_include_pad ? 1 : 0);
+  return v;
+}
+
 void check_4d(const char* layer, const Tensor& x) {
   check_defined(layer, x);
   if (x.dim() != 4)
@@ -98,13 +107,17 @@ Tensor Dropout::forward(const Tensor& x) {
 
 Tensor ReLU::forward(const Tensor& x) { return relu(x); }
 Tensor SiLU::forward(const Tensor& x) { return silu(x); }
-Tensor GELU::forward(const Tensor& x) { return gelu(x, approximate); }
+Tensor GELU::forward(const Tensor& x) {
+  guard_settings("GELU's approximate", [this] { return std::vector<double>{approximate ? 1.0 : 0.0}; });
+  return gelu(x, approximate);
+}
 
 MaxPool2d::MaxPool2d(IntPair kernel_size, IntPair stride, IntPair padding)
     : options(pool_options("MaxPool2d", kernel_size, stride, padding)) {}
 
 Tensor MaxPool2d::forward(const Tensor& x) {
   check_4d("MaxPool2d", x);
+  guard_settings("MaxPool2d's options", [this] { return pool_settings(options); });
   return max_pool2d(x, options);
 }
 
@@ -115,6 +128,7 @@ AvgPool2d::AvgPool2d(IntPair kernel_size, IntPair stride, IntPair padding, bool 
 
 Tensor AvgPool2d::forward(const Tensor& x) {
   check_4d("AvgPool2d", x);
+  guard_settings("AvgPool2d's options", [this] { return pool_settings(options); });
   return avg_pool2d(x, options);
 }
 
@@ -125,6 +139,9 @@ AdaptiveAvgPool2d::AdaptiveAvgPool2d(IntPair size) : output_size(size.value) {
 
 Tensor AdaptiveAvgPool2d::forward(const Tensor& x) {
   check_4d("AdaptiveAvgPool2d", x);
+  guard_settings("AdaptiveAvgPool2d's output_size", [this] {
+    return std::vector<double>{static_cast<double>(output_size[0]), static_cast<double>(output_size[1])};
+  });
   if (output_size[0] == 1 && output_size[1] == 1) return x.mean({2, 3}, true);
   // A rectangular window's mean is the mean of its row means, so the two axes pool separately.
   return adaptive_mean(adaptive_mean(x, 2, output_size[0]), 3, output_size[1]);
@@ -132,6 +149,9 @@ Tensor AdaptiveAvgPool2d::forward(const Tensor& x) {
 
 Tensor Flatten::forward(const Tensor& x) {
   check_defined("Flatten", x);
+  guard_settings("Flatten's dims", [this] {
+    return std::vector<double>{static_cast<double>(start_dim), static_cast<double>(end_dim)};
+  });
   return flatten(x, start_dim, end_dim);
 }
 

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 namespace loom::nn {
 namespace {
@@ -40,6 +41,7 @@ Tensor Linear::forward(const Tensor& input) {
   if (input.dim() == 0 || input.size(-1) != in_features)
     throw Error("Linear: expected an input [..., " + std::to_string(in_features) + "], got " +
                 shape_str(input.shape()));
+  guard_settings("Linear's in_features", [this] { return std::vector<double>{static_cast<double>(in_features)}; });
   auto y = matmul(input, transpose(weight, 0, 1));
   return bias.defined() ? y + bias : y;
 }
@@ -81,6 +83,14 @@ Tensor Conv2d::forward(const Tensor& input) {
     throw Error("Conv2d: expected an input with " + std::to_string(options.in_channels()) +
                 " channels [N," + std::to_string(options.in_channels()) + ",H,W], got " +
                 shape_str(input.shape()));
+  guard_settings("Conv2d's options", [this] {
+    const auto& o = options;
+    std::vector<double> v{static_cast<double>(o.in_channels()), static_cast<double>(o.out_channels()),
+                          static_cast<double>(o.groups()), o.bias() ? 1.0 : 0.0};
+    for (const auto& pair : {o.kernel_size(), o.stride(), o.padding(), o.dilation()})
+      for (int64_t e : pair) v.push_back(static_cast<double>(e));
+    return v;
+  });
   loom::Conv2dParams op;
   op.stride = options.stride();
   op.padding = options.padding();

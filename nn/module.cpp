@@ -1,7 +1,10 @@
 #include <loom/autograd.h>
+#include <loom/compile.h>
 #include <loom/error.h>
 #include <loom/nn/module.h>
 
+#include <bit>
+#include <cstdint>
 #include <map>
 #include <set>
 #include <unordered_set>
@@ -23,6 +26,18 @@ void set_default_dtype(DType dtype) {
   if (dtype != DType::Float32 && dtype != DType::Float64)
     throw Error(std::string("set_default_dtype: expected float32 or float64, got ") + dtype_name(dtype));
   g_default_dtype = dtype;
+}
+
+void Module::guard_settings(std::string_view what, std::function<std::vector<double>()> settings) {
+  // The guard compares one integer: the settings' bits, mixed (FNV-1a over each value's bits).
+  guard_on(what, [settings = std::move(settings)] {
+    uint64_t h = 1469598103934665603u;
+    for (double v : settings()) {
+      h ^= std::bit_cast<uint64_t>(v);
+      h *= 1099511628211u;
+    }
+    return static_cast<int64_t>(h);
+  });
 }
 
 Tensor Module::forward(const Tensor&) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace loom::nn {
 namespace {
@@ -47,6 +48,7 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   const Shape per_channel{1, num_features, 1, 1};
   // The branch below is host control flow: a captured step is traced again when it turns.
   guard_on("BatchNorm2d's training mode", [this] { return is_training() ? 1 : 0; });
+  guard_settings("BatchNorm2d's eps and momentum", [this] { return std::vector<double>{eps, momentum}; });
   if (!is_training()) {
     auto scale = rsqrt(running_var.reshape(per_channel) + eps) * weight.reshape(per_channel);
     return (x - running_mean.reshape(per_channel)) * scale + bias.reshape(per_channel);
@@ -100,6 +102,11 @@ Tensor LayerNorm::forward(const Tensor& x) {
   if (x.dim() < k || !std::equal(normalized_shape.begin(), normalized_shape.end(), x.shape().end() - k))
     throw Error("LayerNorm: expected an input [..., " + shape_str(normalized_shape).substr(1) + ", got " +
                 shape_str(x.shape()));
+  guard_settings("LayerNorm's normalized_shape and eps", [this] {
+    std::vector<double> v(normalized_shape.begin(), normalized_shape.end());
+    v.push_back(eps);
+    return v;
+  });
   std::vector<int64_t> axes;
   for (int64_t d = x.dim() - k; d < x.dim(); ++d) axes.push_back(d);
   auto mean = x.mean(axes, true);
@@ -120,6 +127,7 @@ Tensor RMSNorm::forward(const Tensor& x) {
   check_input("RMSNorm", x, weight);
   if (x.dim() == 0 || x.size(-1) != dim)
     throw Error("RMSNorm: expected an input [..., " + std::to_string(dim) + "], got " + shape_str(x.shape()));
+  guard_settings("RMSNorm's dim and eps", [this] { return std::vector<double>{static_cast<double>(dim), eps}; });
   return x * rsqrt((x * x).mean({-1}, true) + eps) * weight;
 }
 

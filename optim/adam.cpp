@@ -137,6 +137,7 @@ void Adam::load_state(const std::vector<std::pair<std::string, Tensor>>& state, 
   exp_avg_sq_ = std::move(v);
   param_steps_ = std::move(counts);
   steps_ = steps;
+  ++state_loads_;
 }
 
 }  // namespace loom::optim

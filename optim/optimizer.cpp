@@ -62,6 +62,7 @@ void Optimizer::add_param_group(std::vector<Tensor> params) {
 
 void Optimizer::count_step() {
   guard_on(std::string(name_) + "'s parameter count", [this] { return static_cast<int64_t>(params_.size()); });
+  guard_on(std::string(name_) + "'s loaded state", [this] { return state_loads_; });
   every_call([this] { ++steps_; });
 }
 

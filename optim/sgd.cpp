@@ -67,6 +67,7 @@ void SGD::load_state(const std::vector<std::pair<std::string, Tensor>>& state, i
   }
   momentum_ = std::move(loaded);
   steps_ = steps;
+  ++state_loads_;
 }
 
 }  // namespace loom::optim

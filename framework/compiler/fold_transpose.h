@@ -12,9 +12,13 @@
 //   the operand stored transposed (Eigen and oneDNN pack either layout at the same cost).
 // A Permute left unread is dropped by dead_code.cpp; it stays for any other reader.
 //
-// The second fold is the same GEMM over the same packed blocks, so results do not change. The
-// first sums each element's dot product in oneDNN's order for the swapped shape (float32 and
-// float64 products, where eager mode's values are kept bit for bit, are not swapped).
+// On Eigen's path (a product below oneDNN's size, runtime/cpu/kernels_compute.cpp) the second
+// fold is the same GEMM over the same packed blocks, so results do not change. oneDNN, handed
+// the operand's transposed strides, may block its sums otherwise than for the stored
+// transpose: there a float32 or float64 product can differ from eager mode's (which stores the
+// transpose first) in the last bits (a 128^3 float32 product: most elements, by an ulp or so).
+// The first fold sums each element's dot product in oneDNN's order for the swapped shape
+// (float32 and float64 products are not swapped).
 #pragma once
 
 #include "ir/program.h"

@@ -34,8 +34,11 @@ Tensor autocast_round(const Tensor& x) {
 namespace lazy {
 
 bool autocasts(const Tensor& a, const Tensor& b) {
-  return current == Precision::BFloat16 && a.dtype() == DType::Float32 &&
-         b.dtype() == DType::Float32;
+  // A float32 operand with a float32 or bfloat16 one (PyTorch casts both; two bfloat16
+  // operands make the plain bfloat16 op, its result bfloat16).
+  auto eligible = [](DType d) { return d == DType::Float32 || d == DType::BFloat16; };
+  return current == Precision::BFloat16 && eligible(a.dtype()) && eligible(b.dtype()) &&
+         (a.dtype() == DType::Float32 || b.dtype() == DType::Float32);
 }
 
 }  // namespace lazy

@@ -22,6 +22,8 @@ extern constinit thread_local Recorder* active;
 void note_read(TensorImpl& t, const std::shared_ptr<runtime::DeviceBuffer>& data);
 // `t` is about to take a new value; `data` is the buffer it holds before (null when pending).
 void note_assign(TensorImpl& t, const std::shared_ptr<runtime::DeviceBuffer>& data);
+// `t` takes a new gradient (`had` and `has`: defined before and after).
+void note_set_grad(TensorImpl& t, bool had, bool has);
 // A buffer copied from the host inside the function (from_host, a scalar): a constant of the
 // captured step.
 void note_host_data(const std::shared_ptr<runtime::DeviceBuffer>& data);

@@ -75,6 +75,9 @@ struct Sink {
   enum Kind { Arg, Persistent, Grad, Result } kind;
   int arg = -1;                      // Arg: the argument tensor updated in place
   std::weak_ptr<TensorImpl> tensor;  // Persistent: its new buffer; Grad: its new .grad()
+  // Grad: the traced call gave the tensor its first gradient, so a replay needs it to have none
+  // at entry (it would be replaced, where the traced code would have added to it).
+  bool fresh_grad = false;
   DType dtype;
   Shape shape;
 };
@@ -148,6 +151,10 @@ class Recorder {
     std::weak_ptr<DeviceBuffer> entry;  // its buffer when the call began
   };
   std::unordered_map<const TensorImpl*, Seen> persistent;
+  // Per tensor that existed, from its first gradient change in the call: true when that
+  // change gave a gradient where there was none (a replay must then find none at entry; a
+  // step that clears the gradient first, or adds to it, does not care).
+  std::unordered_map<const TensorImpl*, bool> fresh_grad;
   std::unordered_map<const DeviceBuffer*, std::weak_ptr<DeviceBuffer>> host_data;
   std::vector<ScalarUse> scalars;
   std::vector<HostGuard> host_guards;

@@ -64,6 +64,12 @@ void note_assign(TensorImpl& t, const std::shared_ptr<DeviceBuffer>& data) {
   r->persistent.try_emplace(&t, Recorder::Seen{t.weak_from_this(), data});
 }
 
+void note_set_grad(TensorImpl& t, bool had, bool has) {
+  auto* r = active;
+  if (!r || !r->existed(t)) return;
+  r->fresh_grad.try_emplace(&t, !had && has);
+}
+
 void note_host_data(const std::shared_ptr<DeviceBuffer>& data) {
   if (auto* r = active) r->host_data.emplace(data.get(), data);
 }
@@ -89,9 +95,22 @@ bool note_program(Device device, const ir::Graph& g, const std::shared_ptr<const
   p.exe = exe;
   p.hash = g.hash;
   p.desc = debug::describe(g);
+  // Two tensors that held one buffer at entry (one assign()ed the other, load_state_dict) are
+  // one input of the program: a replay would bind it from one of them and read that one for
+  // both, after they part too. Such a call stays traced.
+  const char* shared = "two tensors it reads held one buffer at entry (one was assign()ed from the other): "
+                       "a replay could not tell them apart";
   std::unordered_map<const DeviceBuffer*, const Recorder::Seen*> entry_of;
   for (const auto& [impl, seen] : r->persistent)
-    if (auto b = seen.entry.lock()) entry_of.emplace(b.get(), &seen);
+    if (auto b = seen.entry.lock(); b && !entry_of.emplace(b.get(), &seen).second) r->refuse(shared, false);
+  for (std::size_t j = 0; j < r->arg_buffers.size(); ++j) {
+    const auto* b = r->arg_buffers[j].get();
+    if (!b) continue;
+    for (std::size_t k = 0; k < j; ++k)
+      if (r->arg_buffers[k].get() == b && r->arg_impls[k] != r->arg_impls[j]) r->refuse(shared, false);
+    if (auto it = entry_of.find(b); it != entry_of.end() && it->second->tensor.lock() != r->arg_impls[j])
+      r->refuse(shared, false);
+  }
   for (auto i : g.inputs) {
     auto buf = std::static_pointer_cast<DeviceBuffer>(g.nodes[i]->payload());
     Source s{};
@@ -211,6 +230,14 @@ std::optional<Failure> check_guards(const Plan& p, const CaptureArgs& a) {
 // they did. Checked before the effects and again after them (an every_call() update may
 // replace one).
 std::optional<Failure> check_watched(const Plan& p) {
+  for (const auto& s : p.outputs) {
+    if (s.kind != Sink::Grad || !s.fresh_grad) continue;
+    auto t = s.tensor.lock();
+    if (t && t->grad().defined())
+      return Failure{GuardKind::Tensor, "a tensor the step gives a gradient has one already (" +
+                                            tensor_type(t->dtype(), t->shape(), t->device()) +
+                                            "): the step was traced without, so a replay would replace it"};
+  }
   for (const auto& w : p.watched) {
     auto t = w.tensor.lock();
     if (!t) return Failure{GuardKind::Tensor, "a tensor the step reads or writes no longer exists"};
@@ -334,6 +361,8 @@ std::string resolve_outputs(Recorder& r, const CaptureArgs& results) {
     } else if (auto it = grad_holder.find(t.get()); it != grad_holder.end()) {
       s.kind = Sink::Grad;
       s.tensor = it->second;
+      auto fresh = r.fresh_grad.find(it->second.get());
+      s.fresh_grad = fresh != r.fresh_grad.end() && fresh->second;
     } else {
       s.kind = Sink::Result;
     }

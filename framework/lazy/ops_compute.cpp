@@ -58,15 +58,16 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, con
                             .groups = o.groups};
   // Autocast: as matmul, the convolution of the bfloat16 casts, back as float32 (the bias is
   // added in float32).
-  auto y = lazy::autocasts(input, weight)
-               ? apply(Op::Conv2d, {input.to(DType::BFloat16), weight.to(DType::BFloat16)}, attr)
-                     .to(DType::Float32)
-               : apply(Op::Conv2d, {input, weight}, attr);
+  const bool cast = lazy::autocasts(input, weight);
+  auto y = cast ? apply(Op::Conv2d, {input.to(DType::BFloat16), weight.to(DType::BFloat16)}, attr)
+                      .to(DType::Float32)
+                : apply(Op::Conv2d, {input, weight}, attr);
   if (!bias.defined()) return y;
   if (bias.shape() != Shape{weight.shape()[0]})
     fail("conv2d", "expected a bias of shape [" + std::to_string(weight.shape()[0]) + "], got " +
                        shape_str(bias.shape()));
-  return y + reshape(bias, {1, weight.shape()[0], 1, 1});
+  const Tensor b = cast && bias.dtype() == DType::BFloat16 ? bias.to(DType::Float32) : bias;
+  return y + reshape(b, {1, weight.shape()[0], 1, 1});
 }
 
 namespace {

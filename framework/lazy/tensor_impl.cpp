@@ -160,8 +160,13 @@ void TensorImpl::set_grad(Tensor grad) {
   if (grad.defined() && (grad.dtype() != dtype_ || grad.shape() != shape_))
     throw Error("set_grad: expected a gradient of " + std::string(dtype_name(dtype_)) + shape_str(shape_) +
                 ", got " + dtype_name(grad.dtype()) + shape_str(grad.shape()));
-  std::lock_guard lock(mutex_);
-  grad_ = grad.impl();
+  bool had;
+  {
+    std::lock_guard lock(mutex_);
+    had = grad_ != nullptr;
+    grad_ = grad.impl();
+  }
+  if (lazy::capture::active) lazy::capture::note_set_grad(*this, had, grad.defined());
 }
 
 namespace lazy {

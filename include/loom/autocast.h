@@ -9,7 +9,7 @@
 //   loom::optim::optimizer_step(opt, /*barrier=*/true);   // float32 weights and state
 //
 // Inside a scope on this thread, matmul (so linear layers and attention) and conv2d cast
-// their float32 operands to bfloat16 inside the graph, where fusion absorbs the casts; the
+// their float32 operands (and a bfloat16 one with a float32 one) to bfloat16 inside the graph, where fusion absorbs the casts; the
 // product accumulates in float32 and is rounded once to bfloat16, as PyTorch's
 // torch.autocast("cpu", torch.bfloat16) does, and the result comes back as float32. So
 // losses, softmax, normalisation and its statistics, reductions, residual adds and the

@@ -74,7 +74,9 @@ struct HostScalarState;
 }
 
 // A host number read by traced steps as a 0-d tensor: set() it between calls (a learning-rate
-// schedule) and a captured step reads the new value at its next replay. Copies share the value.
+// schedule) and a captured step reads the new value at its next replay. Copies share the value;
+// assigning another HostScalar over one makes it that other one, which a step captured before
+// does not read (it keeps the one it was captured with): set() the value instead.
 class HostScalar {
  public:
   explicit HostScalar(double value = 0, std::string name = "scalar");

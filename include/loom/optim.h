@@ -53,18 +53,21 @@ class Optimizer {
 
   // The optimizer's state as named tensors ("<param index>.<name>") plus the step count, for
   // checkpoints. load_state() checks names and shapes (and Adam's, that a parameter's state
-  // is whole), and converts the state to each parameter's dtype and device.
+  // is whole), and converts the state to each parameter's dtype and device. A captured step
+  // that calls step() is traced again after a load_state() (it would otherwise go on with the
+  // state tensors it was captured with, wherever something still holds them).
   virtual std::vector<std::pair<std::string, Tensor>> state() const = 0;
   virtual void load_state(const std::vector<std::pair<std::string, Tensor>>& state, int64_t steps) = 0;
 
  protected:
-  // For step(): guards a captured step on the parameter count and advances steps_ at every
-  // call, replays included.
+  // For step(): guards a captured step on the parameter count and on state_loads_, and
+  // advances steps_ at every call, replays included.
   void count_step();
 
   std::vector<Tensor> params_;
   HostScalar lr_{0, "lr"};
   int64_t steps_ = 0;
+  int64_t state_loads_ = 0;  // load_state() calls: each makes a captured step trace again
   const char* name_;
 };
 

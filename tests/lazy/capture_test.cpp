@@ -12,6 +12,7 @@
 #include <loom/nn/layers.h>
 #include <loom/optim.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -274,6 +275,128 @@ TEST(Capture, DropoutsPIsAGuard) {
   drop.p = 0;
   EXPECT_EQ(step(x).item<float>(), 64.0f);
   EXPECT_NE(causes().find("Dropout's p changed"), std::string::npos) << causes();
+}
+
+// A layer's settings are read into the captured step: changing one between calls traces the
+// step again, as Dropout's p does (a replay went on with the captured eps, momentum, GELU
+// form, stride: silently the old layer).
+TEST(Capture, LayerSettingsAreGuards) {
+  fresh();
+  nn::BatchNorm2d bn(2), reference(2);
+  auto x = from_vector<float>({0.5f, -1, 2, 3, 0.25f, 4, -2, 1}, {1, 2, 2, 2});
+  auto step = compile([&](const Tensor& in) { return bn.forward(in).sum(); });
+  for (int call = 0; call < 3; ++call) {
+    step(x);
+    reference.forward(x);
+  }
+  ASSERT_TRUE(step.captured());
+  bn.momentum = reference.momentum = 0.9;
+  step(x);
+  reference.forward(x);
+  EXPECT_TRUE(same_bits(values(bn.running_mean), values(reference.running_mean)));
+  EXPECT_NE(causes().find("BatchNorm2d's eps and momentum changed"), std::string::npos) << causes();
+
+  nn::GELU layer;
+  auto act = compile([&](const Tensor& in) { return layer.forward(in); });
+  for (int call = 0; call < 3; ++call) act(x);
+  ASSERT_TRUE(act.captured());
+  layer.approximate = true;
+  EXPECT_TRUE(same_bits(values(act(x)), values(gelu(x, true))));
+
+  nn::Conv2d conv(nn::Conv2dOptions(2, 1, 1));
+  auto convolve = compile([&](const Tensor& in) { return conv.forward(in); });
+  for (int call = 0; call < 3; ++call) convolve(x);
+  ASSERT_TRUE(convolve.captured());
+  conv.options.stride(2);
+  EXPECT_EQ(convolve(x).shape(), (Shape{1, 1, 1, 1}));
+  EXPECT_NE(causes().find("Conv2d's options changed"), std::string::npos) << causes();
+
+  nn::Sequential seq{std::make_shared<nn::Flatten>()};
+  auto run = compile([&](const Tensor& in) { return seq.forward(in); });
+  for (int call = 0; call < 3; ++call) run(x);
+  ASSERT_TRUE(run.captured());
+  seq.push_back(std::make_shared<nn::ReLU>());  // the replay ran without it
+  EXPECT_TRUE(same_bits(values(run(x)), values(relu(x.reshape({1, 8})))));
+  EXPECT_NE(causes().find("Sequential's modules changed"), std::string::npos) << causes();
+}
+
+// A step captured while its parameter had no gradient at entry (zero_grad() outside it) gives
+// the gradient afresh; once calls start with a gradient there (accumulation over calls), the
+// traced code would add to it, so the replay may not replace it: it traces again. (The replay
+// overwrote the accumulated gradient.)
+TEST(Capture, AGradientAtEntryWhereTheCapturedStepHadNoneTracesAgain) {
+  std::vector<float> grads[2];
+  for (bool compiled : {false, true}) {
+    fresh();
+    nn::manual_seed(7);  // the same layer both times
+    nn::Linear layer(3, 2);
+    auto body = [&](const Tensor& x) {
+      auto y = layer.forward(x);
+      auto loss = (y * y).sum();
+      loss.backward();
+      return loss;
+    };
+    auto step = compile(body);
+    for (int call = 0; call < 8; ++call) {
+      if (call < 5) layer.zero_grad();  // then three calls accumulate
+      if (compiled) {
+        step(batch_of(3, call));
+      } else {
+        body(batch_of(3, call));
+        mark_step();  // as the compiled call ends
+      }
+      if (compiled && call == 4) {
+        EXPECT_TRUE(step.captured());
+      }
+    }
+    grads[compiled] = values(layer.weight.grad());
+  }
+  EXPECT_TRUE(same_bits(grads[0], grads[1])) << grads[0][0] << " " << grads[1][0] << "\n" << causes();
+  EXPECT_NE(causes().find("has one already"), std::string::npos) << causes();
+}
+
+// Two tensors that hold one buffer at entry (a target copy assign()ed from the weights at every
+// call for a while, then no more) are not captured as one input: the replay read the weights
+// for both after they parted. Against the same calls uncompiled.
+TEST(Capture, TensorsSharingABufferAtEntryAreNotBoundAsOne) {
+  std::vector<float> losses[2], weights[2];
+  for (bool compiled : {false, true}) {
+    fresh();
+    auto w = from_vector<float>({1, 2, 3, 4}, {4});
+    auto target = from_vector<float>({0, 0, 0, 0}, {4});
+    auto body = [&](const Tensor& x) {
+      auto d = w - target;
+      auto loss = (d * d).sum();
+      w.assign(w - x * w * 0.1);
+      return loss;
+    };
+    auto step = compile(body);
+    for (int call = 0; call < 9; ++call) {
+      if (call < 5) target.assign(w);  // shares w's buffer
+      Tensor loss = compiled ? step(batch_of(4, call)) : body(batch_of(4, call));
+      if (!compiled) mark_step();  // as the compiled call ends
+      losses[compiled].push_back(loss.item<float>());
+    }
+    weights[compiled] = values(w);
+  }
+  EXPECT_TRUE(same_bits(losses[0], losses[1]));
+  EXPECT_TRUE(same_bits(weights[0], weights[1]));
+}
+
+// A HostScalar set to -0.0 after the step was captured with +0.0 (both would be baked in as
+// 0): -0.0 is data, so the replay's result has the sign eager mode gives.
+TEST(Capture, AHostScalarOfMinusZeroKeepsItsSign) {
+  fresh();
+  auto w = from_vector<float>({-1, 2}, {2});
+  HostScalar s(0.0, "s");
+  auto step = compile([&] { return w * s.tensor(DType::Float32, Device{}); });
+  for (int call = 0; call < 3; ++call) step();
+  ASSERT_TRUE(step.captured());
+  s.set(-0.0);
+  const auto got = step().to_vector<float>();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_FALSE(std::signbit(got[0])) << "-1 * -0 is +0";
+  EXPECT_TRUE(std::signbit(got[1])) << "2 * -0 is -0";
 }
 
 TEST(Capture, AScalarThatBecomesZeroOrOneFailsAGuard) {

@@ -189,6 +189,25 @@ TEST(Autocast, MatmulComputesInBFloat16AndReturnsFloat32) {
   EXPECT_GE(exact, m * n * 9 / 10);
 }
 
+// A float32 operand with a bfloat16 one (a bfloat16 weight, cache or activation) is autocast
+// as PyTorch does, to the float32 result of the bfloat16 op: it was refused as operands of two
+// dtypes. Two bfloat16 operands stay the plain bfloat16 op.
+TEST(Autocast, AFloat32OperandWithABFloat16OneIsCast) {
+  test::fresh_engine();
+  const Tensor a = from_vector(grid(4 * 8, 1), {4, 8}), b = from_vector(grid(8 * 3, 2), {8, 3});
+  const Tensor x = from_vector(grid(2 * 2 * 5 * 5, 3), {2, 2, 5, 5}), w = from_vector(grid(3 * 2 * 3 * 3, 4), {3, 2, 3, 3});
+  const Tensor bias = from_vector(std::vector<float>{0.5f, -1, 2}, {3});
+  Autocast bf16;
+  const Tensor both_f32 = matmul(a, b), mixed = matmul(a, b.to(DType::BFloat16)), mixed_t = matmul(a.to(DType::BFloat16), b);
+  EXPECT_EQ(mixed.dtype(), DType::Float32);
+  EXPECT_EQ(mixed.to_vector<float>(), both_f32.to_vector<float>());
+  EXPECT_EQ(mixed_t.to_vector<float>(), both_f32.to_vector<float>());
+  EXPECT_EQ(matmul(a.to(DType::BFloat16), b.to(DType::BFloat16)).dtype(), DType::BFloat16);
+  const Tensor conv = conv2d(x, w, bias), conv_mixed = conv2d(x, w.to(DType::BFloat16), bias.to(DType::BFloat16));
+  EXPECT_EQ(conv_mixed.dtype(), DType::Float32);
+  EXPECT_EQ(conv_mixed.to_vector<float>(), conv.to_vector<float>());  // the bias is exact in bfloat16
+}
+
 TEST(Autocast, GradientsFlowBackAsFloat32) {
   test::fresh_engine();
   const Tensor x = from_vector(grid(2 * 3 * 8 * 8, 3), {2, 3, 8, 8});

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 
 #include <loom/autograd.h>
+#include <loom/compile.h>
 #include <loom/optim.h>
 
 #include <cmath>
@@ -221,6 +222,52 @@ TEST(Optimizers, BadOptionsAreClearErrors) {
   EXPECT_THROW(optim::SGD({}, {}), Error);
   EXPECT_THROW(optim::CosineSchedule(*std::make_unique<optim::SGD>(std::vector<Tensor>{p}, optim::SGDOptions{}),
                                      {.warmup_steps = 5, .total_steps = 5}), Error);
+}
+
+// A captured step traces again after load_state(): it went on reading and updating the state
+// tensors it was captured with while something still held them (a checkpoint's copy of
+// state()), and the loaded state was never used. Against the same calls uncompiled.
+TEST(OptimizerState, LoadStateReachesACapturedStepWhileTheOldStateIsHeld) {
+  for (bool adam : {false, true}) {
+    std::vector<double> got[2];
+    for (bool compiled : {false, true}) {
+      test::fresh_engine();
+      auto w = from_vector<double>({1.0, -2.0}, {2});
+      w.requires_grad_();
+      std::unique_ptr<optim::Optimizer> opt;
+      if (adam) opt = std::make_unique<optim::Adam>(std::vector<Tensor>{w}, optim::AdamOptions{.lr = 0.1});
+      else opt = std::make_unique<optim::SGD>(std::vector<Tensor>{w}, optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+      auto body = [&] {
+        opt->zero_grad();
+        auto loss = (w * w).sum();
+        loss.backward();
+        opt->step();
+        return loss;
+      };
+      auto step = compile(body);
+      auto call = [&] {
+        if (compiled) {
+          step();
+        } else {
+          body();
+          mark_step();  // as the compiled call ends
+        }
+      };
+      for (int i = 0; i < 4; ++i) call();
+      if (compiled) {
+        EXPECT_TRUE(step.captured());
+      }
+      const auto held = opt->state();  // still held, as a checkpoint in scope holds it
+      std::vector<std::pair<std::string, Tensor>> fresh;
+      for (const auto& [name, t] : held)
+        fresh.emplace_back(name, name.ends_with("step") ? t : zeros(t.shape(), t.dtype()));
+      opt->load_state(fresh, opt->steps());
+      w.assign(from_vector<double>({1.0, -2.0}, {2}));
+      for (int i = 0; i < 2; ++i) call();
+      got[compiled] = w.to_vector<double>();
+    }
+    EXPECT_EQ(got[0], got[1]) << (adam ? "Adam" : "SGD");
+  }
 }
 
 // load_state() takes only what state() writes: "<param index>.<name>" with the name of the

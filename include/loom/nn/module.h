@@ -20,8 +20,10 @@
 
 #include <loom/tensor.h>
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -83,6 +85,13 @@ class Module {
 
   // Called by train(); layers whose behaviour depends on the mode need not override it.
   virtual void on_train(bool) {}
+
+  // For forward(): the settings a layer reads into the trace (an eps, a stride, a flag), as a
+  // guard of a compiled step (loom::compile): when one changes between calls, the step is
+  // traced again, where a replay would go on computing with the captured values. `settings`
+  // returns them, each exact as a double; `what` names them in the cause ("Conv2d's options").
+  // Outside a compiled step it does nothing.
+  static void guard_settings(std::string_view what, std::function<std::vector<double>()> settings);
 
  private:
   void add_child(const std::string& name, std::shared_ptr<Module> module);
