@@ -130,7 +130,8 @@ std::string step_expr(const ir::FusedStep& s, DType t, const std::string& a, con
     case Op::Rsqrt: return float_only("(" + one + " / " + fn("sqrt", t, a) + ")");
     case Op::Sigmoid: return float_only(sigmoid(a));
     case Op::Tanh: return float_only(fn("tanh", t, a));
-    case Op::Silu: return float_only("(" + a + " * " + sigmoid(a) + ")");
+    // x / (1 + exp(-x)), one rounding fewer than x * sigmoid(x): as PyTorch and the CPU.
+    case Op::Silu: return float_only("(" + a + " / (" + one + " + " + fn("exp", t, "-" + a) + "))");
     case Op::Gelu:
       return float_only("(" + a + " * " + num("0.5", t) + " * (" + one + " + " +
                         fn("erf", t, a + " * " + num("0.70710678118654752440", t)) + "))");
