@@ -7,7 +7,6 @@
 
 #include <loom/error.h>
 
-#include <bit>
 #include <string>
 #include <vector>
 
@@ -84,10 +83,10 @@ Dropout::Dropout(double p, std::optional<uint64_t> seed) : p(p), seed_(seed ? *s
 Tensor Dropout::forward(const Tensor& x) {
   check_defined("Dropout", x);
   // Host control flow: a captured step is traced again when the mode turns.
-  guard_on("Dropout's training mode", [this] { return is_training() ? 1 : 0; });
+  guard_settings("Dropout's training mode", [this] { return std::vector<double>{is_training() ? 1.0 : 0.0}; });
   // p is read into the graph (the branches below, the mask's threshold, the scale): a change
   // between calls traces again (the value compared is p's bit pattern).
-  guard_on("Dropout's p", [this] { return std::bit_cast<int64_t>(p); });
+  guard_settings("Dropout's p", [this] { return std::vector<double>{p}; });
   if (!is_training() || p == 0) return x;
   if (!is_floating(x.dtype()))
     throw Error(std::string("Dropout: expected a floating-point input, got ") + dtype_name(x.dtype()));

@@ -62,15 +62,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_sm
   switch (reduction) {
     case Reduction::None: return loss;
     case Reduction::Sum: return loss.sum();
-    case Reduction::Mean: {
-      // Every target ignored: NaN, as in PyTorch, and a zero gradient (a division by the
-      // count of 0 would make every gradient NaN, and one all-padding batch would wreck the
-      // parameters through the optimizer).
-      auto count = valid.to(dt).sum();
-      auto mean = loss.sum() / maximum(count, scalar_tensor(1, dt, dev));
-      return where(gt(count, zeros({}, dt, dev)), mean,
-                   scalar_tensor(std::numeric_limits<double>::quiet_NaN(), dt, dev));
-    }
+    // Every target ignored: 0 / 0 = NaN, as in PyTorch, and a zero gradient, as the select
+    // above passes none of the division's Inf back (a product with the mask passed Inf * 0 =
+    // NaN to every gradient: one all-padding batch wrecked the parameters).
+    case Reduction::Mean: return loss.sum() / valid.to(dt).sum();
   }
   throw Error("cross_entropy: unknown reduction");
 }

@@ -43,7 +43,10 @@ Tensor Linear::forward(const Tensor& input) {
                 shape_str(input.shape()));
   guard_settings("Linear's in_features", [this] { return std::vector<double>{static_cast<double>(in_features)}; });
   auto y = matmul(input, transpose(weight, 0, 1));
-  return bias.defined() ? y + bias : y;
+  if (!bias.defined()) return y;
+  // Under autocast a float32 input with bfloat16 parameters gives a float32 product: the bias
+  // is added in float32, as conv2d adds it.
+  return y + (bias.dtype() == y.dtype() ? bias : bias.to(y.dtype()));
 }
 
 Conv2d::Conv2d(const Conv2dOptions& o) : options(o) {

@@ -5,6 +5,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <set>
 #include <unordered_set>
@@ -28,15 +29,19 @@ void set_default_dtype(DType dtype) {
   g_default_dtype = dtype;
 }
 
-void Module::guard_settings(std::string_view what, std::function<std::vector<double>()> settings) {
-  // The guard compares one integer: the settings' bits, mixed (FNV-1a over each value's bits).
-  guard_on(what, [settings = std::move(settings)] {
+bool Module::capturing() { return loom::capturing(); }
+
+void Module::guard_settings_now(std::string_view what, std::function<std::vector<double>()> settings) const {
+  // The guard compares one integer: the settings' bits, mixed (FNV-1a over each value's
+  // bits); a module gone since gives a value no settings give (the step traces again).
+  guard_on(what, [alive = std::weak_ptr<char>(alive_.token), settings = std::move(settings)] {
+    if (alive.expired()) return std::numeric_limits<int64_t>::min();
     uint64_t h = 1469598103934665603u;
     for (double v : settings()) {
       h ^= std::bit_cast<uint64_t>(v);
       h *= 1099511628211u;
     }
-    return static_cast<int64_t>(h);
+    return static_cast<int64_t>(h >> 1);  // never INT64_MIN
   });
 }
 

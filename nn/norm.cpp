@@ -47,7 +47,7 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
                 shape_str(x.shape()));
   const Shape per_channel{1, num_features, 1, 1};
   // The branch below is host control flow: a captured step is traced again when it turns.
-  guard_on("BatchNorm2d's training mode", [this] { return is_training() ? 1 : 0; });
+  guard_settings("BatchNorm2d's training mode", [this] { return std::vector<double>{is_training() ? 1.0 : 0.0}; });
   guard_settings("BatchNorm2d's eps and momentum", [this] { return std::vector<double>{eps, momentum}; });
   if (!is_training()) {
     auto scale = rsqrt(running_var.reshape(per_channel) + eps) * weight.reshape(per_channel);

@@ -463,6 +463,8 @@ void every_call(std::function<void()> fn) {
   if (r) r->effects.push_back(std::move(fn));
 }
 
+bool capturing() { return lazy::capture::active != nullptr; }
+
 void guard_on(std::string_view what, std::function<int64_t()> fn) {
   auto* r = lazy::capture::active;
   if (!r) return;  // nothing recorded: no copy of `what` on the tracing path

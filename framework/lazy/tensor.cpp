@@ -198,8 +198,9 @@ Tensor arange(double start, double end, double step, DType dtype, Device device)
   };
   if (dtype == DType::Bool) throw Error("arange: expected a numeric dtype, got bool");
   if (!is_floating(dtype)) {
-    // As PyTorch: the bounds and step are truncated to integers first, and the values counted
-    // and computed in int64 (through doubles, values past 2^53 would round and repeat).
+    // As PyTorch's int64 ranges (its int32 ones count in doubles): the bounds and step are
+    // truncated to integers first, and the values counted and computed in int64 (through
+    // doubles, values past 2^53 would round and repeat).
     for (double v : {start, end, step})
       if (!(v >= -0x1p63 && v < 0x1p63))
         throw Error("arange: expected start, end and step that fit in int64, got " + range());

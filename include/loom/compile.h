@@ -100,6 +100,9 @@ void every_call(std::function<void()> fn);
 // that `fn` returns what it returned when the step was traced; otherwise the call is traced
 // again (its every_call() updates not repeated), and `what` names the cause.
 void guard_on(std::string_view what, std::function<int64_t()> fn);
+// True while a compiled function is being traced on this thread (when every_call() and
+// guard_on() record), so code can skip building what they would record otherwise.
+bool capturing();
 
 // How compile() walks a value: calls v.tensor(t) for each tensor and v.integer / v.number /
 // v.text for what guards compare. Overload capture_visit(V&, const YourType&) in YourType's

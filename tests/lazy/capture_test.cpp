@@ -311,6 +311,17 @@ TEST(Capture, LayerSettingsAreGuards) {
   EXPECT_EQ(convolve(x).shape(), (Shape{1, 1, 1, 1}));
   EXPECT_NE(causes().find("Conv2d's options changed"), std::string::npos) << causes();
 
+  // A layer gone since the capture (replaced in its holder) fails its guard: the replay read
+  // the freed layer's settings.
+  struct Holder : nn::Module {
+    std::shared_ptr<nn::Module> act = std::make_shared<nn::GELU>();
+  } holder;
+  auto through = compile([&](const Tensor& in) { return holder.act->forward(in); });
+  for (int call = 0; call < 3; ++call) through(x);
+  ASSERT_TRUE(through.captured());
+  holder.act = std::make_shared<nn::ReLU>();
+  EXPECT_TRUE(same_bits(values(through(x)), values(relu(x))));
+
   nn::Sequential seq{std::make_shared<nn::Flatten>()};
   auto run = compile([&](const Tensor& in) { return seq.forward(in); });
   for (int call = 0; call < 3; ++call) run(x);

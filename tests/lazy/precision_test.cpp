@@ -8,6 +8,7 @@
 #include <loom/autograd.h>
 #include <loom/bfloat16.h>
 #include <loom/compile.h>
+#include <loom/nn/layers.h>
 
 #include <bit>
 #include <cmath>
@@ -206,6 +207,11 @@ TEST(Autocast, AFloat32OperandWithABFloat16OneIsCast) {
   const Tensor conv = conv2d(x, w, bias), conv_mixed = conv2d(x, w.to(DType::BFloat16), bias.to(DType::BFloat16));
   EXPECT_EQ(conv_mixed.dtype(), DType::Float32);
   EXPECT_EQ(conv_mixed.to_vector<float>(), conv.to_vector<float>());  // the bias is exact in bfloat16
+  // A Linear layer with bfloat16 parameters takes a float32 input (its bias added in float32).
+  nn::Linear layer(8, 3);
+  layer.weight = layer.weight.to(DType::BFloat16).detach();
+  layer.bias = layer.bias.to(DType::BFloat16).detach();
+  EXPECT_EQ(layer.forward(a).dtype(), DType::Float32);
 }
 
 TEST(Autocast, GradientsFlowBackAsFloat32) {

@@ -75,13 +75,10 @@ TEST(CrossEntropy, GradientIsSoftmaxMinusSmoothedTarget) {
   for (int c = 0; c < 3; ++c) EXPECT_EQ(g[6 + c], 0);
 }
 
-// The row maximum only shifts the exponentials (its gradient is zero): in the backward of the
-// loss and of softmax, the forward's maximum is read by the exponentials alone, not by a pass
-// that finds where each row's maximum is.
 // Ignored rows are left out, not multiplied by 0, and an all-ignored batch (all padding) has
 // the mean NaN but a zero gradient, as in PyTorch 1.13 (values from F.cross_entropy): the
-// gradient was NaN everywhere (0 / 0 in the mean's backward), and an ignored row with -Inf in
-// class 0 made the loss NaN (Inf * 0).
+// gradient was NaN everywhere (the mean's 1 / 0 times the mask's 0), and an ignored row with
+// -Inf in class 0 made the loss NaN (Inf * 0).
 TEST(CrossEntropy, IgnoredRowsNeverMakeTheLossOrItsGradientNaN) {
   const double inf = std::numeric_limits<double>::infinity();
   auto x = from_vector<double>({-inf, 2, 3, -inf, 0, 1}, {2, 3});
@@ -101,6 +98,9 @@ TEST(CrossEntropy, IgnoredRowsNeverMakeTheLossOrItsGradientNaN) {
   }
 }
 
+// The row maximum only shifts the exponentials (its gradient is zero): in the backward of the
+// loss and of softmax, the forward's maximum is read by the exponentials alone, not by a pass
+// that finds where each row's maximum is.
 TEST(CrossEntropy, TheBackwardReadsTheRowMaximumOnlyForTheShift) {
   test::fresh_engine();
   auto logits = ce_logits();

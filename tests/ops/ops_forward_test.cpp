@@ -387,12 +387,28 @@ std::vector<double> values(const Tensor& t) {
   return out;
 }
 
+// For the traced runs below: x times a 1 that is device data (a scalar 1 is baked, and
+// simplify drops x * 1), so the op is a step of a fusion, which the x86 code computes in
+// float32; and a tensor's values as doubles, read in its own dtype (a cast to float64 would
+// join the fusion and keep it off that code).
+// `values` as device data of `dtype` (float32 or float64): no cast for the fusion to take in.
+Tensor data_of(const std::vector<double>& values, const Shape& shape, DType dtype) {
+  if (dtype == DType::Float64) return loom::from_vector<double>(values, shape);
+  return loom::from_vector<float>(std::vector<float>(values.begin(), values.end()), shape);
+}
+Tensor in_a_fusion(const Tensor& x) { return x * data_of({1.0}, {}, x.dtype()); }
+std::vector<double> read_values(const Tensor& t) {
+  if (t.dtype() == DType::Float64) return t.to_vector<double>();
+  const auto v = t.to(DType::Float32).to_vector<float>();
+  return {v.begin(), v.end()};
+}
+
 // exp where it underflows, against PyTorch 1.13's values (torch.exp, sigmoid, silu and softmax
 // of these inputs): exp(-Inf) and softmax's masked -Inf lanes are exactly 0 (Eigen's
 // vectorised exp clamps its argument and gave exp(-88.7), about 3e-39, there), sigmoid(-Inf)
 // is 0 and silu(-Inf) = -Inf * 0 is NaN; below the clamp, exp is within float32's smallest
 // normal number of PyTorch's subnormals. In both float types, traced (fused, and the x86 code
-// where it computes exp) and eagerly (one op alone).
+// where it computes exp in float32) and eagerly (one op alone).
 TEST(OpUnderflow, ExpOfMinusInfinityIsZeroAsInPyTorch) {
   const double inf = std::numeric_limits<double>::infinity();
   const std::vector<double> x{-inf, -1000.0, -100.0, -88.8, -88.0, 0.0};
@@ -405,12 +421,11 @@ TEST(OpUnderflow, ExpOfMinusInfinityIsZeroAsInPyTorch) {
     for (bool eager : {false, true}) {
       const std::string what = std::string(loom::dtype_name(dtype)) + (eager ? " eager" : " traced");
       loom::EagerModeGuard mode(eager);
-      const Tensor t = loom::from_vector<double>(x, {6}).to(dtype);
-      // Traced, x * 1 puts the op inside a fusion; eagerly each op runs alone.
-      const Tensor in = eager ? t : t * 1.0;
-      const std::vector<double> e = loom::exp(in).to(DType::Float64).to_vector<double>();
-      const std::vector<double> sg = loom::sigmoid(in).to(DType::Float64).to_vector<double>();
-      const std::vector<double> si = loom::silu(in).to(DType::Float64).to_vector<double>();
+      const Tensor t = data_of(x, {6}, dtype);
+      const Tensor in = eager ? t : in_a_fusion(t);  // eagerly each op runs alone
+      const std::vector<double> e = read_values(loom::exp(in));
+      const std::vector<double> sg = read_values(loom::sigmoid(in));
+      const std::vector<double> si = read_values(loom::silu(in));
       const auto& want = dtype == DType::Float32 ? exp_f32 : exp_f64;
       // Float32's smallest normal number: PyTorch's subnormal results may flush to 0.
       const double floor = dtype == DType::Float32 ? 1.2e-38 : 0.0;
@@ -434,8 +449,8 @@ TEST(OpUnderflow, ExpOfMinusInfinityIsZeroAsInPyTorch) {
       EXPECT_TRUE(std::signbit(si[1])) << what << ": silu(-1000) is -0, as in PyTorch";
       EXPECT_EQ(si[5], 0.0) << what << ": silu(0)";
       // A causal mask's row: the masked lanes' weights are exactly 0.
-      const Tensor row = loom::from_vector<double>({-inf, 0.0, 1.0, -inf}, {4}).to(dtype);
-      const std::vector<double> p = loom::softmax(row, 0).to(DType::Float64).to_vector<double>();
+      const Tensor row = data_of({-inf, 0.0, 1.0, -inf}, {4}, dtype);
+      const std::vector<double> p = read_values(loom::softmax(eager ? row : in_a_fusion(row), 0));
       EXPECT_EQ(p[0], 0.0) << what << ": a masked lane";
       EXPECT_EQ(p[3], 0.0) << what << ": a masked lane";
       EXPECT_NEAR(p[1], 0.2689414322376251, 1e-6) << what;
@@ -454,10 +469,10 @@ TEST(OpAccuracy, SigmoidAndSiluAreWithinAFewUlps) {
   const auto n = static_cast<int64_t>(x.size());
   for (bool eager : {false, true}) {
     loom::EagerModeGuard mode(eager);
-    const Tensor t = loom::from_vector<double>(x, {n}).to(DType::Float32);
-    const Tensor in = eager ? t : t * 1.0;
-    const auto sg = loom::sigmoid(in).to(DType::Float64).to_vector<double>();
-    const auto si = loom::silu(in).to(DType::Float64).to_vector<double>();
+    const Tensor t = data_of(x, {n}, DType::Float32);
+    const Tensor in = eager ? t : in_a_fusion(t);
+    const auto sg = read_values(loom::sigmoid(in));
+    const auto si = read_values(loom::silu(in));
     double worst_sg = 0, worst_si = 0;
     for (std::size_t i = 0; i < x.size(); ++i) {
       const double want = 1 / (1 + std::exp(-x[i]));

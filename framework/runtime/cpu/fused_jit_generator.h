@@ -119,7 +119,8 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
       88.723f, -88.723f,                    // cst_exp_hi, cst_exp_lo
       -0.693359375f, 2.12194440e-4f,        // cst_cephes_exp_C1, C2
       278.0f, -278.0f,                      // max_exponent, its negation
-      std::bit_cast<float>(127u)};          // bias
+      std::bit_cast<float>(127u),           // bias
+      88.72283172607422f};                  // exp_overflow_bound (fused_steps.h)
   // vpshufb's selection of each float's upper half, packed in the low 8 bytes of each 128-bit
   // lane (round_to_words), after the polynomials' constants.
   static constexpr uint32_t kHighWords[] = {0x07060302u, 0x0f0e0b0au, 0x80808080u, 0x80808080u};
@@ -133,6 +134,7 @@ struct FusedCode::Generator : Xbyak::CodeGenerator {
   }
   Xbyak::Address exp_constant(int index) { return constant(8 + index); }
   Xbyak::Address generic_exp_constant(int index) { return constant(8 + 12 + index); }
+  Xbyak::Address exp_overflow() { return constant(8 + 12 + 7); }
 
   // d = exp(x) with the bits of the exp the evaluator's vector_map runs on every element:
   // Eigen's pexp<Packet16f> (AVX-512) or its generic pexp_float over Packet8f (AVX2), the same

@@ -197,14 +197,14 @@ void FusedCode::Generator::exp(const Xbyak::Xmm& d, const Xbyak::Xmm& x) {
     vpslld(m, m, 23);                      // 2^(e - 3b)
     vmulps(y, y, m);
   }
-  // The lanes of x below the clamp's lower bound are 0, those above its upper one +Inf
+  // The lanes of x below the clamp's lower bound are 0, those where exp overflows +Inf
   // (exp_flushed, fused_steps.h): compared before the max, which may write x's register.
   if (wide_) {
     vcmpps(k4, x, exp_constant(1), kLt);
-    vcmpps(k5, x, exp_constant(0), kGt);
+    vcmpps(k5, x, exp_overflow(), kGt);
   } else {  // t0 (y2) and r2 are done with
     vcmpps(t0, x, generic_exp_constant(1), kLt);
-    vcmpps(r2, x, generic_exp_constant(0), kGt);
+    vcmpps(r2, x, exp_overflow(), kGt);
   }
   vmaxps(d, x, y);                         // pmax(y * 2^m, _x) = max_ps(_x, .)
   if (wide_) {
@@ -224,7 +224,8 @@ void FusedCode::Generator::logistic(const Xbyak::Xmm& d, const Xbyak::Xmm& x, bo
   free_[static_cast<std::size_t>(x.getIdx())] = false;
   const int e_reg = allocate();
   const Xbyak::Xmm e = vec(e_reg);
-  vxorps(e, x, sign_bit());                     // -x
+  if (wide_) vpxord(e, x, sign_bit());          // -x (vxorps on zmm needs AVX512DQ)
+  else vxorps(e, x, sign_bit());
   exp(e, e);                                    // exp(-x), flushed
   vaddps(e, e, one());                          // 1 + exp(-x)
   if (times_x) {

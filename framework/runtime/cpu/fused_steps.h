@@ -62,11 +62,13 @@ void vector_map(const T* a, T* d, int64_t n, F f) {
   std::copy(out, out + n, d);
 }
 
-// Eigen's vectorised exp clamps its argument to [lower, upper] bounds, so that every x below
-// the lower one, -Inf included, gives the one tiny value exp(lower) (about 3e-39 in float32),
-// where PyTorch gives 0 (a softmax's masked -Inf lanes), and, for AVX-512's float exp, every x
-// above the upper one gives exp(upper) (about 2.4e38), not Inf. exp flushes those lanes to 0
-// and to +Inf (flush_outside_exp_bounds); the fused code compares with the same constants.
+// Eigen's vectorised exp clamps its argument below, so that every x under the bound, -Inf
+// included, gives the one tiny value exp(bound) (about 3e-39 in float32), where PyTorch gives
+// subnormals and, at -Inf, 0 (a softmax's masked lanes); and AVX-512's float exp clamps above at
+// 88.376, so that exp(100) was about 2.4e38, not Inf. exp flushes the lanes below the lower
+// bound to 0 and those past the largest finite exp to +Inf (exp_flushed), the fused code with
+// the same constants. (Left as Eigen computes them: float32's subnormal results, and on
+// AVX-512 exp(x) for x in (88.376, 88.723], which stays at exp(88.376).)
 template <class T>
 constexpr T exp_lower_bound() {
   if constexpr (std::is_same_v<T, double>) return -709.784;  // pexp_double's cst_exp_lo
@@ -76,21 +78,18 @@ constexpr T exp_lower_bound() {
   return -88.723f;            // the generic pexp_float's cst_exp_lo (Packet8f, Packet4f)
 #endif
 }
+// The largest x whose exp is finite in T (the float below ln(FLT_MAX); ln(DBL_MAX)).
 template <class T>
-constexpr T exp_upper_bound() {
-  if constexpr (std::is_same_v<T, double>) return 709.784;  // pexp_double's cst_exp_hi
-#if defined(__AVX512F__)
-  return 88.3762626647950f;  // pexp<Packet16f>'s exp_hi
-#else
-  return 88.723f;            // the generic pexp_float's cst_exp_hi
-#endif
+constexpr T exp_overflow_bound() {
+  if constexpr (std::is_same_v<T, double>) return 709.782712893384;
+  return 88.72283172607422f;
 }
 
-// d = exp(a): Eigen's, 0 below its lower bound and +Inf above its upper one.
+// d = exp(a): Eigen's, 0 below its lower bound and +Inf past the overflow bound.
 template <class T>
 void exp_flushed(const T* a, T* __restrict d, int64_t n) {
   vector_map(a, d, n, [](const auto& x) { return x.exp(); });
-  const T lower = exp_lower_bound<T>(), upper = exp_upper_bound<T>();
+  const T lower = exp_lower_bound<T>(), upper = exp_overflow_bound<T>();
   for (int64_t i = 0; i < n; ++i) {
     if (a[i] < lower) d[i] = T(0);
     if (a[i] > upper) d[i] = std::numeric_limits<T>::infinity();

@@ -89,11 +89,17 @@ class Module {
   // For forward(): the settings a layer reads into the trace (an eps, a stride, a flag), as a
   // guard of a compiled step (loom::compile): when one changes between calls, the step is
   // traced again, where a replay would go on computing with the captured values. `settings`
-  // returns them, each exact as a double; `what` names them in the cause ("Conv2d's options").
-  // Outside a compiled step it does nothing.
-  static void guard_settings(std::string_view what, std::function<std::vector<double>()> settings);
+  // returns them, each exact as a double (it may read *this: a replay calls it only while this
+  // module exists, and traces again once it is gone); `what` names them in the cause
+  // ("Conv2d's options"). Outside a compiled step it does nothing, at no cost.
+  template <class F>
+  void guard_settings(std::string_view what, F&& settings) const {
+    if (capturing()) guard_settings_now(what, std::function<std::vector<double>()>(std::forward<F>(settings)));
+  }
 
  private:
+  static bool capturing();
+  void guard_settings_now(std::string_view what, std::function<std::vector<double>()> settings) const;
   void add_child(const std::string& name, std::shared_ptr<Module> module);
   void collect(const std::string& prefix, NamedTensors& out, bool params, bool buffers) const;
 
@@ -101,6 +107,13 @@ class Module {
   NamedTensors buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
+  // Expires with this module (a copy has its own): what guard_settings' replays check first.
+  struct Alive {
+    std::shared_ptr<char> token = std::make_shared<char>();
+    Alive() = default;
+    Alive(const Alive&) : token(std::make_shared<char>()) {}
+    Alive& operator=(const Alive&) { return *this; }
+  } alive_;
 };
 
 }  // namespace loom::nn
