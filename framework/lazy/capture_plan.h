@@ -88,6 +88,15 @@ struct Watched {
   bool requires_grad;
 };
 
+// Two tensors that held one buffer at the captured call's entry (one assign()ed from the
+// other): the program reads them as one input, so a replay needs them to share it still.
+// `arg` >= 0: the argument at that index and `tensor`; otherwise `other` and `tensor`.
+struct SharedAtEntry {
+  int arg = -1;
+  std::weak_ptr<TensorImpl> other;
+  std::weak_ptr<TensorImpl> tensor;
+};
+
 struct ScalarUse {
   std::shared_ptr<HostScalarState> state;
   DType dtype;
@@ -122,6 +131,7 @@ struct Plan {
   std::vector<Sink> outputs;
   std::vector<int> results;  // per returned tensor, its output
   std::vector<Watched> watched;
+  std::vector<SharedAtEntry> shared;
   // Guards.
   bool grad_enabled = true;
   Precision precision = Precision::Float32;  // the Autocast scope's (include/loom/autocast.h)

@@ -95,21 +95,24 @@ bool note_program(Device device, const ir::Graph& g, const std::shared_ptr<const
   p.exe = exe;
   p.hash = g.hash;
   p.desc = debug::describe(g);
-  // Two tensors that held one buffer at entry (one assign()ed the other, load_state_dict) are
-  // one input of the program: a replay would bind it from one of them and read that one for
-  // both, after they part too. Such a call stays traced.
-  const char* shared = "two tensors it reads held one buffer at entry (one was assign()ed from the other): "
-                       "a replay could not tell them apart";
+  // Two tensors that held one buffer at entry (one assign()ed from the other,
+  // load_state_dict) are one input of the program: a replay binds it from one of them and
+  // reads that one for both, which holds while they still share it (a guard, SharedAtEntry).
   std::unordered_map<const DeviceBuffer*, const Recorder::Seen*> entry_of;
-  for (const auto& [impl, seen] : r->persistent)
-    if (auto b = seen.entry.lock(); b && !entry_of.emplace(b.get(), &seen).second) r->refuse(shared, false);
+  for (const auto& [impl, seen] : r->persistent) {
+    auto b = seen.entry.lock();
+    if (!b) continue;
+    auto [it, first] = entry_of.emplace(b.get(), &seen);
+    if (!first) p.shared.push_back({-1, it->second->tensor, seen.tensor});
+  }
   for (std::size_t j = 0; j < r->arg_buffers.size(); ++j) {
     const auto* b = r->arg_buffers[j].get();
     if (!b) continue;
     for (std::size_t k = 0; k < j; ++k)
-      if (r->arg_buffers[k].get() == b && r->arg_impls[k] != r->arg_impls[j]) r->refuse(shared, false);
+      if (r->arg_buffers[k].get() == b && r->arg_impls[k] != r->arg_impls[j])
+        p.shared.push_back({static_cast<int>(j), {}, r->arg_impls[k]});
     if (auto it = entry_of.find(b); it != entry_of.end() && it->second->tensor.lock() != r->arg_impls[j])
-      r->refuse(shared, false);
+      p.shared.push_back({static_cast<int>(j), {}, it->second->tensor});
   }
   for (auto i : g.inputs) {
     auto buf = std::static_pointer_cast<DeviceBuffer>(g.nodes[i]->payload());
@@ -223,6 +226,15 @@ std::optional<Failure> check_guards(const Plan& p, const CaptureArgs& a) {
     return Failure{GuardKind::Argument, "the arguments hold another count of numbers"};
   }
   if (a.texts != p.texts) return Failure{GuardKind::Argument, "a string argument (or a key of a map of tensors) changed"};
+  for (const auto& s : p.shared) {
+    if (s.arg < 0) continue;  // two tensors, not an argument: check_watched
+    auto t = s.tensor.lock();
+    const auto& arg = a.tensors[static_cast<std::size_t>(s.arg)];
+    if (!t || !arg.defined() || arg.impl()->data() != t->data())
+      return Failure{GuardKind::Argument, "argument tensor " + std::to_string(s.arg) +
+                                              " shared a buffer with another tensor the step reads when it was "
+                                              "captured, and no longer does"};
+  }
   return check_watched(p);
 }
 
@@ -230,6 +242,11 @@ std::optional<Failure> check_guards(const Plan& p, const CaptureArgs& a) {
 // they did. Checked before the effects and again after them (an every_call() update may
 // replace one).
 std::optional<Failure> check_watched(const Plan& p) {
+  for (const auto& s : p.shared) {
+    auto t = s.tensor.lock(), o = s.other.lock();
+    if (s.arg < 0 && (!t || !o || t->data() != o->data()))
+      return Failure{GuardKind::Tensor, "two tensors the step reads shared one buffer when it was captured, and no longer do"};
+  }
   for (const auto& s : p.outputs) {
     if (s.kind != Sink::Grad || !s.fresh_grad) continue;
     auto t = s.tensor.lock();
@@ -281,6 +298,7 @@ std::string plan_difference(const Plan& a, const Plan& b, runtime::Backend* back
   if (!(a.device == b.device)) return "the step ran on " + device_str(b.device) + ", before on " + device_str(a.device);
   if (a.hash != b.hash || a.desc != b.desc) return "the graph changed: " + debug::first_difference(a.desc, b.desc);
   if (a.inputs.size() != b.inputs.size()) return "the step's inputs changed";
+  if (a.shared.size() != b.shared.size()) return "which tensors share a buffer at entry changed";
   for (std::size_t i = 0; i < a.inputs.size(); ++i) {
     const auto& x = a.inputs[i];
     const auto& y = b.inputs[i];
