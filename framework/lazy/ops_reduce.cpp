@@ -3,7 +3,6 @@
 #include "lazy/ops_util.h"
 
 #include <algorithm>
-#include <limits>
 #include <numeric>
 
 namespace loom {
@@ -81,10 +80,11 @@ Tensor logsumexp(const Tensor& x, std::vector<int64_t> axes, bool keepdim) {
     return logsumexp(x.to(DType::Float32), std::move(axes), keepdim).to(DType::BFloat16);
   axes = normalize_axes(x, std::move(axes), "logsumexp");
   // An infinite maximum shifts by 0 instead, as in PyTorch: x - m would be Inf - Inf = NaN,
-  // where the value is -Inf (every term -Inf) or +Inf.
+  // where the value is -Inf (every term -Inf) or +Inf. |m| + |m| == |m| holds for 0 and Inf
+  // only (and a shift of 0 is m itself at 0): no Inf scalar to copy to the device per call.
   auto m = amax(x, axes, true).detach();
-  const auto inf = scalar_tensor(std::numeric_limits<double>::infinity(), m.dtype(), m.device());
-  m = where(eq(abs(m), inf), zeros({}, m.dtype(), m.device()), m);
+  const auto size = abs(m);
+  m = where(eq(size + size, size), zeros({}, m.dtype(), m.device()), m);
   auto r = shifted_logsumexp(x, axes, m);
   return keepdim ? r : reshape(r, drop_axes(x.shape(), axes));
 }

@@ -15,6 +15,8 @@
 #include "runtime/buffer.h"
 #include "runtime/storage.h"
 
+#include <loom/error.h>
+
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -71,5 +73,16 @@ class Backend {
   // Waits until everything queued so far has run.
   virtual void synchronize() = 0;
 };
+
+// alloc(bytes), an allocation failure rethrown naming what the bytes were for
+// (ir::allocation_str: an instruction's result, or with `in` null a program's arena).
+template <class Alloc>
+std::shared_ptr<Storage> allocate_for(const ir::Instr* in, std::size_t bytes, Alloc&& alloc) {
+  try {
+    return alloc(bytes);
+  } catch (const Error& e) {
+    throw Error(ir::allocation_str(in, bytes) + ": " + e.what());
+  }
+}
 
 }  // namespace loom::runtime

@@ -145,21 +145,12 @@ class CpuExecutable final : public Executable {
   mutable std::vector<uint8_t> donatable;                  // per input, this run
 };
 
-// allocate(bytes), a failure naming what it was for (allocation_str: in null for the arena).
-std::shared_ptr<Storage> allocate_for(const ir::Instr* in, std::size_t bytes) {
-  try {
-    return allocate(bytes);
-  } catch (const Error& e) {
-    throw Error(ir::allocation_str(in, bytes) + ": " + e.what());
-  }
-}
-
 // Returns how many results took over an input's buffer (donation, memory_plan.h).
 int run_program(const CpuExecutable& exe, const BufferList& inputs, const BufferList& outputs) {
   int donated = 0;
   const auto& p = exe.program;
   const auto n_in = static_cast<int>(p.inputs.size());
-  if (p.arena_bytes > 0 && !exe.arena) exe.arena = allocate_for(nullptr, p.arena_bytes);
+  if (p.arena_bytes > 0 && !exe.arena) exe.arena = allocate_for(nullptr, p.arena_bytes, allocate);
   auto* arena = exe.arena ? static_cast<std::byte*>(exe.arena->data()) : nullptr;
   std::fill(exe.data.begin(), exe.data.end(), nullptr);
   // This run's references are dropped when it ends, failed (an exception) or not: inputs and
@@ -193,7 +184,7 @@ int run_program(const CpuExecutable& exe, const BufferList& inputs, const Buffer
       auto bytes = static_cast<std::size_t>(shape_numel(in.shape)) * dtype_size(in.dtype);
       exe.owned[out_slot] = take_donor(in, bytes, exe.donatable, exe.owned);
       if (exe.owned[out_slot]) ++donated;
-      else exe.owned[out_slot] = allocate_for(&in, bytes);
+      else exe.owned[out_slot] = allocate_for(&in, bytes, allocate);
       exe.data[out_slot] = exe.owned[out_slot]->data();
     }
     auto& views = exe.arg_views[i];

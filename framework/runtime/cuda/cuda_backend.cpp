@@ -89,14 +89,10 @@ class CudaBackend final : public Backend {
   }
 
   std::shared_ptr<Storage> alloc(std::size_t bytes) override { return allocator_->allocate(bytes); }
-  // allocator_->allocate(bytes), a failure naming what it was for (ir::allocation_str: in
-  // null for a program's arena).
-  std::shared_ptr<Storage> allocate_for(const ir::Instr* in, std::size_t bytes) {
-    try {
-      return allocator_->allocate(bytes);
-    } catch (const Error& err) {
-      throw Error(ir::allocation_str(in, bytes) + ": " + err.what());
-    }
+  // allocator_->allocate(bytes), a failure naming the instruction (allocate_for, backend.h;
+  // in null for a program's arena).
+  std::shared_ptr<Storage> allocate_named(const ir::Instr* in, std::size_t bytes) {
+    return allocate_for(in, bytes, [this](std::size_t n) { return allocator_->allocate(n); });
   }
   std::shared_ptr<void> alloc_host(std::size_t bytes) override { return host_pool_->allocate(bytes); }
   void empty_cache() override {
@@ -321,7 +317,7 @@ class CudaBackend final : public Backend {
     const auto bind_start = std::chrono::steady_clock::now();
     if (times.on) anchor(times);
     const auto n_in = static_cast<int>(p.inputs.size());
-    if (p.arena_bytes > 0 && !e.arena) e.arena = allocate_for(nullptr, static_cast<std::size_t>(p.arena_bytes));
+    if (p.arena_bytes > 0 && !e.arena) e.arena = allocate_named(nullptr, static_cast<std::size_t>(p.arena_bytes));
     auto* arena = e.arena ? static_cast<char*>(e.arena->data()) : nullptr;
     input_addresses_.clear();
     for (const auto& b : inputs) input_addresses_.push_back(b->storage ? b->storage->data() : nullptr);
@@ -390,7 +386,7 @@ class CudaBackend final : public Backend {
             e.data[out_slot] = f;
           }
         } else {
-          e.owned[out_slot] = allocate_for(&in, bytes);
+          e.owned[out_slot] = allocate_named(&in, bytes);
           e.data[out_slot] = e.owned[out_slot]->data();
           if (graph) {  // a new buffer at every run: the graph writes a fixed one, copied out
             void* f = fixed(static_cast<std::size_t>(out_slot), bytes);
